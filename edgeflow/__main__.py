@@ -1,0 +1,3 @@
+from edgeflow.cli import main
+
+raise SystemExit(main())

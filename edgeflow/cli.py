@@ -1,0 +1,94 @@
+"""The `edgeflow` command. Thin: parse arguments, call the library, turn user errors into exit 2.
+
+Heavy imports (torch, onnxruntime, hydra) happen inside the subcommands that need them, so
+`edgeflow --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from edgeflow import __version__
+from edgeflow.errors import EdgeflowError
+
+RUN_HELP = """\
+usage: edgeflow run recipe=NAME|PATH [target=NAME] [quantization=PRESET] [KEY=VALUE ...] [-m]
+
+Build, verify and report a recipe. Arguments are Hydra overrides:
+  recipe=digits_cnn                a recipe from ./recipes/ or the built-ins, or a path to a YAML file
+  target=onnxruntime_micro         a target profile from ./targets/ or the built-ins
+  quantization=int8                a preset (none, fp16, int8, int8_per_tensor, int8_symmetric)
+  quantization.mode=fp16           or any single quantization key
+  cache_dir=.edgeflow/cache build_dir=build
+  -m target=a,b quantization.mode=int8,none    sweep every combination (Hydra multirun)
+Hydra's own flags work too: --cfg job, --info, hydra/launcher=joblib (with the plugin).
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="edgeflow",
+        description="Convert trained models to edge runtimes from a YAML recipe, and verify them.",
+    )
+    parser.add_argument("--version", action="version", version=f"edgeflow {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("run", help="build, verify and report a recipe (Hydra overrides; -m sweeps)")
+    validate = sub.add_parser("validate", help="check recipe files without running them")
+    validate.add_argument("recipes", nargs="+", metavar="RECIPE", help="recipe name or path")
+    sub.add_parser("list", help="list the recipes, targets and pipelines edgeflow can see")
+    if argv[:1] == ["run"]:
+        if any(a in ("-h", "--help") for a in argv[1:]):
+            print(RUN_HELP)
+            return 0
+        from edgeflow.hydra_app import run_hydra
+
+        return run_hydra(argv[1:])
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "validate":
+            return _validate(args.recipes)
+        if args.command == "list":
+            return _list()
+    except EdgeflowError as exc:
+        print(f"error: {exc.render()}", file=sys.stderr)
+        return exc.exit_code
+    parser.print_help()
+    return 0
+
+
+def _validate(names: list[str]) -> int:
+    from edgeflow.recipe import find_recipe, load_recipe
+
+    status = 0
+    for name in names:
+        try:
+            loaded = load_recipe(find_recipe(name))
+        except EdgeflowError as exc:
+            print(exc.render(), file=sys.stderr)
+            status = exc.exit_code
+            continue
+        print(f"{_shown(loaded.path)}: ok ({loaded.stem} -> {loaded.build_name})")
+    return status
+
+
+def _list() -> int:
+    from edgeflow import resources
+
+    for kind in ("recipes", "targets", "pipelines"):
+        print(f"{kind}:")
+        for name, path in resources.available(kind).items():  # type: ignore[arg-type]
+            print(f"  {name:<24} {_shown(path)}")
+    return 0
+
+
+def _shown(path: Path) -> str:
+    from edgeflow.recipe.loader import display_path
+
+    return display_path(path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""Load a recipe's calibration or evaluation samples and check them against the declared inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeflow.errors import EdgeflowError
+from edgeflow.recipe.refs import ImportRef
+from edgeflow.recipe.schema import DatasetSpec, TensorSpec
+
+LABEL_KEY = "label"
+
+
+@dataclass(frozen=True)
+class Samples:
+    inputs: dict[str, np.ndarray]  # input name -> (N, ...) array of the declared dtype
+    labels: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(next(iter(self.inputs.values())))
+
+    def batch(self, i: int) -> dict[str, np.ndarray]:
+        """Sample i as a batch of one, keeping the declared batch dimension."""
+        return {name: arr[i : i + 1] for name, arr in self.inputs.items()}
+
+
+def load_samples(spec: DatasetSpec, inputs: list[TensorSpec], what: str) -> Samples:
+    """Samples for `what` ('calibration' or 'evaluation'), trimmed to `spec.samples`."""
+    raw = _read(spec, what)
+    if "__single__" in raw:  # a bare .npy holds the samples of a single-input model
+        if len(inputs) != 1:
+            raise EdgeflowError(f"{what}: a .npy file only serves single-input models; use .npz")
+        raw = {inputs[0].name: raw["__single__"]}
+    arrays: dict[str, np.ndarray] = {}
+    for tensor in inputs:
+        if tensor.name not in raw:
+            raise EdgeflowError(
+                f"{what} dataset {spec.dataset} has no array named '{tensor.name}' "
+                f"(has: {', '.join(raw) or 'nothing'})",
+                "name the dataset's arrays after the recipe's source.inputs",
+            )
+        arr = np.asarray(raw[tensor.name]).astype(tensor.dtype, copy=False)
+        if tuple(arr.shape[1:]) != tuple(tensor.shape[1:]):
+            raise EdgeflowError(
+                f"{what} dataset {spec.dataset}: '{tensor.name}' has samples of shape "
+                f"{tuple(arr.shape[1:])}, the recipe declares {tuple(tensor.shape[1:])}",
+                "reshape the data or fix source.inputs",
+            )
+        arrays[tensor.name] = arr
+    labels = np.asarray(raw[LABEL_KEY]) if LABEL_KEY in raw else None
+    n = min(len(a) for a in arrays.values())
+    if spec.samples is not None:
+        n = min(n, spec.samples)
+    if n == 0:
+        raise EdgeflowError(f"{what} dataset {spec.dataset} is empty")
+    trimmed = {k: np.ascontiguousarray(v[:n]) for k, v in arrays.items()}
+    return Samples(trimmed, None if labels is None else labels[:n])
+
+
+def _read(spec: DatasetSpec, what: str) -> Mapping[str, Any]:
+    source: Any = spec.dataset
+    if isinstance(source, Path):
+        if source.suffix == ".npy":
+            return {"__single__": np.load(source, allow_pickle=False)}
+        with np.load(source, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    assert isinstance(source, ImportRef)
+    fn = source.load()
+    kwargs = dict(spec.options)
+    if spec.split is not None:
+        kwargs["split"] = spec.split
+    try:
+        result = fn(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise EdgeflowError(f"{what} dataset {source} failed: {exc}") from exc
+    if isinstance(result, Mapping):
+        return result
+    if isinstance(result, Iterable):
+        return _stack(list(result), f"{what} dataset {source}")
+    raise EdgeflowError(f"{what} dataset {source} returned {type(result).__name__}")
+
+
+def _stack(items: list[Any], what: str) -> dict[str, np.ndarray]:
+    if not items or not all(isinstance(i, Mapping) for i in items):
+        raise EdgeflowError(f"{what} must return a mapping of arrays or yield mappings")
+    return {k: np.stack([np.asarray(i[k]) for i in items]) for k in items[0]}

@@ -1,0 +1,152 @@
+"""Run a recipe's pipeline: key each stage, reuse cached results, publish the build folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from edgeflow.engine import keys
+from edgeflow.engine.cache import Cache
+from edgeflow.engine.pipeline import load_pipeline
+from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.engine.worker import run_isolated
+from edgeflow.errors import EdgeflowError, StageFailed
+from edgeflow.recipe import LoadedRecipe
+from edgeflow.recipe.refs import file_sha256
+
+# Files of the final stages that are copied into build/<recipe>/<target>-<mode>/.
+PUBLISHED_SLOTS = ("artifact", "metrics", "report", "precheck", "verify")
+
+
+@dataclass(frozen=True)
+class Slot:
+    path: Path
+    key: str  # identifies the content: the producing stage's key + slot, or a file hash
+
+
+@dataclass
+class StageOutcome:
+    stage: str
+    status: str  # ran | cached | failed
+    seconds: float
+    key: str = ""
+
+
+@dataclass
+class BuildResult:
+    loaded: LoadedRecipe
+    build_dir: Path
+    outcomes: list[StageOutcome] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    failed_checks: list[str] = field(default_factory=list)
+
+
+def stage_key(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Slot]) -> str:
+    return keys.digest(
+        {
+            "stage": stage.name,
+            "version": stage.version,
+            "code": keys.code_digest((stage.run.__module__, *stage.code)),
+            "tools": keys.tool_versions(stage.tools),
+            "recipe": keys.recipe_slice(loaded, stage.reads),
+            "inputs": {slot: inputs[slot].key for slot in stage.consumes},
+        }
+    )
+
+
+def run_build(
+    loaded: LoadedRecipe,
+    cache: Cache,
+    build_root: Path = Path("build"),
+    echo: Callable[[str], None] = print,
+) -> BuildResult:
+    """Run every stage of the recipe's pipeline (cached where possible) and publish the build."""
+    pipeline = load_pipeline(loaded.recipe.source.kind)
+    result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
+    slots = _seed_slots(loaded, pipeline.seeds)
+    echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
+    for stage in pipeline.stages:
+        key = stage_key(stage, loaded, slots)
+        inputs = {slot: slots[slot].path for slot in stage.consumes}
+        start = time.perf_counter()
+
+        def produce(out_dir: Path, stage: Stage = stage, inputs: dict[str, Path] = inputs) -> None:
+            ctx = StageContext(stage, loaded, inputs, out_dir)
+            if stage.isolated:
+                run_isolated(ctx)
+            else:
+                stage.run(ctx)
+
+        meta = {"recipe": str(loaded.path), "inputs": {k: str(v) for k, v in inputs.items()}}
+        try:
+            entry, cached = cache.get_or_create(stage.name, key, produce, meta)
+        except EdgeflowError as exc:
+            _report(echo, result, stage.name, "failed", start, key)
+            if isinstance(exc, StageFailed):
+                raise
+            raise StageFailed(stage.name, exc.message, exc.hint) from exc
+        except Exception as exc:
+            _report(echo, result, stage.name, "failed", start, key)
+            raise StageFailed(
+                stage.name, f"internal error (a bug, please report it): {exc!r}"
+            ) from exc
+        _report(echo, result, stage.name, "cached" if cached else "ran", start, key)
+        for slot, name in stage.produces.items():
+            slots[slot] = Slot(entry / name, f"{stage.name}:{key}:{slot}")
+    if all(o.status == "cached" for o in result.outcomes):
+        echo(f"  nothing to do: all {len(result.outcomes)} stages cached")
+    _publish(result.build_dir, {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots})
+    result.metrics = json.loads((result.build_dir / "metrics.json").read_text())
+    checks = json.loads(slots["checks"].path.read_text()) if "checks" in slots else []
+    result.failed_checks = [c["message"] for c in checks if not c["passed"]]
+    return result
+
+
+def _seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:
+    slots = {}
+    for slot, dotted in seeds.items():
+        value: Any = loaded.recipe
+        for part in dotted.split("."):
+            value = getattr(value, part)
+        path = Path(value)
+        slots[slot] = Slot(path, f"file:{file_sha256(path)}")
+    return slots
+
+
+def _report(
+    echo: Callable[[str], None], result: BuildResult, stage: str, status: str, start: float, key: str
+) -> None:
+    seconds = time.perf_counter() - start
+    result.outcomes.append(StageOutcome(stage, status, seconds, key))
+    echo(f"  {stage:<10} {status:<7} {seconds:7.2f} s")
+
+
+def _publish(build_dir: Path, files: dict[str, Path]) -> None:
+    """Replace the build folder with links/copies of the published files, atomically."""
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(build_dir.parent / f".{build_dir.name}.lock")):
+        tmp = build_dir.parent / f".{build_dir.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for path in files.values():
+            sources = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+            for src in sources:
+                shutil.copy2(src, tmp / src.name)
+        old = build_dir.parent / f".{build_dir.name}.old-{os.getpid()}"
+        if build_dir.exists():
+            os.rename(build_dir, old)
+        os.rename(tmp, build_dir)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def print_failure(exc: EdgeflowError) -> None:
+    print(f"error: {exc.render()}", file=sys.stderr)

@@ -1,0 +1,136 @@
+"""`edgeflow run` as a Hydra app: config groups recipe, target and quantization.
+
+The groups are filled from the working directory's recipes/ and targets/ folders and from the
+built-ins, so `recipe=NAME target=NAME quantization=PRESET`, single keys such as
+`quantization.mode=fp16`, and `-m` sweeps all work. A recipe can also be given by path.
+Hydra only selects; each job loads its recipe file itself, so errors keep file:line:col.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from edgeflow import resources
+from edgeflow.errors import EdgeflowError
+
+QUANTIZATION_KEYS = ("mode", "per_channel", "symmetric", "method", "reduce_range")
+# Presets set some keys; the rest stay as the recipe has them (None).
+QUANTIZATION_PRESETS: dict[str, dict[str, Any]] = {
+    "recipe": {},
+    "none": {"mode": "none"},
+    "fp16": {"mode": "fp16"},
+    "int8": {"mode": "int8"},
+    "int8_per_tensor": {"mode": "int8", "per_channel": False},
+    "int8_symmetric": {"mode": "int8", "symmetric": True},
+}
+
+_exit_codes: list[int] = []
+
+
+def run_hydra(args: list[str]) -> int:
+    """Run `edgeflow run ARGS`; returns the worst exit status over all jobs."""
+    import hydra
+
+    args = _register_groups(args)
+    _exit_codes.clear()
+    app = hydra.main(version_base=None, config_name="edgeflow_run")(_job)
+    saved = sys.argv
+    sys.argv = ["edgeflow run", *args]
+    try:
+        app()
+    finally:
+        sys.argv = saved
+    return max(_exit_codes, default=0)
+
+
+def _register_groups(args: list[str]) -> list[str]:
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for name, path in resources.available("recipes").items():
+        store.store(group="recipe", name=name, node={"name": name, "path": str(path)})
+    args = [_register_recipe_paths(store, a) if a.startswith("recipe=") else a for a in args]
+    store.store(group="target", name="recipe", node={"name": None})
+    for name in resources.available("targets"):
+        store.store(group="target", name=name, node={"name": name})
+    for name, preset in QUANTIZATION_PRESETS.items():
+        node = {key: preset.get(key) for key in QUANTIZATION_KEYS}
+        store.store(group="quantization", name=name, node=node)
+    store.store(
+        name="edgeflow_run",
+        node={
+            "defaults": [
+                "_self_",
+                {"recipe": "???"},
+                {"target": "recipe"},
+                {"quantization": "recipe"},
+                {"override hydra/job_logging": "disabled"},
+            ],
+            "cache_dir": ".edgeflow/cache",
+            "build_dir": "build",
+            "hydra": {
+                "run": {"dir": "."},
+                "output_subdir": None,
+                "sweep": {"dir": ".edgeflow/multirun/${now:%Y-%m-%d_%H-%M-%S}", "subdir": "${hydra.job.num}"},
+            },
+        },
+    )
+    return args
+
+
+def _register_recipe_paths(store: Any, arg: str) -> str:
+    """`recipe=path/to/x.yaml[,other]`: register each path as a group option; rewrite the value."""
+    values = []
+    for value in arg.split("=", 1)[1].split(","):
+        path = Path(value)
+        if path.suffix not in (".yaml", ".yml") and "/" not in value:
+            values.append(value)
+            continue
+        if not path.is_file():
+            raise EdgeflowError(f"recipe file not found: {value}", "check the path")
+        rel = path.with_suffix("")
+        if rel.is_absolute() or ".." in rel.parts:
+            digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
+            rel = Path("path") / digest / path.stem
+        group = "/".join(("recipe", *rel.parts[:-1]))
+        store.store(group=group, name=rel.name, node={"name": path.stem, "path": str(path.resolve())})
+        values.append(rel.as_posix())
+    return "recipe=" + ",".join(values)
+
+
+def _job(cfg: Any) -> None:
+    from edgeflow.engine.cache import Cache
+    from edgeflow.engine.runner import run_build
+    from edgeflow.recipe import load_recipe
+
+    overrides: dict[str, Any] = {}
+    if cfg.target.name:
+        overrides["target"] = cfg.target.name
+    for key in QUANTIZATION_KEYS:
+        if cfg.quantization[key] is not None:
+            overrides[f"quantization.{key}"] = cfg.quantization[key]
+    try:
+        loaded = load_recipe(Path(cfg.recipe.path), overrides)
+        result = run_build(loaded, Cache(Path(cfg.cache_dir)), Path(cfg.build_dir))
+    except EdgeflowError as exc:
+        print(f"error: {exc.render()}", file=sys.stderr)
+        _exit_codes.append(exc.exit_code)
+        return
+    m = result.metrics
+    print(
+        f"  -> {result.build_dir}: accuracy {m['accuracy']['artifact']:.4f} "
+        f"(source {m['accuracy']['source']:.4f}), top-1 agreement {m['agreement']['top1']:.4f}, "
+        f"max abs diff {m['agreement']['max_abs_diff']:.3g}, p50 {m['latency_ms']['p50']:.3f} ms, "
+        f"{m['size_bytes']:,} bytes"
+    )
+    if result.failed_checks:
+        for message in result.failed_checks:
+            print(f"error: verification failed: {message}", file=sys.stderr)
+        print(f"  the artifact is kept for inspection in {result.build_dir}", file=sys.stderr)
+        _exit_codes.append(1)
+    else:
+        print("  verified: every threshold in the recipe holds")
+        _exit_codes.append(0)

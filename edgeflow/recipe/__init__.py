@@ -1,0 +1,83 @@
+"""Recipes: find, load and validate them, with every problem located in the YAML file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgeflow import resources
+from edgeflow.errors import EdgeflowError, Problem, RecipeError
+from edgeflow.recipe.loader import apply_overrides, display_path, read_yaml, validate
+from edgeflow.recipe.schema import Recipe
+from edgeflow.recipe.suggest import did_you_mean
+from edgeflow.targets.profile import TargetProfile
+
+__all__ = ["LoadedRecipe", "Recipe", "find_recipe", "load_recipe"]
+
+
+@dataclass(frozen=True)
+class LoadedRecipe:
+    """A validated recipe together with the file it came from and its resolved target."""
+
+    path: Path
+    recipe: Recipe
+    profile: TargetProfile
+
+    @property
+    def stem(self) -> str:
+        return self.path.stem
+
+    @property
+    def build_name(self) -> str:
+        return f"{self.profile.name}-{self.recipe.quantization.mode}"
+
+
+def find_recipe(name_or_path: str, cwd: Path | None = None) -> Path:
+    """A recipe by file path, or by name from ./recipes/ or the built-ins."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if candidate.is_file():
+            return candidate.resolve()
+        raise EdgeflowError(f"recipe file not found: {name_or_path}", "check the path")
+    known = resources.available("recipes", cwd)
+    if name_or_path in known:
+        return known[name_or_path]
+    raise EdgeflowError(
+        f"unknown recipe '{name_or_path}'",
+        did_you_mean(name_or_path, known) or "pass a path to a recipe YAML file",
+    )
+
+
+def load_recipe(
+    path: Path, overrides: Mapping[str, Any] | None = None, cwd: Path | None = None
+) -> LoadedRecipe:
+    """Parse and validate a recipe; `overrides` are dotted keys from the command line."""
+    from edgeflow.targets import load_profile
+
+    path = Path(path).resolve()
+    tree = read_yaml(path)
+    overrides = dict(overrides or {})
+    apply_overrides(tree, overrides)
+    context = {"base_dir": path.parent, "cwd": str(cwd or Path.cwd())}
+    recipe = validate(Recipe, tree, path, context, overrides)
+    target = recipe.target
+    profile = target if isinstance(target, TargetProfile) else load_profile(target, cwd)
+    if recipe.quantization.mode not in profile.quantization:
+        node = tree.get("quantization") or {}
+        line, col = (node.lc.value("mode") if "mode" in node else tree.lc.key("target"))
+        raise RecipeError(
+            [
+                Problem(
+                    display_path(path),
+                    line + 1,
+                    col + 1,
+                    "quantization.mode",
+                    f"target '{profile.name}' does not support mode "
+                    f"'{recipe.quantization.mode}'",
+                    f"choose one of {', '.join(profile.quantization)}",
+                )
+            ]
+        )
+    return LoadedRecipe(path=path, recipe=recipe, profile=profile)

@@ -1,0 +1,128 @@
+"""References from a recipe to code ("pkg.mod:Attr", "file.py:Attr") and files, resolved lazily."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgeflow.errors import EdgeflowError
+
+
+@dataclass(frozen=True)
+class ImportRef:
+    """`package.module:Attr` or `path/to/file.py:Attr` (a path relative to the recipe's folder)."""
+
+    module: str  # dotted module name, or an absolute file path when is_file
+    attr: str
+    is_file: bool
+
+    @classmethod
+    def parse(cls, text: str, base_dir: Path) -> ImportRef:
+        module, sep, attr = text.rpartition(":")
+        if not sep or not module or not attr.isidentifier():
+            raise ValueError(f"expected 'package.module:Name' or 'path/file.py:Name' (got {text})")
+        if module.endswith(".py"):
+            return cls(str((base_dir / module).resolve()), attr, is_file=True)
+        if not all(part.isidentifier() for part in module.split(".")):
+            raise ValueError(f"'{module}' is not a dotted module name")
+        return cls(module, attr, is_file=False)
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.attr}"
+
+    def source_file(self) -> Path | None:
+        """The file that defines the module, found without executing it."""
+        if self.is_file:
+            return Path(self.module)
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            return None
+        return Path(spec.origin)
+
+    def check(self) -> None:
+        """Raise ValueError unless the module exists and plausibly defines `attr`."""
+        path = self.source_file()
+        if path is None or not path.is_file():
+            what = "file" if self.is_file else "module"
+            raise ValueError(f"{what} '{self.module}' not found")
+        names = top_level_names(path.read_text(encoding="utf-8"))
+        if names is not None and self.attr not in names:
+            from edgeflow.recipe.suggest import closest
+
+            guess = closest(self.attr, sorted(names))
+            hint = f" (did you mean '{guess}'?)" if guess else ""
+            raise ValueError(f"'{self.attr}' is not defined in {path.name}{hint}")
+
+    def fingerprint(self) -> dict[str, str]:
+        path = self.source_file()
+        digest = file_sha256(path) if path and path.is_file() else "unknown"
+        return {"ref": str(self), "source_sha256": digest}
+
+    def load(self) -> Any:
+        """Import the module (or execute the file) and return the attribute."""
+        try:
+            if self.is_file:
+                name = "edgeflow_user_" + hashlib.sha1(self.module.encode()).hexdigest()[:12]
+                module = sys.modules.get(name)
+                if module is None:
+                    spec = importlib.util.spec_from_file_location(name, self.module)
+                    assert spec is not None and spec.loader is not None
+                    module = importlib.util.module_from_spec(spec)
+                    sys.modules[name] = module
+                    spec.loader.exec_module(module)
+            else:
+                module = importlib.import_module(self.module)
+        except ImportError as exc:
+            raise EdgeflowError(f"cannot import '{self.module}': {exc}") from exc
+        try:
+            return getattr(module, self.attr)
+        except AttributeError:
+            raise EdgeflowError(f"'{self.module}' has no attribute '{self.attr}'") from None
+
+
+def top_level_names(source: str) -> set[str] | None:
+    """Names bound at a module's top level; None when they cannot be known statically."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            return None
+    return names
+
+
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """Content hash of a file, memoised per (path, size, mtime) within the process."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _SHA_CACHE[key] = h.hexdigest()
+    return _SHA_CACHE[key]

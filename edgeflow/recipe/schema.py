@@ -1,0 +1,227 @@
+"""The recipe schema: every field a recipe may have, validated before any stage runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PositiveInt,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from edgeflow.recipe.refs import ImportRef
+from edgeflow.targets.profile import TargetProfile
+
+QUANTIZATION_MODES = ("none", "fp16", "int8")
+DTYPES = ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")
+
+
+def user_error(message: str, hint: str | None = None, at: str = "") -> PydanticCustomError:
+    """A validation error the recipe loader prints as it is; `at` relocates it to a dotted key."""
+    ctx = {"message": message, "hint": hint or "", "at": at}
+    return PydanticCustomError("edgeflow", "{message}", ctx)
+
+
+def _base_dir(info: ValidationInfo) -> Path:
+    context = info.context or {}
+    return Path(context.get("base_dir", "."))
+
+
+def _existing_file(value: Any, info: ValidationInfo) -> Path:
+    if not isinstance(value, str | Path):
+        raise user_error(f"expected a file path (got {value!r})")
+    path = (_base_dir(info) / value).resolve()
+    if not path.is_file():
+        raise user_error(
+            f"file not found: {value} (resolved to {path})",
+            "paths are relative to the recipe's folder; create the file or fix the path",
+        )
+    return path
+
+
+def _import_ref(value: Any, info: ValidationInfo) -> ImportRef:
+    if not isinstance(value, str):
+        raise user_error(f"expected 'package.module:Name' (got {value!r})")
+    try:
+        ref = ImportRef.parse(value, _base_dir(info))
+        ref.check()
+    except ValueError as exc:
+        raise user_error(str(exc), "write it as 'package.module:Name' or 'file.py:Name'") from None
+    return ref
+
+
+RecipeFile = Annotated[Path, BeforeValidator(_existing_file)]
+CodeRef = Annotated[ImportRef, BeforeValidator(_import_ref)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+class TensorSpec(Strict):
+    name: str
+    shape: list[PositiveInt] = Field(min_length=1)
+    dtype: Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"] = (
+        "float32"
+    )
+
+
+class DynamicBatch(Strict):
+    min: PositiveInt = 1
+    max: PositiveInt = 64
+
+
+class PyTorchSource(Strict):
+    kind: Literal["pytorch"]
+    model: CodeRef
+    init: dict[str, Any] = {}
+    weights: RecipeFile | None = None
+    inputs: list[TensorSpec] = Field(min_length=1)
+    outputs: list[str] | None = None
+    dynamic_batch: DynamicBatch | None = None
+
+
+class OnnxSource(Strict):
+    kind: Literal["onnx"]
+    model: RecipeFile
+    inputs: list[TensorSpec] = Field(min_length=1)
+    outputs: list[str] | None = None
+    dynamic_batch: DynamicBatch | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _onnx_suffix(cls, value: Path) -> Path:
+        if Path(value).suffix != ".onnx":
+            raise user_error("an onnx source must be a .onnx file", "export the model to ONNX")
+        return value
+
+
+Source = Annotated[PyTorchSource | OnnxSource, Field(discriminator="kind")]
+
+
+def _dataset_ref(value: Any, info: ValidationInfo) -> ImportRef | Path:
+    if isinstance(value, str) and value.endswith((".npz", ".npy")):
+        return _existing_file(value, info)
+    return _import_ref(value, info)
+
+
+class DatasetSpec(Strict):
+    """Samples from a `module:callable` or from a .npz / .npy file (loaded without pickle)."""
+
+    dataset: Annotated[ImportRef | Path, BeforeValidator(_dataset_ref)]
+    split: str | None = None
+    samples: PositiveInt | None = None
+    options: dict[str, Any] = {}
+
+
+class Evaluation(DatasetSpec):
+    metric: Literal["top1"] = "top1"
+
+
+class ExportOptions(Strict):
+    opset: int = Field(18, ge=13, le=23)
+    exporter: Literal["dynamo", "torchscript"] = "dynamo"
+
+
+class OptimizeOptions(Strict):
+    onnxscript: bool = True
+    passes: list[str] = ["eliminate_deadend", "eliminate_identity", "eliminate_nop_transpose"]
+
+    @field_validator("passes")
+    @classmethod
+    def _known_passes(cls, passes: list[str]) -> list[str]:
+        import onnxoptimizer
+
+        known = onnxoptimizer.get_available_passes()
+        for name in passes:
+            if name not in known:
+                from edgeflow.recipe.suggest import did_you_mean
+
+                raise user_error(f"unknown onnxoptimizer pass '{name}'", did_you_mean(name, known))
+        return passes
+
+
+class Quantization(Strict):
+    mode: Literal["none", "fp16", "int8"] = "none"
+    per_channel: bool = True
+    symmetric: bool = False
+    method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    # 7-bit weights: avoids int16 saturation in x86 AVX2 (non-VNNI) u8s8 kernels; see docs.
+    reduce_range: bool = False
+
+
+class Verify(Strict):
+    max_abs_diff: float | None = Field(None, ge=0)
+    max_accuracy_drop: float | None = Field(0.01, ge=0, le=1)
+    min_top1_agreement: float | None = Field(None, ge=0, le=1)
+    max_latency_ms: float | None = Field(None, gt=0)
+    max_size_bytes: PositiveInt | None = None
+    latency_runs: PositiveInt = 100
+    warmup_runs: int = Field(10, ge=0)
+
+
+def _rewrite_entry(value: Any) -> Any:
+    from edgeflow.rules import validate_entry
+
+    try:
+        return validate_entry(value)
+    except ValueError as exc:
+        hint = getattr(exc, "hint", None)
+        raise user_error(str(exc), hint) from None
+
+
+def _target_kind(value: Any) -> str:
+    return "name" if isinstance(value, str) else "inline"
+
+
+def _target_name(name: str, info: ValidationInfo) -> str:
+    from edgeflow import resources
+    from edgeflow.recipe.suggest import did_you_mean
+
+    cwd = (info.context or {}).get("cwd")
+    known = resources.available("targets", Path(cwd) if cwd else None)
+    if name not in known:
+        raise user_error(f"unknown target '{name}'", did_you_mean(name, known))
+    return name
+
+
+TargetRef = Annotated[
+    Annotated[str, AfterValidator(_target_name), Tag("name")]
+    | Annotated[TargetProfile, Tag("inline")],
+    Discriminator(_target_kind),
+]
+
+
+class Recipe(Strict):
+    name: str | None = None
+    description: str = ""
+    source: Source
+    export: ExportOptions = ExportOptions()
+    rewrites: list[Annotated[Any, AfterValidator(_rewrite_entry)]] = []
+    optimize: OptimizeOptions = OptimizeOptions()
+    calibration: DatasetSpec | None = None
+    evaluation: Evaluation
+    quantization: Quantization = Quantization()
+    target: TargetRef
+    verify: Verify = Verify()
+
+    @model_validator(mode="after")
+    def _calibration_for_int8(self) -> Recipe:
+        if self.quantization.mode == "int8" and self.calibration is None:
+            raise user_error(
+                "int8 quantization needs a calibration dataset",
+                "add calibration: {dataset: ..., split: ..., samples: 256}",
+                at="quantization.mode",
+            )
+        return self

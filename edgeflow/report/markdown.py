@@ -1,0 +1,63 @@
+"""report.md: what was built, how it compares with the source model, and what each stage did."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def render(
+    title: str, metrics: dict[str, Any], checks: list[dict[str, Any]], details: dict[str, Any]
+) -> str:
+    acc, agree, lat = metrics["accuracy"], metrics["agreement"], metrics["latency_ms"]
+    verdict = "VERIFIED" if metrics["verified"] else "NOT VERIFIED"
+    lines = [
+        f"# {title}",
+        "",
+        f"**{verdict}**: target `{metrics['target']}`, quantization `{metrics['quantization']}`, "
+        f"{details['verify']['samples']} evaluation samples, runtime `{details['verify']['runtime']}`.",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| accuracy, source model | {acc['source']:.4f} |",
+        f"| accuracy, artifact | {acc['artifact']:.4f} |",
+        f"| accuracy drop | {acc['drop'] * 100:+.2f} percentage points |",
+        f"| top-1 agreement with source | {agree['top1']:.4f} |",
+        f"| max abs diff of outputs | {agree['max_abs_diff']:.3g} |",
+        f"| latency p50 / p90 | {lat['p50']:.3f} / {lat['p90']:.3f} ms |",
+        f"| artifact size | {metrics['size_bytes']:,} bytes |",
+        "",
+        "## Thresholds",
+        "",
+    ]
+    if checks:
+        lines += ["| check | value | threshold | result |", "|---|---|---|---|"]
+        lines += [
+            f"| {c['metric']} | {c['value']:.6g} | {c['threshold']:.6g} | "
+            f"{'pass' if c['passed'] else '**FAIL**'} |"
+            for c in checks
+        ]
+    else:
+        lines.append("No thresholds set in the recipe's `verify:` section.")
+    lines += ["", "## Per output", "", "| output | shape | max abs diff | mean abs diff |"]
+    lines.append("|---|---|---|---|")
+    for o in details["verify"]["agreement"]["outputs"]:
+        lines.append(
+            f"| {o['index']} | {o['shape']} | {o['max_abs_diff']:.3g} | {o['mean_abs_diff']:.3g} |"
+        )
+    lines += ["", "## Stages", ""]
+    pre = details["precheck"]
+    lines.append(
+        f"- precheck: {'passed' if pre['passed'] else 'failed'} against `{pre['target']}`"
+        f" ({len(pre['findings'])} findings)"
+    )
+    opt = details["optimize"]
+    lines.append(f"- optimize: {opt['nodes_before']} -> {opt['nodes_after']} nodes")
+    q = details["quantize"]
+    extra = ", ".join(f"{k}={q[k]}" for k in ("per_channel", "symmetric", "method", "reduce_range") if k in q)
+    calib = f", {q['calibration_samples']} calibration samples" if "calibration_samples" in q else ""
+    lines.append(f"- quantize: mode {q['mode']}{', ' + extra if extra else ''}{calib}")
+    conv = details["convert"]
+    lines.append(f"- convert: {', '.join(conv['files'])}")
+    if conv.get("operators"):
+        lines.append(f"  - operators in the artifact: {', '.join(conv['operators'])}")
+    return "\n".join(lines) + "\n"

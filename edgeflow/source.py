@@ -1,0 +1,84 @@
+"""Build the recipe's PyTorch module and run it: the reference every artifact is compared with."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgeflow.errors import EdgeflowError
+from edgeflow.recipe.refs import ImportRef
+from edgeflow.recipe.schema import PyTorchSource, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+BATCH = 64
+
+
+def build_module(source: PyTorchSource) -> torch.nn.Module:
+    """Instantiate `source.model(**init)`, load its weights (weights_only=True), set eval mode."""
+    import torch
+
+    ref: Any = source.model
+    assert isinstance(ref, ImportRef)
+    cls = ref.load()
+    try:
+        module = cls(**source.init)
+    except TypeError as exc:
+        raise EdgeflowError(
+            f"cannot build {ref}({', '.join(source.init)}): {exc}", "fix source.init"
+        ) from exc
+    if not isinstance(module, torch.nn.Module):
+        raise EdgeflowError(f"{ref} built a {type(module).__name__}, not a torch.nn.Module")
+    if source.weights is not None:
+        try:
+            state = torch.load(source.weights, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise EdgeflowError(
+                f"cannot load weights {source.weights}: {exc}",
+                "save a state_dict with torch.save(model.state_dict(), path)",
+            ) from exc
+        if isinstance(state, dict) and "state_dict" in state and len(state) <= 4:
+            state = state["state_dict"]
+        try:
+            module.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            first = str(exc).splitlines()[0]
+            raise EdgeflowError(
+                f"weights {source.weights} do not fit {ref}: {first}",
+                "check source.init (sizes) and that the file is this model's state_dict",
+            ) from exc
+    return module.eval()
+
+
+def example_inputs(specs: list[TensorSpec]) -> tuple[torch.Tensor, ...]:
+    """Random inputs of the declared shapes and dtypes (fixed seed)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for spec in specs:
+        dtype = getattr(torch, spec.dtype)
+        if dtype.is_floating_point:
+            out.append(torch.rand(spec.shape, generator=gen).to(dtype))
+        else:
+            out.append(torch.zeros(spec.shape, dtype=dtype))
+    return tuple(out)
+
+
+def run_module(
+    module: torch.nn.Module, inputs: dict[str, np.ndarray], specs: list[TensorSpec]
+) -> list[np.ndarray]:
+    """Outputs of the module on all samples, computed in batches; one array per output."""
+    import torch
+
+    n = len(next(iter(inputs.values())))
+    chunks: list[list[np.ndarray]] = []
+    with torch.inference_mode():
+        for start in range(0, n, BATCH):
+            args = [torch.from_numpy(inputs[s.name][start : start + BATCH]) for s in specs]
+            result = module(*args)
+            flat = result if isinstance(result, list | tuple) else [result]
+            chunks.append([t.detach().float().numpy() for t in flat])
+    return [np.concatenate([c[i] for c in chunks]) for i in range(len(chunks[0]))]

@@ -1,0 +1,11 @@
+"""The stages, one module each; pipelines/*.yaml put them in order per source kind."""
+
+from __future__ import annotations
+
+from edgeflow.engine.stage import Stage
+from edgeflow.stages import convert, export, ingest, load, optimize, precheck, quantize, report, verify
+
+STAGES: dict[str, Stage] = {
+    module.STAGE.name: module.STAGE
+    for module in (load, ingest, export, precheck, optimize, quantize, convert, verify, report)
+}

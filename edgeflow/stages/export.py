@@ -1,0 +1,82 @@
+"""export: torch.onnx.export the module to one self-contained ONNX file."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.errors import EdgeflowError
+
+
+def run(ctx: StageContext) -> None:
+    import onnx
+    import torch
+
+    from edgeflow.source import build_module, example_inputs
+
+    source, options = ctx.recipe.source, ctx.recipe.export
+    module = build_module(source)
+    args = example_inputs(source.inputs)
+    with torch.inference_mode():
+        result = module(*args)
+    n_out = len(result) if isinstance(result, list | tuple) else 1
+    input_names = [s.name for s in source.inputs]
+    output_names = source.outputs or (["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)])
+    kwargs: dict = {}
+    if source.dynamic_batch is not None:
+        if options.exporter == "dynamo":
+            batch = torch.export.Dim(
+                "batch", min=source.dynamic_batch.min, max=source.dynamic_batch.max
+            )
+            kwargs["dynamic_shapes"] = tuple({0: batch} for _ in input_names)
+        else:
+            kwargs["dynamic_axes"] = {name: {0: "batch"} for name in input_names + output_names}
+    if options.exporter == "dynamo":
+        kwargs.update(dynamo=True, external_data=False, verbose=False)
+    else:
+        kwargs.update(dynamo=False)
+    path = ctx.output("onnx")
+    try:
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            opset_version=options.opset,
+            input_names=input_names,
+            output_names=output_names,
+            **kwargs,
+        )
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EdgeflowError(
+            f"torch.onnx.export ({options.exporter}) failed: {first}",
+            "try export.exporter: torchscript, or a rewrite rule for the construct named above",
+        ) from exc
+    model = onnx.load(str(path))  # raises if it refers to external data that is not there
+    extra = sorted(p.name for p in ctx.out_dir.iterdir() if p.suffix == ".data")
+    if extra:
+        raise AssertionError(f"export wrote external data {extra}; expected one file")
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    ctx.write_json(
+        "export",
+        {
+            "exporter": options.exporter,
+            "opset": opset,
+            "inputs": input_names,
+            "outputs": output_names,
+            "nodes": len(model.graph.node),
+            "ops": dict(Counter(n.op_type for n in model.graph.node)),
+        },
+    )
+
+
+STAGE = Stage(
+    name="export",
+    description="Export the PyTorch module to a self-contained ONNX file.",
+    run=run,
+    produces={"onnx": "model.onnx", "export": "export.json"},
+    reads=("source", "export"),
+    tools=("torch", "onnx", "onnxscript"),
+    code=("edgeflow.source",),
+    isolated=True,
+)

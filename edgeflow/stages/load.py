@@ -1,0 +1,39 @@
+"""load: build the PyTorch module with its weights and record its outputs on the evaluation split."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeflow.engine.stage import Stage, StageContext
+
+
+def run(ctx: StageContext) -> None:
+    from edgeflow.data import load_samples
+    from edgeflow.source import build_module, run_module
+
+    source = ctx.recipe.source
+    module = build_module(source)
+    samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation")
+    outputs = run_module(module, samples.inputs, source.inputs)
+    np.savez(ctx.output("reference"), *outputs)
+    ctx.write_json(
+        "source",
+        {
+            "model": str(source.model),
+            "parameters": int(sum(p.numel() for p in module.parameters())),
+            "inputs": [s.model_dump() for s in source.inputs],
+            "output_shapes": [list(o.shape[1:]) for o in outputs],
+            "evaluation_samples": len(samples),
+        },
+    )
+
+
+STAGE = Stage(
+    name="load",
+    description="Build the PyTorch module, load its weights, record reference outputs.",
+    run=run,
+    produces={"reference": "reference.npz", "source": "source.json"},
+    reads=("source", "evaluation"),
+    tools=("torch", "numpy"),
+    code=("edgeflow.source", "edgeflow.data", "edgeflow.recipe.refs"),
+)

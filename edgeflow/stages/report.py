@@ -1,0 +1,45 @@
+"""report: metrics.json in the fixed shape DVC and CI read, the threshold checks, report.md."""
+
+from __future__ import annotations
+
+from edgeflow.engine.stage import Stage, StageContext
+
+DETAIL_SLOTS = ("verify", "precheck", "optimize", "quantize", "convert", "source")
+
+
+def run(ctx: StageContext) -> None:
+    from edgeflow.report.checks import check_thresholds
+    from edgeflow.report.markdown import render
+
+    details = {slot: ctx.read_json(slot) for slot in DETAIL_SLOTS}
+    v = details["verify"]
+    metrics = {
+        "recipe": ctx.loaded.stem,
+        "target": ctx.loaded.profile.name,
+        "quantization": ctx.recipe.quantization.mode,
+        "verified": False,
+        "accuracy": {k: float(v["accuracy"][k]) for k in ("source", "artifact", "drop")},
+        "agreement": {
+            "top1": float(v["agreement"]["top1"]),
+            "max_abs_diff": float(v["agreement"]["max_abs_diff"]),
+        },
+        "latency_ms": {k: float(v["latency_ms"][k]) for k in ("p50", "p90")},
+        "size_bytes": int(v["size_bytes"]),
+    }
+    checks = check_thresholds(ctx.recipe.verify, metrics)
+    metrics["verified"] = all(c["passed"] for c in checks)
+    ctx.write_json("metrics", metrics)
+    ctx.write_json("checks", checks)
+    title = f"{ctx.loaded.stem} -> {ctx.loaded.build_name}"
+    ctx.output("report").write_text(render(title, metrics, checks, details), encoding="utf-8")
+
+
+STAGE = Stage(
+    name="report",
+    description="Write metrics.json, the threshold checks and report.md.",
+    run=run,
+    consumes=DETAIL_SLOTS,
+    produces={"metrics": "metrics.json", "checks": "checks.json", "report": "report.md"},
+    reads=("verify", "quantization.mode", "target"),
+    code=("edgeflow.report.checks", "edgeflow.report.markdown"),
+)

@@ -1,0 +1,75 @@
+"""verify: run the artifact in the target's real runtime and compare it with the source model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.errors import EdgeflowError
+
+
+def run(ctx: StageContext) -> None:
+    from edgeflow.data import load_samples
+    from edgeflow.targets import backend
+    from edgeflow.verify.compare import compare_outputs, percentile, top1_accuracy
+    from edgeflow.verify.runners import latency_ms, run_all
+
+    recipe, profile = ctx.recipe, ctx.loaded.profile
+    samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
+    if samples.labels is None:
+        raise EdgeflowError(
+            f"evaluation dataset {recipe.evaluation.dataset} has no 'label' array",
+            "top-1 accuracy needs labels: return a 'label' array from the dataset",
+        )
+    with np.load(ctx.inputs["reference"]) as ref:
+        reference = [ref[f"arr_{i}"] for i in range(len(ref.files))]
+    runner = backend(profile).open_runner(ctx.inputs["artifact"])
+    outputs = run_all(runner, samples)
+    try:
+        agreement = compare_outputs(reference, outputs)
+    except ValueError as exc:
+        raise EdgeflowError(f"the artifact's outputs do not match the source's: {exc}") from exc
+    feeds = samples.batch(0)
+    runs = recipe.verify.latency_runs
+    times = latency_ms(runner, feeds, recipe.verify.warmup_runs, runs)
+    convert_info = json.loads(ctx.inputs["convert"].read_text())
+    source_acc = top1_accuracy(reference[0], samples.labels)
+    artifact_acc = top1_accuracy(outputs[0], samples.labels)
+    ctx.write_json(
+        "verify",
+        {
+            "runtime": profile.backend,
+            "samples": len(samples),
+            "accuracy": {
+                "source": source_acc,
+                "artifact": artifact_acc,
+                "drop": source_acc - artifact_acc,
+            },
+            "agreement": agreement,
+            "latency_ms": {
+                "p50": percentile(times, 50),
+                "p90": percentile(times, 90),
+                "runs": runs,
+                "warmup": recipe.verify.warmup_runs,
+            },
+            "size_bytes": convert_info["size_bytes"],
+        },
+    )
+
+
+STAGE = Stage(
+    name="verify",
+    description="Run the artifact in its runtime; accuracy, agreement, latency and size.",
+    run=run,
+    consumes=("artifact", "convert", "reference"),
+    produces={"verify": "verify.json"},
+    reads=("evaluation", "source.inputs", "verify.latency_runs", "verify.warmup_runs", "target"),
+    tools=("onnxruntime", "numpy"),
+    code=(
+        "edgeflow.data",
+        "edgeflow.verify.compare",
+        "edgeflow.verify.runners",
+        "edgeflow.targets.onnxruntime_micro",
+    ),
+)

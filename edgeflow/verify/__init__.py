@@ -1,0 +1,1 @@
+"""Verification: run artifacts in real runtimes and compare them with the source model."""

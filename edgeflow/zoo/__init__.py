@@ -1,0 +1,1 @@
+"""Small reference models for the built-in demos."""
