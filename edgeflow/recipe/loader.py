@@ -144,9 +144,9 @@ def _locate(tree: Any, loc: tuple[Any, ...], point_at_key: bool) -> tuple[list[s
             line, col = item_line + 1, item_col + 1
             node = node[part]
             keys.append(part)
-        elif last or isinstance(part, int):
+        elif isinstance(node, CommentedMap) and (last or isinstance(part, int)):
             keys.append(part)  # a missing key: report it at its parent
-        # otherwise a union tag that pydantic inserted into the location: not in the YAML
+        # otherwise a union tag that pydantic put into the location: it is not in the YAML
     return keys, line, col
 
 

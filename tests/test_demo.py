@@ -1,0 +1,83 @@
+"""The built-in demo end to end through the CLI: real data, real exporter, real runtime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeflow.cli import main
+
+pytestmark = pytest.mark.slow
+
+METRICS_SHAPE = {
+    "recipe": str,
+    "target": str,
+    "quantization": str,
+    "verified": bool,
+    "accuracy": {"source": float, "artifact": float, "drop": float},
+    "agreement": {"top1": float, "max_abs_diff": float},
+    "latency_ms": {"p50": float, "p90": float},
+    "size_bytes": int,
+}
+
+
+def build(tmp_path: Path, cache: Path, *overrides: str) -> dict:
+    args = ["run", "recipe=digits_cnn", "target=onnxruntime_micro", f"cache_dir={cache}"]
+    assert main([*args, f"build_dir={tmp_path / 'build'}", *overrides]) == 0
+    mode = next((o.split("=")[1] for o in overrides if o.startswith("quantization")), "int8")
+    out = tmp_path / "build" / "digits_cnn" / f"onnxruntime_micro-{mode}"
+    assert (out / "model.ort").stat().st_size > 10_000
+    assert "Reshape" in (out / "required_operators_and_types.config").read_text()
+    assert "# digits_cnn -> onnxruntime_micro" in (out / "report.md").read_text()
+    return json.loads((out / "metrics.json").read_text())
+
+
+def assert_shape(value: object, shape: object) -> None:
+    if isinstance(shape, dict):
+        assert isinstance(value, dict) and set(value) == set(shape)
+        for key, sub in shape.items():
+            assert_shape(value[key], sub)
+    else:
+        assert isinstance(value, shape), (value, shape)  # type: ignore[arg-type]
+
+
+def test_int8_demo_is_verified(tmp_path: Path, shared_cache: Path) -> None:
+    metrics = build(tmp_path, shared_cache, "quantization=int8")
+    assert_shape(metrics, METRICS_SHAPE)
+    assert metrics["verified"] is True
+    assert metrics["accuracy"]["source"] >= 0.97
+    assert metrics["accuracy"]["drop"] <= 0.01
+    assert metrics["agreement"]["top1"] >= 0.98
+    assert metrics["latency_ms"]["p90"] >= metrics["latency_ms"]["p50"] > 0
+
+
+def test_fp32_demo_matches_pytorch(tmp_path: Path, shared_cache: Path) -> None:
+    metrics = build(tmp_path, shared_cache, "quantization.mode=none")
+    assert metrics["agreement"]["max_abs_diff"] <= 1e-4
+    assert metrics["agreement"]["top1"] == 1.0
+    assert metrics["accuracy"]["drop"] == 0.0
+
+
+def test_fp16_demo(tmp_path: Path, shared_cache: Path) -> None:
+    metrics = build(tmp_path, shared_cache, "quantization=fp16")
+    assert metrics["agreement"]["max_abs_diff"] <= 5e-2
+    assert metrics["agreement"]["top1"] >= 0.99
+
+
+def test_failed_threshold_exits_nonzero_and_keeps_the_artifact(
+    tmp_path: Path, shared_cache: Path, write_recipe, capsys
+) -> None:
+    from tests.conftest import DEMO_RECIPE
+
+    text = DEMO_RECIPE.read_text().replace("../models/", f"{DEMO_RECIPE.parent.parent}/models/")
+    path = write_recipe(text.replace("verify:\n", "verify:\n  max_abs_diff: 1.0e-6\n"))
+    code = main(["run", f"recipe={path}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "verification failed: verify.max_abs_diff:" in err
+    assert "is above the threshold 1e-06" in err
+    kept = tmp_path / "b" / "recipe" / "onnxruntime_micro-int8"
+    assert (kept / "model.ort").is_file()
+    assert json.loads((kept / "metrics.json").read_text())["verified"] is False
