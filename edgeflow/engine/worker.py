@@ -52,12 +52,9 @@ def run_isolated(ctx: StageContext) -> None:
 
 
 def main(job_path: str) -> int:
-    from edgeflow.stages import STAGES
-
     ctx: StageContext = pickle.loads(Path(job_path).read_bytes())  # our own file, just written
-    stage = STAGES[ctx.stage.name]
     try:
-        stage.run(ctx)
+        ctx.stage.run(ctx)
     except EdgeflowError as exc:
         payload = {"message": exc.message, "hint": exc.hint}
         (ctx.out_dir / ".error.json").write_text(json.dumps(payload))
