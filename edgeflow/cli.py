@@ -17,7 +17,7 @@ RUN_HELP = """\
 usage: edgeflow run recipe=NAME|PATH [target=NAME] [quantization=PRESET] [KEY=VALUE ...] [-m]
 
 Build, verify and report a recipe. Arguments are Hydra overrides:
-  recipe=digits_cnn                a recipe from ./recipes/ or the built-ins, or a path to a YAML file
+  recipe=digits_cnn                a recipe from ./recipes/ or the built-ins, or a YAML path
   target=onnxruntime_micro         a target profile from ./targets/ or the built-ins
   quantization=int8                a preset (none, fp16, int8, int8_per_tensor, int8_symmetric)
   quantization.mode=fp16           or any single quantization key
@@ -77,9 +77,10 @@ def _validate(names: list[str]) -> int:
 def _list() -> int:
     from edgeflow import resources
 
-    for kind in ("recipes", "targets", "pipelines"):
+    kinds: tuple[resources.Kind, ...] = ("recipes", "targets", "pipelines")
+    for kind in kinds:
         print(f"{kind}:")
-        for name, path in resources.available(kind).items():  # type: ignore[arg-type]
+        for name, path in resources.available(kind).items():
             print(f"  {name:<24} {_shown(path)}")
     return 0
 

@@ -74,7 +74,10 @@ def _register_groups(args: list[str]) -> list[str]:
             "hydra": {
                 "run": {"dir": "."},
                 "output_subdir": None,
-                "sweep": {"dir": ".edgeflow/multirun/${now:%Y-%m-%d_%H-%M-%S}", "subdir": "${hydra.job.num}"},
+                "sweep": {
+                    "dir": ".edgeflow/multirun/${now:%Y-%m-%d_%H-%M-%S}",
+                    "subdir": "${hydra.job.num}",
+                },
             },
         },
     )
@@ -96,7 +99,9 @@ def _register_recipe_paths(store: Any, arg: str) -> str:
             digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
             rel = Path("path") / digest / path.stem
         group = "/".join(("recipe", *rel.parts[:-1]))
-        store.store(group=group, name=rel.name, node={"name": path.stem, "path": str(path.resolve())})
+        store.store(
+            group=group, name=rel.name, node={"name": path.stem, "path": str(path.resolve())}
+        )
         values.append(rel.as_posix())
     return "recipe=" + ",".join(values)
 

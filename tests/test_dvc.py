@@ -21,9 +21,7 @@ pytestmark = pytest.mark.slow
 def test_dvc_repro_in_a_fresh_clone(tmp_path: Path) -> None:
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    repro = subprocess.run(
-        ["dvc", "repro"], cwd=clone, capture_output=True, text=True, check=False
-    )
+    repro = subprocess.run(["dvc", "repro"], cwd=clone, capture_output=True, text=True, check=False)
     assert repro.returncode == 0, repro.stdout + repro.stderr
     assert "verified: every threshold in the recipe holds" in repro.stdout
     shown = subprocess.run(

@@ -22,8 +22,13 @@ def onnx_recipe(tmp_path: Path, write_recipe) -> Path:
     model = DigitsCNN().eval()
     model.load_state_dict(torch.load(DEMO_WEIGHTS, weights_only=True))
     torch.onnx.export(
-        model, (torch.zeros(1, 1, 8, 8),), str(tmp_path / "digits.onnx"), dynamo=False,
-        opset_version=17, input_names=["image"], output_names=["logits"],
+        model,
+        (torch.zeros(1, 1, 8, 8),),
+        str(tmp_path / "digits.onnx"),
+        dynamo=False,
+        opset_version=17,
+        input_names=["image"],
+        output_names=["logits"],
     )
     calib = tmp_path / "calib.npz"
     from edgeflow.datasets import sklearn_digits

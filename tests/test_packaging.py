@@ -35,10 +35,18 @@ def test_wheel_carries_and_finds_builtins(tmp_path: Path) -> None:
     elsewhere.mkdir()
     # From an unrelated folder, the unpacked wheel alone must resolve and validate the demo.
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from edgeflow.cli import main; sys.exit(main(sys.argv[1:]))",
-         "validate", "digits_cnn"],
-        cwd=elsewhere, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from edgeflow.cli import main; sys.exit(main(sys.argv[1:]))",
+            "validate",
+            "digits_cnn",
+        ],
+        cwd=elsewhere,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     builtin = site / "edgeflow" / "_data" / "recipes" / "digits_cnn.yaml"

@@ -86,7 +86,10 @@ def run_build(
             else:
                 stage.run(ctx)
 
-        meta = {"recipe": str(loaded.path), "inputs": {k: str(v) for k, v in inputs.items()}}
+        meta: dict[str, object] = {
+            "recipe": str(loaded.path),
+            "inputs": {k: str(v) for k, v in inputs.items()},
+        }
         try:
             entry, cached = cache.get_or_create(stage.name, key, produce, meta)
         except EdgeflowError as exc:
@@ -123,7 +126,12 @@ def _seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:
 
 
 def _report(
-    echo: Callable[[str], None], result: BuildResult, stage: str, status: str, start: float, key: str
+    echo: Callable[[str], None],
+    result: BuildResult,
+    stage: str,
+    status: str,
+    start: float,
+    key: str,
 ) -> None:
     seconds = time.perf_counter() - start
     result.outcomes.append(StageOutcome(stage, status, seconds, key))

@@ -66,7 +66,7 @@ def load_recipe(
     profile = target if isinstance(target, TargetProfile) else load_profile(target, cwd)
     if recipe.quantization.mode not in profile.quantization:
         node = tree.get("quantization") or {}
-        line, col = (node.lc.value("mode") if "mode" in node else tree.lc.key("target"))
+        line, col = node.lc.value("mode") if "mode" in node else tree.lc.key("target")
         raise RecipeError(
             [
                 Problem(
@@ -74,8 +74,7 @@ def load_recipe(
                     line + 1,
                     col + 1,
                     "quantization.mode",
-                    f"target '{profile.name}' does not support mode "
-                    f"'{recipe.quantization.mode}'",
+                    f"target '{profile.name}' does not support mode '{recipe.quantization.mode}'",
                     f"choose one of {', '.join(profile.quantization)}",
                 )
             ]

@@ -122,7 +122,9 @@ def _problem(
     return Problem(display_path(path), line, col, dotted, message, hint)
 
 
-def _locate(tree: Any, loc: tuple[Any, ...], point_at_key: bool) -> tuple[list[str | int], int, int]:
+def _locate(
+    tree: Any, loc: tuple[Any, ...], point_at_key: bool
+) -> tuple[list[str | int], int, int]:
     """Walk `loc` through the tree: the keys found and the 1-based position to report."""
     node, line, col = tree, 1, 1
     keys: list[str | int] = []

@@ -10,11 +10,12 @@ def render(
 ) -> str:
     acc, agree, lat = metrics["accuracy"], metrics["agreement"], metrics["latency_ms"]
     verdict = "VERIFIED" if metrics["verified"] else "NOT VERIFIED"
+    runs = details["verify"]
     lines = [
         f"# {title}",
         "",
         f"**{verdict}**: target `{metrics['target']}`, quantization `{metrics['quantization']}`, "
-        f"{details['verify']['samples']} evaluation samples, runtime `{details['verify']['runtime']}`.",
+        f"{runs['samples']} evaluation samples, runtime `{runs['runtime']}`.",
         "",
         "| metric | value |",
         "|---|---|",
@@ -53,8 +54,12 @@ def render(
     opt = details["optimize"]
     lines.append(f"- optimize: {opt['nodes_before']} -> {opt['nodes_after']} nodes")
     q = details["quantize"]
-    extra = ", ".join(f"{k}={q[k]}" for k in ("per_channel", "symmetric", "method", "reduce_range") if k in q)
-    calib = f", {q['calibration_samples']} calibration samples" if "calibration_samples" in q else ""
+    extra = ", ".join(
+        f"{k}={q[k]}" for k in ("per_channel", "symmetric", "method", "reduce_range") if k in q
+    )
+    calib = (
+        f", {q['calibration_samples']} calibration samples" if "calibration_samples" in q else ""
+    )
     lines.append(f"- quantize: mode {q['mode']}{', ' + extra if extra else ''}{calib}")
     conv = details["convert"]
     lines.append(f"- convert: {', '.join(conv['files'])}")

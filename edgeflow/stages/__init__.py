@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from edgeflow.engine.stage import Stage
-from edgeflow.stages import convert, export, ingest, load, optimize, precheck, quantize, report, verify
+from edgeflow.stages import (
+    convert,
+    export,
+    ingest,
+    load,
+    optimize,
+    precheck,
+    quantize,
+    report,
+    verify,
+)
 
 STAGES: dict[str, Stage] = {
     module.STAGE.name: module.STAGE

@@ -21,7 +21,9 @@ def run(ctx: StageContext) -> None:
         result = module(*args)
     n_out = len(result) if isinstance(result, list | tuple) else 1
     input_names = [s.name for s in source.inputs]
-    output_names = source.outputs or (["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)])
+    output_names = source.outputs or (
+        ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
+    )
     kwargs: dict = {}
     if source.dynamic_batch is not None:
         if options.exporter == "dynamo":

@@ -1,4 +1,4 @@
-"""load: build the PyTorch module with its weights and record its outputs on the evaluation split."""
+"""load: build the PyTorch module with its weights; record its outputs on the evaluation split."""
 
 from __future__ import annotations
 

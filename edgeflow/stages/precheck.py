@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from edgeflow.engine.stage import Stage, StageContext
 from edgeflow.errors import EdgeflowError
+from edgeflow.targets.profile import TargetProfile
 
 CONTROL_FLOW = {"If", "Loop", "Scan"}
 
 
-def check(model, profile) -> list[dict]:  # type: ignore[no-untyped-def]
+def check(model: Any, profile: TargetProfile) -> list[dict[str, Any]]:
     """Every problem found, as {operator, count, reason, nodes}; empty when the model fits."""
     import onnx
 
-    findings: list[dict] = []
+    findings: list[dict[str, Any]] = []
 
     def add(operator: str, reason: str, nodes: list[str]) -> None:
         findings.append(
@@ -65,11 +67,17 @@ def run(ctx: StageContext) -> None:
     ops = Counter(n.op_type for n in model.graph.node)
     ctx.write_json(
         "precheck",
-        {"target": ctx.loaded.profile.name, "passed": not findings, "findings": findings,
-         "ops": dict(ops)},
+        {
+            "target": ctx.loaded.profile.name,
+            "passed": not findings,
+            "findings": findings,
+            "ops": dict(ops),
+        },
     )
     if findings:
-        table = "\n".join(f"  {f['operator']}: {f['reason']} ({f['count']} nodes)" for f in findings)
+        table = "\n".join(
+            f"  {f['operator']}: {f['reason']} ({f['count']} nodes)" for f in findings
+        )
         raise EdgeflowError(
             f"the model does not pass the {ctx.loaded.profile.name} precheck:\n{table}",
             "fix the model or choose another target; see docs/debugging.md",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+
 from edgeflow.engine.stage import Stage, StageContext
 from edgeflow.errors import EdgeflowError
 

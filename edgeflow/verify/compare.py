@@ -11,7 +11,7 @@ def compare_outputs(reference: list[np.ndarray], actual: list[np.ndarray]) -> di
     """Max abs diff per output and overall, and top-1 agreement on the first output."""
     if len(reference) != len(actual):
         raise ValueError(f"the artifact has {len(actual)} outputs, the source {len(reference)}")
-    per_output = []
+    per_output: list[dict[str, Any]] = []
     for i, (ref, out) in enumerate(zip(reference, actual, strict=True)):
         if ref.shape != out.shape:
             raise ValueError(f"output {i}: artifact shape {out.shape} != source {ref.shape}")

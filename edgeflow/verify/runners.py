@@ -48,7 +48,9 @@ def run_all(runner: Runner, samples: Samples) -> list[np.ndarray]:
     for start in range(0, len(samples), step):
         feeds = {k: v[start : start + step] for k, v in samples.inputs.items()}
         chunks.append(runner.run(feeds))
-    return [np.concatenate([c[i] for c in chunks]).astype(np.float32) for i in range(len(chunks[0]))]
+    return [
+        np.concatenate([c[i] for c in chunks]).astype(np.float32) for i in range(len(chunks[0]))
+    ]
 
 
 def latency_ms(runner: Runner, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:

@@ -58,7 +58,9 @@ def test_two_processes_one_key_produce_once(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(2)
     log = tmp_path / "log.txt"
-    procs = [ctx.Process(target=_worker, args=(str(tmp_path / "c"), str(log), barrier)) for _ in range(2)]
+    procs = [
+        ctx.Process(target=_worker, args=(str(tmp_path / "c"), str(log), barrier)) for _ in range(2)
+    ]
     for p in procs:
         p.start()
     for p in procs:

@@ -63,7 +63,12 @@ def test_unknown_key_inside_a_list_item(write_recipe) -> None:
 
 
 def test_missing_field_is_reported_at_its_parent(write_recipe) -> None:
-    path = write_recipe(GOOD.replace("  kind: pytorch\n", "").replace("source:", "source:\n  kind: pytorch").replace("    - {name: image, shape: [1, 1, 8, 8]}\n", "").replace("  inputs:\n", ""))
+    path = write_recipe(
+        GOOD.replace("  kind: pytorch\n", "")
+        .replace("source:", "source:\n  kind: pytorch")
+        .replace("    - {name: image, shape: [1, 1, 8, 8]}\n", "")
+        .replace("  inputs:\n", "")
+    )
     assert problems(path) == [
         f"{path}:2:1: source.inputs: missing required key\n  hint: add 'inputs:' under source"
     ]
@@ -97,7 +102,9 @@ def test_missing_weights_file(write_recipe) -> None:
 
 
 def test_every_problem_is_reported_at_once(write_recipe) -> None:
-    text = GOOD.replace("mode: int8", "mode: int4").replace("target: onnxruntime_micro", "target: onnxruntime_mirco\nverfy: {}")
+    text = GOOD.replace("mode: int8", "mode: int4").replace(
+        "target: onnxruntime_micro", "target: onnxruntime_mirco\nverfy: {}"
+    )
     found = problems(write_recipe(text))
     assert [p.split(": ")[1] for p in found] == ["quantization.mode", "target", "verfy"]
     assert "did you mean 'onnxruntime_micro'?" in found[1]
@@ -112,9 +119,15 @@ def test_bad_model_reference_suggests_a_defined_name(write_recipe) -> None:
 
 
 def test_int8_without_calibration(write_recipe) -> None:
-    path = write_recipe(GOOD.replace('calibration: {dataset: "edgeflow.datasets:sklearn_digits", split: calibration}\n', ""))
+    path = write_recipe(
+        GOOD.replace(
+            'calibration: {dataset: "edgeflow.datasets:sklearn_digits", split: calibration}\n', ""
+        )
+    )
     [problem] = problems(path)
-    assert problem.startswith(f"{path}:10:9: quantization.mode: int8 quantization needs a calibration")
+    assert problem.startswith(
+        f"{path}:10:9: quantization.mode: int8 quantization needs a calibration"
+    )
 
 
 def test_unknown_rewrite_rule_fails_at_load(write_recipe) -> None:
