@@ -65,8 +65,9 @@ def load_recipe(
     target = recipe.target
     profile = target if isinstance(target, TargetProfile) else load_profile(target, cwd)
     if recipe.quantization.mode not in profile.quantization:
-        node = tree.get("quantization") or {}
-        line, col = node.lc.value("mode") if "mode" in node else tree.lc.key("target")
+        node: Any = tree.get("quantization")
+        has_mode = isinstance(node, dict) and "mode" in node
+        line, col = node.lc.value("mode") if has_mode else tree.lc.key("target")
         raise RecipeError(
             [
                 Problem(
