@@ -39,15 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     validate = sub.add_parser("validate", help="check recipe files without running them")
     validate.add_argument("recipes", nargs="+", metavar="RECIPE", help="recipe name or path")
     sub.add_parser("list", help="list the recipes, targets and pipelines edgeflow can see")
-    if argv[:1] == ["run"]:
-        if any(a in ("-h", "--help") for a in argv[1:]):
-            print(RUN_HELP)
-            return 0
-        from edgeflow.hydra_app import run_hydra
-
-        return run_hydra(argv[1:])
-    args = parser.parse_args(argv)
+    if argv[:1] == ["run"] and any(a in ("-h", "--help") for a in argv[1:]):
+        print(RUN_HELP)
+        return 0
+    args = parser.parse_args(argv[:1] if argv[:1] == ["run"] else argv)
     try:
+        if args.command == "run":
+            from edgeflow.hydra_app import run_hydra
+
+            return run_hydra(argv[1:])
         if args.command == "validate":
             return _validate(args.recipes)
         if args.command == "list":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,18 @@ class Samples:
     def __len__(self) -> int:
         return len(next(iter(self.inputs.values())))
 
-    def batch(self, i: int) -> dict[str, np.ndarray]:
-        """Sample i as a batch of one, keeping the declared batch dimension."""
-        return {name: arr[i : i + 1] for name, arr in self.inputs.items()}
+    def batches(self, batch: int, fixed: bool) -> Iterator[tuple[dict[str, np.ndarray], int]]:
+        """(feeds, real size) per batch; with a fixed batch size the last batch is padded
+        by repeating its last sample, and `real size` says how many outputs to keep."""
+        for start in range(0, len(self), batch):
+            feeds = {k: v[start : start + batch] for k, v in self.inputs.items()}
+            size = len(next(iter(feeds.values())))
+            if fixed and size < batch:
+                pad = batch - size
+                feeds = {
+                    k: np.concatenate([v, np.repeat(v[-1:], pad, 0)]) for k, v in feeds.items()
+                }
+            yield feeds, size
 
 
 def load_samples(spec: DatasetSpec, inputs: list[TensorSpec], what: str) -> Samples:

@@ -50,11 +50,19 @@ def _register_groups(args: list[str]) -> list[str]:
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
-    for name, path in resources.available("recipes").items():
+    recipes, targets = resources.available("recipes"), resources.available("targets")
+    for name, path in recipes.items():
         store.store(group="recipe", name=name, node={"name": name, "path": str(path)})
     args = [_register_recipe_paths(store, a) if a.startswith("recipe=") else a for a in args]
+    _check_choices(
+        args, "recipe", recipes, "a recipe name from ./recipes/ or a path to a YAML file"
+    )
+    _check_choices(args, "target", targets, "a profile name from ./targets/ or the built-ins")
+    _check_choices(
+        args, "quantization", QUANTIZATION_PRESETS, "or set one key: quantization.mode=int8"
+    )
     store.store(group="target", name="recipe", node={"name": None})
-    for name in resources.available("targets"):
+    for name in targets:
         store.store(group="target", name=name, node={"name": name})
     for name, preset in QUANTIZATION_PRESETS.items():
         node = {key: preset.get(key) for key in QUANTIZATION_KEYS}
@@ -82,6 +90,20 @@ def _register_groups(args: list[str]) -> list[str]:
         },
     )
     return args
+
+
+def _check_choices(args: list[str], group: str, known: Any, hint: str) -> None:
+    """Reject an unknown group option with a suggestion, before Hydra does it less kindly."""
+    from edgeflow.recipe.suggest import did_you_mean
+
+    for arg in args:
+        if not arg.startswith(f"{group}="):
+            continue
+        for value in arg.split("=", 1)[1].split(","):
+            if value not in known and "/" not in value:
+                raise EdgeflowError(
+                    f"{arg}: unknown {group} '{value}'", did_you_mean(value, known) or hint
+                )
 
 
 def _register_recipe_paths(store: Any, arg: str) -> str:

@@ -52,18 +52,19 @@ def build_module(source: PyTorchSource) -> torch.nn.Module:
     return module.eval()
 
 
-def example_inputs(specs: list[TensorSpec]) -> tuple[torch.Tensor, ...]:
-    """Random inputs of the declared shapes and dtypes (fixed seed)."""
+def example_inputs(specs: list[TensorSpec], batch: int | None = None) -> tuple[torch.Tensor, ...]:
+    """Random inputs of the declared shapes and dtypes (fixed seed); `batch` replaces dim 0."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
     out = []
     for spec in specs:
+        shape = [batch or spec.shape[0], *spec.shape[1:]]
         dtype = getattr(torch, spec.dtype)
         if dtype.is_floating_point:
-            out.append(torch.rand(spec.shape, generator=gen).to(dtype))
+            out.append(torch.rand(shape, generator=gen).to(dtype))
         else:
-            out.append(torch.zeros(spec.shape, dtype=dtype))
+            out.append(torch.zeros(shape, dtype=dtype))
     return tuple(out)
 
 

@@ -37,6 +37,9 @@ def recipe_slice(loaded: LoadedRecipe, reads: tuple[str, ...]) -> dict[str, Any]
         if dotted == "target":
             out[dotted] = jsonable(loaded.profile)
             continue
+        if dotted == "recipe_file":
+            out[dotted] = loaded.stem
+            continue
         value: Any = loaded.recipe
         for part in dotted.split("."):
             value = getattr(value, part)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.recipe import LoadedRecipe
+from edgeflow.targets.profile import TargetProfile
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,8 @@ class Stage:
     run: Callable[[StageContext], None]
     consumes: tuple[str, ...] = ()
     produces: Mapping[str, str] = field(default_factory=dict)  # slot -> file or folder name
-    reads: tuple[str, ...] = ()  # dotted recipe keys; "target" means the resolved profile
+    # Dotted recipe keys; "target" is the resolved profile, "recipe_file" the recipe's file stem.
+    reads: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()  # distributions whose versions enter the key
     code: tuple[str, ...] = ()  # modules besides the stage's own whose source enters the key
     isolated: bool = False  # run in a worker process, so a native crash is a stage failure
@@ -38,7 +40,21 @@ class StageContext:
 
     @property
     def recipe(self) -> Any:
-        return self.loaded.recipe
+        """The recipe, limited to the keys the stage declares in `reads` (they form its key)."""
+        return RecipeView(self.loaded.recipe, "", self.stage)
+
+    @property
+    def recipe_file(self) -> str:
+        """The recipe's file stem (names the build folder); only for stages that read it."""
+        if "recipe_file" not in self.stage.reads:
+            raise AssertionError(f"stage '{self.stage.name}' uses the file name without reading it")
+        return self.loaded.stem
+
+    @property
+    def profile(self) -> TargetProfile:
+        if "target" not in self.stage.reads:
+            raise AssertionError(f"stage '{self.stage.name}' uses the target without reading it")
+        return self.loaded.profile
 
     def output(self, slot: str) -> Path:
         return self.out_dir / self.stage.produces[slot]
@@ -50,3 +66,24 @@ class StageContext:
 
     def read_json(self, slot: str) -> Any:
         return json.loads(self.inputs[slot].read_text(encoding="utf-8"))
+
+
+class RecipeView:
+    """Attribute access to a recipe that fails on keys outside a stage's `reads`.
+
+    A stage that used an undeclared key would be cached under a key that ignores it and
+    serve stale results; this turns that bug into an immediate error.
+    """
+
+    def __init__(self, value: Any, path: str, stage: Stage) -> None:
+        self._value, self._path, self._stage = value, path, stage
+
+    def __getattr__(self, name: str) -> Any:
+        path = f"{self._path}.{name}" if self._path else name
+        value = getattr(self._value, name)
+        reads = self._stage.reads
+        if any(path == r or path.startswith(r + ".") for r in reads):
+            return value
+        if any(r.startswith(path + ".") for r in reads):
+            return RecipeView(value, path, self._stage)
+        raise AssertionError(f"stage '{self._stage.name}' reads '{path}' without declaring it")

@@ -12,8 +12,8 @@ def run(ctx: StageContext) -> None:
 
     artifact_dir = ctx.output("artifact")
     artifact_dir.mkdir()
-    info = backend(ctx.loaded.profile).convert(ctx.inputs["onnx"], artifact_dir)
-    info["target"] = ctx.loaded.profile.name
+    info = backend(ctx.profile).convert(ctx.inputs["onnx"], artifact_dir)
+    info["target"] = ctx.profile.name
     info["size_bytes"] = (artifact_dir / info["artifact"]).stat().st_size
     ctx.output("convert").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 

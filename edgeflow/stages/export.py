@@ -16,7 +16,9 @@ def run(ctx: StageContext) -> None:
 
     source, options = ctx.recipe.source, ctx.recipe.export
     module = build_module(source)
-    args = example_inputs(source.inputs)
+    dynamic = source.dynamic_batch
+    # torch.export specialises dimensions of size 1, so a dynamic batch is traced at size >= 2.
+    args = example_inputs(source.inputs, max(2, dynamic.min) if dynamic else None)
     with torch.inference_mode():
         result = module(*args)
     n_out = len(result) if isinstance(result, list | tuple) else 1
@@ -25,11 +27,9 @@ def run(ctx: StageContext) -> None:
         ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
     )
     kwargs: dict = {}
-    if source.dynamic_batch is not None:
+    if dynamic is not None:
         if options.exporter == "dynamo":
-            batch = torch.export.Dim(
-                "batch", min=source.dynamic_batch.min, max=source.dynamic_batch.max
-            )
+            batch = torch.export.Dim("batch", min=dynamic.min, max=dynamic.max)
             kwargs["dynamic_shapes"] = tuple({0: batch} for _ in input_names)
         else:
             kwargs["dynamic_axes"] = {name: {0: "batch"} for name in input_names + output_names}

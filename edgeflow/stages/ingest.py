@@ -14,7 +14,7 @@ def run(ctx: StageContext) -> None:
     import onnxruntime as ort
 
     from edgeflow.data import load_samples
-    from edgeflow.verify.runners import OnnxRunner
+    from edgeflow.verify.runners import OnnxRunner, batching, run_all
 
     source = ctx.recipe.source
     path = ctx.inputs["onnx"]
@@ -30,7 +30,7 @@ def run(ctx: StageContext) -> None:
             "name source.inputs after the model's graph inputs",
         )
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation")
-    outputs = OnnxRunner(session).run_all(samples)
+    outputs = run_all(OnnxRunner(session), samples, *batching(source))
     shutil.copyfile(path, ctx.output("onnx"))
     np.savez(ctx.output("reference"), *outputs)
     ctx.write_json(
@@ -50,7 +50,7 @@ STAGE = Stage(
     run=run,
     consumes=("onnx",),
     produces={"onnx": "model.onnx", "reference": "reference.npz", "source": "source.json"},
-    reads=("source.inputs", "evaluation"),
+    reads=("source.inputs", "source.dynamic_batch", "evaluation"),
     tools=("onnxruntime", "numpy"),
     code=("edgeflow.data", "edgeflow.verify.runners"),
 )

@@ -63,12 +63,12 @@ def run(ctx: StageContext) -> None:
     import onnx
 
     model = onnx.load(str(ctx.inputs["onnx"]))
-    findings = check(model, ctx.loaded.profile)
+    findings = check(model, ctx.profile)
     ops = Counter(n.op_type for n in model.graph.node)
     ctx.write_json(
         "precheck",
         {
-            "target": ctx.loaded.profile.name,
+            "target": ctx.profile.name,
             "passed": not findings,
             "findings": findings,
             "ops": dict(ops),
@@ -79,7 +79,7 @@ def run(ctx: StageContext) -> None:
             f"  {f['operator']}: {f['reason']} ({f['count']} nodes)" for f in findings
         )
         raise EdgeflowError(
-            f"the model does not pass the {ctx.loaded.profile.name} precheck:\n{table}",
+            f"the model does not pass the {ctx.profile.name} precheck:\n{table}",
             "fix the model or choose another target; see docs/debugging.md",
         )
 

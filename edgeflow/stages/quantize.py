@@ -43,19 +43,17 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     from edgeflow.data import load_samples
+    from edgeflow.verify.runners import batching
 
     q, recipe = ctx.recipe.quantization, ctx.recipe
     samples = load_samples(recipe.calibration, recipe.source.inputs, "calibration")
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self.i = 0
+            self.batches = samples.batches(*batching(recipe.source))
 
         def get_next(self) -> dict | None:
-            if self.i >= len(samples):
-                return None
-            self.i += 1
-            return samples.batch(self.i - 1)
+            return next((feeds for feeds, _ in self.batches), None)
 
     prepared = ctx.out_dir / "preprocessed.onnx"
     quant_pre_process(str(src), str(prepared), skip_symbolic_shape=False)
@@ -87,7 +85,7 @@ STAGE = Stage(
     run=run,
     consumes=("onnx",),
     produces={"onnx": "model.onnx", "quantize": "quantize.json"},
-    reads=("quantization", "calibration", "source.inputs"),
+    reads=("quantization", "calibration", "source.inputs", "source.dynamic_batch"),
     tools=("onnx", "onnxruntime", "numpy"),
-    code=("edgeflow.data", "edgeflow.recipe.refs"),
+    code=("edgeflow.data", "edgeflow.recipe.refs", "edgeflow.verify.runners"),
 )

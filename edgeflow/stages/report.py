@@ -14,8 +14,8 @@ def run(ctx: StageContext) -> None:
     details = {slot: ctx.read_json(slot) for slot in DETAIL_SLOTS}
     v = details["verify"]
     metrics = {
-        "recipe": ctx.loaded.stem,
-        "target": ctx.loaded.profile.name,
+        "recipe": ctx.recipe_file,
+        "target": ctx.profile.name,
         "quantization": ctx.recipe.quantization.mode,
         "verified": False,
         "accuracy": {k: float(v["accuracy"][k]) for k in ("source", "artifact", "drop")},
@@ -30,7 +30,7 @@ def run(ctx: StageContext) -> None:
     metrics["verified"] = all(c["passed"] for c in checks)
     ctx.write_json("metrics", metrics)
     ctx.write_json("checks", checks)
-    title = f"{ctx.loaded.stem} -> {ctx.loaded.build_name}"
+    title = f"{ctx.recipe_file} -> {ctx.profile.name}-{ctx.recipe.quantization.mode}"
     ctx.output("report").write_text(render(title, metrics, checks, details), encoding="utf-8")
 
 
@@ -40,6 +40,6 @@ STAGE = Stage(
     run=run,
     consumes=DETAIL_SLOTS,
     produces={"metrics": "metrics.json", "checks": "checks.json", "report": "report.md"},
-    reads=("verify", "quantization.mode", "target"),
+    reads=("verify", "quantization.mode", "target", "recipe_file"),
     code=("edgeflow.report.checks", "edgeflow.report.markdown"),
 )

@@ -14,9 +14,9 @@ def run(ctx: StageContext) -> None:
     from edgeflow.data import load_samples
     from edgeflow.targets import backend
     from edgeflow.verify.compare import compare_outputs, percentile, top1_accuracy
-    from edgeflow.verify.runners import latency_ms, run_all
+    from edgeflow.verify.runners import batching, deployment_batch, latency_ms, run_all
 
-    recipe, profile = ctx.recipe, ctx.loaded.profile
+    recipe, profile = ctx.recipe, ctx.profile
     samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
     if samples.labels is None:
         raise EdgeflowError(
@@ -26,12 +26,12 @@ def run(ctx: StageContext) -> None:
     with np.load(ctx.inputs["reference"]) as ref:
         reference = [ref[f"arr_{i}"] for i in range(len(ref.files))]
     runner = backend(profile).open_runner(ctx.inputs["artifact"])
-    outputs = run_all(runner, samples)
+    outputs = run_all(runner, samples, *batching(recipe.source))
     try:
         agreement = compare_outputs(reference, outputs)
     except ValueError as exc:
         raise EdgeflowError(f"the artifact's outputs do not match the source's: {exc}") from exc
-    feeds = samples.batch(0)
+    feeds, _ = next(samples.batches(deployment_batch(recipe.source), fixed=True))
     runs = recipe.verify.latency_runs
     times = latency_ms(runner, feeds, recipe.verify.warmup_runs, runs)
     convert_info = json.loads(ctx.inputs["convert"].read_text())
@@ -65,7 +65,14 @@ STAGE = Stage(
     run=run,
     consumes=("artifact", "convert", "reference"),
     produces={"verify": "verify.json"},
-    reads=("evaluation", "source.inputs", "verify.latency_runs", "verify.warmup_runs", "target"),
+    reads=(
+        "evaluation",
+        "source.inputs",
+        "source.dynamic_batch",
+        "verify.latency_runs",
+        "verify.warmup_runs",
+        "target",
+    ),
     tools=("onnxruntime", "numpy"),
     code=(
         "edgeflow.data",

@@ -13,8 +13,6 @@ from edgeflow.data import Samples
 class Runner(Protocol):
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
 
-    def max_batch(self) -> int: ...
-
 
 class OnnxRunner:
     """An onnxruntime session (.onnx or .ort) on the CPU execution provider."""
@@ -33,21 +31,31 @@ class OnnxRunner:
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(o) for o in self.session.run(None, feeds)]
 
-    def max_batch(self) -> int:
-        dims = [i.shape[0] if i.shape else 1 for i in self.session.get_inputs()]
-        return 64 if all(not isinstance(d, int) for d in dims) else 1
 
-    def run_all(self, samples: Samples) -> list[np.ndarray]:
-        return run_all(self, samples)
+def batching(source: Any) -> tuple[int, bool]:
+    """(batch size, whether it is fixed) for running a recipe's model over a sample set."""
+    if source.dynamic_batch is not None:
+        return min(64, source.dynamic_batch.max), False
+    return source.inputs[0].shape[0], True
 
 
-def run_all(runner: Runner, samples: Samples) -> list[np.ndarray]:
+def deployment_batch(source: Any) -> int:
+    """The batch size latency is measured at: the declared one, within a dynamic range."""
+    declared = source.inputs[0].shape[0]
+    dynamic = source.dynamic_batch
+    return min(max(declared, dynamic.min), dynamic.max) if dynamic else declared
+
+
+def run_all(runner: Runner, samples: Samples, batch: int, fixed: bool) -> list[np.ndarray]:
     """Outputs for every sample, one array per model output, in sample order."""
-    step = runner.max_batch()
+    from tqdm import tqdm
+
     chunks = []
-    for start in range(0, len(samples), step):
-        feeds = {k: v[start : start + step] for k, v in samples.inputs.items()}
-        chunks.append(runner.run(feeds))
+    total = -(-len(samples) // batch)
+    for feeds, size in tqdm(
+        samples.batches(batch, fixed), total=total, desc="run", disable=None, leave=False
+    ):
+        chunks.append([o[:size] for o in runner.run(feeds)])
     return [
         np.concatenate([c[i] for c in chunks]).astype(np.float32) for i in range(len(chunks[0]))
     ]

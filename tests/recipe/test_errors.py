@@ -155,3 +155,22 @@ def test_validate_command_exits_2_without_traceback(write_recipe, capsys) -> Non
 def test_validate_command_accepts_the_builtin_demo(capsys) -> None:
     assert main(["validate", "digits_cnn"]) == 0
     assert "ok (digits_cnn -> onnxruntime_micro-int8)" in capsys.readouterr().out
+
+
+def test_inline_target_profile(write_recipe) -> None:
+    inline = "target:\n  name: tiny\n  backend: onnxruntime_micro\n  quantization: [none]\n"
+    path = write_recipe(GOOD.replace("target: onnxruntime_micro\n", inline))
+    [problem] = problems(path)
+    assert problem.startswith(
+        f"{path}:11:9: quantization.mode: target 'tiny' does not support mode 'int8'"
+    )
+    assert "hint: choose one of none" in problem
+    loaded = load_recipe(path, {"quantization.mode": "none"})
+    assert loaded.profile.name == "tiny" and loaded.build_name == "tiny-none"
+
+
+def test_inline_target_profile_errors_are_located(write_recipe) -> None:
+    inline = "target:\n  name: tiny\n  backend: onnxruntime_micro\n  opset: {min: 7, mx: 9}\n"
+    [problem] = problems(write_recipe(GOOD.replace("target: onnxruntime_micro\n", inline)))
+    assert ":15:19: target.opset.mx: unknown key 'mx'" in problem
+    assert "did you mean 'max'?" in problem

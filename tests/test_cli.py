@@ -1,0 +1,100 @@
+"""The CLI: fast help, friendly errors for bad choices, Hydra sweeps that share stages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+from edgeflow.cli import main
+from tests.conftest import DEMO_RECIPE, DEMO_WEIGHTS
+
+
+def test_help_imports_no_heavy_library() -> None:
+    code = (
+        "import sys, contextlib, io\n"
+        "from edgeflow.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])\n"
+        "heavy = [m for m in ('torch', 'onnxruntime', 'onnx', 'hydra', 'tensorflow', 'sklearn')"
+        " if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("arg", "message", "suggestion"),
+    [
+        ("recipe=digits_cn", "unknown recipe 'digits_cn'", "did you mean 'digits_cnn'?"),
+        ("target=onnxruntime_mcu", "unknown target", "did you mean 'onnxruntime_micro'?"),
+        ("quantization=int16", "unknown quantization 'int16'", "did you mean 'int8'?"),
+    ],
+)
+def test_run_rejects_unknown_choices(arg: str, message: str, suggestion: str, capsys) -> None:
+    args = ["run", "recipe=digits_cnn", arg] if not arg.startswith("recipe") else ["run", arg]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and suggestion in err
+
+
+def test_list_shows_builtins(capsys) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "digits_cnn" in out and "onnxruntime_micro" in out and "pytorch" in out
+
+
+@pytest.mark.slow
+def test_multirun_sweep_shares_upstream_stages(tmp_path: Path, capsys) -> None:
+    args = ["run", "-m", "recipe=digits_cnn", "quantization=none,int8_per_tensor"]
+    cache = tmp_path / "cache"
+    assert main([*args, f"cache_dir={cache}", f"build_dir={tmp_path}/build"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("  export     ran") == 1
+    assert out.count("  export     cached") == 1
+    assert out.count("  quantize   ran") == 2
+    for mode in ("none", "int8"):
+        metrics = tmp_path / "build" / "digits_cnn" / f"onnxruntime_micro-{mode}" / "metrics.json"
+        assert json.loads(metrics.read_text())["verified"] is True
+    assert len(list((cache / "export").glob("*/*"))) == 1
+
+
+@pytest.mark.slow
+def test_dynamic_batch_export_and_batched_verification(
+    tmp_path: Path, write_recipe, shared_cache: Path
+) -> None:
+    text = DEMO_RECIPE.read_text().replace("../models/digits_cnn.pt", str(DEMO_WEIGHTS))
+    text = text.replace("  outputs: [logits]", "  outputs: [logits]\n  dynamic_batch: {max: 32}")
+    path = write_recipe(text, "dyn.yaml")
+    build = tmp_path / "build"
+    args = ["run", f"recipe={path}", "quantization=none", f"cache_dir={shared_cache}"]
+    assert main([*args, f"build_dir={build}"]) == 0
+    metrics = json.loads((build / "dyn" / "onnxruntime_micro-none" / "metrics.json").read_text())
+    assert metrics["agreement"]["max_abs_diff"] <= 1e-4
+    [exported] = [p for p in shared_cache.glob("export/*/*/model.onnx") if _batch_dim(p) == "batch"]
+    assert exported.is_file()
+
+
+def _batch_dim(path: Path) -> str:
+    return onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim[0].dim_param
+
+
+@pytest.mark.slow
+def test_weights_that_do_not_fit_fail_the_load_stage(
+    tmp_path: Path, write_recipe, shared_cache: Path, capsys
+) -> None:
+    text = DEMO_RECIPE.read_text().replace("../models/digits_cnn.pt", str(DEMO_WEIGHTS))
+    path = write_recipe(text.replace("init: {num_classes: 10}", "init: {num_classes: 5}"))
+    cache = tmp_path / "cache"
+    assert main(["run", f"recipe={path}", f"cache_dir={cache}", f"build_dir={tmp_path}/b"]) == 1
+    captured = capsys.readouterr()
+    assert "  load       failed" in captured.out
+    assert "stage 'load' failed: weights" in captured.err and "do not fit" in captured.err
+    assert "hint: check source.init" in captured.err
+    assert not (cache / "load").exists() or not list((cache / "load").glob("*/*"))
+    assert not (tmp_path / "b").exists()
