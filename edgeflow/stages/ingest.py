@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import shutil
 
-import numpy as np
-
 from edgeflow.engine.stage import Stage, StageContext
 from edgeflow.errors import EdgeflowError
+from edgeflow.stages.load import save_reference
 
 
 def run(ctx: StageContext) -> None:
@@ -32,16 +31,7 @@ def run(ctx: StageContext) -> None:
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation")
     outputs = run_all(OnnxRunner(session), samples, *batching(source))
     shutil.copyfile(path, ctx.output("onnx"))
-    np.savez(ctx.output("reference"), *outputs)
-    ctx.write_json(
-        "source",
-        {
-            "model": path.name,
-            "inputs": [s.model_dump() for s in source.inputs],
-            "output_shapes": [list(o.shape[1:]) for o in outputs],
-            "evaluation_samples": len(samples),
-        },
-    )
+    save_reference(ctx, outputs, path.name, len(samples))
 
 
 STAGE = Stage(

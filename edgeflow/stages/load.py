@@ -15,17 +15,23 @@ def run(ctx: StageContext) -> None:
     module = build_module(source)
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation")
     outputs = run_module(module, samples.inputs, source.inputs)
+    parameters = int(sum(p.numel() for p in module.parameters()))
+    save_reference(ctx, outputs, str(source.model), len(samples), parameters=parameters)
+
+
+def save_reference(
+    ctx: StageContext, outputs: list[np.ndarray], model: str, samples: int, **extra: object
+) -> None:
+    """Write the source model's outputs (the verify stage's reference) and a summary."""
     np.savez(ctx.output("reference"), *outputs)
-    ctx.write_json(
-        "source",
-        {
-            "model": str(source.model),
-            "parameters": int(sum(p.numel() for p in module.parameters())),
-            "inputs": [s.model_dump() for s in source.inputs],
-            "output_shapes": [list(o.shape[1:]) for o in outputs],
-            "evaluation_samples": len(samples),
-        },
-    )
+    summary = {
+        "model": model,
+        "inputs": [s.model_dump() for s in ctx.recipe.source.inputs],
+        "output_shapes": [list(o.shape[1:]) for o in outputs],
+        "evaluation_samples": samples,
+        **extra,
+    }
+    ctx.write_json("source", summary)
 
 
 STAGE = Stage(
