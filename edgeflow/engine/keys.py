@@ -22,7 +22,7 @@ def jsonable(value: Any) -> Any:
         return {name: jsonable(getattr(value, name)) for name in type(value).model_fields}
     if isinstance(value, Path):
         return {"file": value.name, "sha256": file_sha256(value)}
-    if isinstance(value, ImportRef):
+    if isinstance(value, ImportRef) or hasattr(value, "fingerprint"):
         return value.fingerprint()
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}

@@ -58,7 +58,7 @@ def stage_key(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Slot]) -> st
             "code": keys.code_digest((stage.run.__module__, *stage.code)),
             "tools": keys.tool_versions(stage.tools),
             "recipe": keys.recipe_slice(loaded, stage.reads),
-            "inputs": {slot: inputs[slot].key for slot in stage.consumes},
+            "inputs": {slot: inputs[slot].key for slot in inputs},
         }
     )
 
@@ -75,8 +75,9 @@ def run_build(
     slots = _seed_slots(loaded, pipeline.seeds)
     echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
     for stage in pipeline.stages:
-        key = stage_key(stage, loaded, slots)
-        inputs = {slot: slots[slot].path for slot in stage.consumes}
+        used = {s: slots[s] for s in (*stage.consumes, *stage.optional) if s in slots}
+        key = stage_key(stage, loaded, used)
+        inputs = {slot: value.path for slot, value in used.items()}
         start = time.perf_counter()
 
         def produce(out_dir: Path, stage: Stage = stage, inputs: dict[str, Path] = inputs) -> None:

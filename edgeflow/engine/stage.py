@@ -20,6 +20,7 @@ class Stage:
     description: str
     run: Callable[[StageContext], None]
     consumes: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()  # slots used when the pipeline makes them
     produces: Mapping[str, str] = field(default_factory=dict)  # slot -> file or folder name
     # Dotted recipe keys; "target" is the resolved profile, "recipe_file" the recipe's file stem.
     reads: tuple[str, ...] = ()

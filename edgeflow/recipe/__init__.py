@@ -62,6 +62,11 @@ def load_recipe(
     apply_overrides(tree, overrides)
     context = {"base_dir": path.parent, "cwd": str(cwd or Path.cwd())}
     recipe = validate(Recipe, tree, path, context, overrides)
+    if recipe.rewrites:
+        from edgeflow.rules import resolve_rewrites
+
+        specs = resolve_rewrites(recipe.rewrites, tree, path, path.parent)
+        recipe = recipe.model_copy(update={"rewrites": specs})
     target = recipe.target
     profile = target if isinstance(target, TargetProfile) else load_profile(target, cwd)
     if recipe.quantization.mode not in profile.quantization:

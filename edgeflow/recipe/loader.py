@@ -92,25 +92,38 @@ def validate(
     path: Path,
     context: dict[str, Any] | None = None,
     overridden: Mapping[str, Any] | None = None,
+    at: tuple[str | int, ...] = (),
+    data: Any = None,
 ) -> M:
-    """Validate a parsed tree; every problem is reported at once as a RecipeError."""
+    """Validate a parsed tree (or `data` found at `at` in it); every problem is reported at
+    once as a RecipeError located in the tree."""
+    if data is None:
+        node = tree
+        for part in at:
+            node = node[part]
+        data = plain(node)
     try:
-        return model.model_validate(plain(tree), context=context)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
-        problems = [_problem(model, tree, path, err, overridden or {}) for err in exc.errors()]
+        problems = [_problem(model, tree, path, e, overridden or {}, at) for e in exc.errors()]
         problems.sort(key=lambda p: (p.file == COMMAND_LINE, p.line, p.col))
         raise RecipeError(problems) from None
 
 
 def _problem(
-    model: type[BaseModel], tree: Any, path: Path, err: Any, overridden: Mapping[str, Any]
+    model: type[BaseModel],
+    tree: Any,
+    path: Path,
+    err: Any,
+    overridden: Mapping[str, Any],
+    at: tuple[str | int, ...] = (),
 ) -> Problem:
     kind = err["type"]
     ctx = err.get("ctx") or {}
     loc = tuple(err["loc"])
     if kind == "edgeflow" and ctx.get("at"):
         loc = tuple(ctx["at"].split("."))
-    keys, line, col = _locate(tree, loc, point_at_key=kind == "extra_forbidden")
+    keys, line, col = _locate(tree, at + loc, point_at_key=kind == "extra_forbidden")
     if kind == "union_tag_not_found":
         keys.append(str(ctx.get("discriminator", "kind")).strip("'"))
     dotted = _dotted(keys)

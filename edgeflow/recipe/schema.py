@@ -175,7 +175,7 @@ def _rewrite_entry(value: Any) -> Any:
     from edgeflow.rules import validate_entry
 
     try:
-        return validate_entry(value)
+        return validate_entry(value)  # rules and their options are resolved after this
     except ValueError as exc:
         hint = getattr(exc, "hint", None)
         raise user_error(str(exc), hint) from None

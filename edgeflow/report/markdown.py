@@ -46,6 +46,15 @@ def render(
             f"| {o['index']} | {o['shape']} | {o['max_abs_diff']:.3g} | {o['mean_abs_diff']:.3g} |"
         )
     lines += ["", "## Stages", ""]
+    rules = details.get("rewrite", {}).get("rules", []) + details["rewrite_onnx"]["rules"]
+    if rules:
+        lines.append("- rewrite rules, in order:")
+        for r in rules:
+            state = "changed" if r["changed"] else "no change"
+            why = f": {'; '.join(r['reasons'])}" if r["reasons"] else ""
+            lines.append(f"  - `{r['rule']}`: {state}, {r['matches']} matches{why}")
+    else:
+        lines.append("- rewrite rules: none in the recipe")
     pre = details["precheck"]
     lines.append(
         f"- precheck: {'passed' if pre['passed'] else 'failed'} against `{pre['target']}`"

@@ -12,10 +12,24 @@ from edgeflow.stages import (
     precheck,
     quantize,
     report,
+    rewrite,
+    rewrite_onnx,
     verify,
 )
 
 STAGES: dict[str, Stage] = {
     module.STAGE.name: module.STAGE
-    for module in (load, ingest, export, precheck, optimize, quantize, convert, verify, report)
+    for module in (
+        load,
+        ingest,
+        rewrite,
+        export,
+        rewrite_onnx,
+        precheck,
+        optimize,
+        quantize,
+        convert,
+        verify,
+        report,
+    )
 }

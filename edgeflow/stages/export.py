@@ -12,10 +12,11 @@ def run(ctx: StageContext) -> None:
     import onnx
     import torch
 
-    from edgeflow.source import build_module, example_inputs
+    from edgeflow.rules.apply import rewritten_module
+    from edgeflow.source import example_inputs
 
     source, options = ctx.recipe.source, ctx.recipe.export
-    module = build_module(source)
+    module, _, _ = rewritten_module(ctx.recipe)  # the same rules the rewrite stage checked
     dynamic = source.dynamic_batch
     # torch.export specialises dimensions of size 1, so a dynamic batch is traced at size >= 2.
     args = example_inputs(source.inputs, max(2, dynamic.min) if dynamic else None)
@@ -76,9 +77,10 @@ STAGE = Stage(
     name="export",
     description="Export the PyTorch module to a self-contained ONNX file.",
     run=run,
+    consumes=("rewrite",),
     produces={"onnx": "model.onnx", "export": "export.json"},
-    reads=("source", "export"),
+    reads=("source", "export", "rewrites"),
     tools=("torch", "onnx", "onnxscript"),
-    code=("edgeflow.source",),
+    code=("edgeflow.source", "edgeflow.rules.apply", "edgeflow.rules.base"),
     isolated=True,
 )

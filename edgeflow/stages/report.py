@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from edgeflow.engine.stage import Stage, StageContext
 
-DETAIL_SLOTS = ("verify", "precheck", "optimize", "quantize", "convert", "source")
+DETAIL_SLOTS = ("verify", "precheck", "optimize", "quantize", "convert", "source", "rewrite_onnx")
 
 
 def run(ctx: StageContext) -> None:
     from edgeflow.report.checks import check_thresholds
     from edgeflow.report.markdown import render
 
-    details = {slot: ctx.read_json(slot) for slot in DETAIL_SLOTS}
+    details = {
+        slot: ctx.read_json(slot) for slot in (*DETAIL_SLOTS, "rewrite") if slot in ctx.inputs
+    }
     v = details["verify"]
     metrics = {
         "recipe": ctx.recipe_file,
@@ -39,6 +41,7 @@ STAGE = Stage(
     description="Write metrics.json, the threshold checks and report.md.",
     run=run,
     consumes=DETAIL_SLOTS,
+    optional=("rewrite",),
     produces={"metrics": "metrics.json", "checks": "checks.json", "report": "report.md"},
     reads=("verify", "quantization.mode", "target", "recipe_file"),
     code=("edgeflow.report.checks", "edgeflow.report.markdown"),

@@ -31,14 +31,16 @@ def test_rerun_is_cached_and_quantization_change_reruns_only_downstream(tmp_path
     lines.clear()
     again = run_build(load_recipe(DEMO_RECIPE), cache, build, lines.append)
     assert set(statuses(again).values()) == {"cached"}
-    assert lines[-1] == "  nothing to do: all 8 stages cached"
+    assert lines[-1] == "  nothing to do: all 10 stages cached"
 
     changed = run_build(
         load_recipe(DEMO_RECIPE, {"quantization.per_channel": False}), cache, build, print
     )
     assert statuses(changed) == {
         "load": "cached",
+        "rewrite": "cached",
         "export": "cached",
+        "rewrite_onnx": "cached",
         "precheck": "cached",
         "optimize": "cached",
         "quantize": "ran",

@@ -1,0 +1,107 @@
+"""One rule interface for all three levels: Python AST, torch.fx, ONNX.
+
+A rule has a dotted name (`ast.*`, `fx.*`, `onnx.*`), a one-line description, an options model
+validated from its recipe entry, and `apply(model, opts, ctx) -> RuleResult`. A rule never
+mutates its input: it returns the rewritten model in the result (or the input, unchanged).
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from edgeflow.recipe.refs import file_sha256
+from edgeflow.recipe.schema import TensorSpec
+
+Level = Literal["ast", "fx", "onnx"]
+LEVEL_ORDER: dict[str, int] = {"ast": 0, "fx": 1, "onnx": 2}
+M = TypeVar("M")
+
+
+class RuleOptions(BaseModel):
+    """A rule's options, validated from its recipe entry; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+@dataclass
+class RewriteContext:
+    """What a rule may know besides the model: the recipe's declared inputs."""
+
+    inputs: list[TensorSpec]
+
+    def example_inputs(self) -> tuple[Any, ...]:
+        from edgeflow.source import example_inputs
+
+        return example_inputs(self.inputs)
+
+
+@dataclass
+class RuleResult(Generic[M]):
+    """The rewritten model, whether anything changed, how many sites matched, and why."""
+
+    model: M
+    changed: bool
+    matches: int = 0
+    reasons: list[str] = field(default_factory=list)
+    # Readable rewritten code by file name (AST: new method sources; FX: graph code), kept in
+    # the rewrite stage's output for inspection.
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"changed": self.changed, "matches": self.matches, "reasons": list(self.reasons)}
+
+
+class Rule(ABC, Generic[M]):
+    """Subclass one of AstRule, FxRule, OnnxRule; set name, description, Options, example."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    level: ClassVar[Level]
+    Options: ClassVar[type[RuleOptions]] = RuleOptions
+    # (before, after) for the rule catalogue: source text, or a short description of a graph.
+    example: ClassVar[tuple[str, str] | None] = None
+
+    @abstractmethod
+    def apply(self, model: M, opts: Any, ctx: RewriteContext) -> RuleResult[M]: ...
+
+
+class AstRule(Rule[Any]):
+    """Rewrites the Python source of `forward` (and methods it reaches) before tracing."""
+
+    level: ClassVar[Level] = "ast"
+
+
+class FxRule(Rule[Any]):
+    """Rewrites a torch.fx graph (symbolic_trace, or torch.export's graph when tracing fails)."""
+
+    level: ClassVar[Level] = "fx"
+
+
+class OnnxRule(Rule[Any]):
+    """Rewrites an onnx.ModelProto."""
+
+    level: ClassVar[Level] = "onnx"
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A validated `rewrites:` entry: the rule class and its options."""
+
+    rule: type[Rule[Any]]
+    options: RuleOptions
+
+    @property
+    def name(self) -> str:
+        return self.rule.name
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What enters a stage's cache key: the rule, its options and its module's source."""
+        source = inspect.getsourcefile(self.rule)
+        digest = file_sha256(Path(source)) if source else "unknown"
+        return {"rule": self.name, "options": self.options.model_dump(mode="json"), "code": digest}
