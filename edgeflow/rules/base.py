@@ -70,6 +70,11 @@ class Rule(ABC, Generic[M]):
     @abstractmethod
     def apply(self, model: M, opts: Any, ctx: RewriteContext) -> RuleResult[M]: ...
 
+    def tolerance(self, opts: Any) -> float | None:
+        """Largest output change the rule may cause on the declared inputs; None when the rule
+        changes numerics on purpose (e.g. relu -> relu6), leaving the judgement to verify."""
+        return 1e-5
+
 
 class AstRule(Rule[Any]):
     """Rewrites the Python source of `forward` (and methods it reaches) before tracing."""
