@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     validate = sub.add_parser("validate", help="check recipe files without running them")
     validate.add_argument("recipes", nargs="+", metavar="RECIPE", help="recipe name or path")
     sub.add_parser("list", help="list the recipes, targets and pipelines edgeflow can see")
+    sub.add_parser("rules", help="list the rewrite rules with their options")
     if argv[:1] == ["run"] and any(a in ("-h", "--help") for a in argv[1:]):
         print(RUN_HELP)
         return 0
@@ -52,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
             return _validate(args.recipes)
         if args.command == "list":
             return _list()
+        if args.command == "rules":
+            from edgeflow.rules.catalogue import render_terminal
+
+            print(render_terminal())
+            return 0
     except EdgeflowError as exc:
         print(f"error: {exc.render()}", file=sys.stderr)
         return exc.exit_code

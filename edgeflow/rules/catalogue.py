@@ -1,0 +1,129 @@
+"""The rule catalogue, generated from the registry: `edgeflow rules` and docs/rules.md.
+
+Refresh the document after changing a rule: `python -m edgeflow.rules.catalogue --write`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic_core import PydanticUndefined
+
+from edgeflow.rules import builtin_rules
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
+LEVELS = {
+    "ast": "Python source (before tracing)",
+    "fx": "torch.fx graph",
+    "onnx": "ONNX graph (after export)",
+}
+
+HEADER = """\
+# Rule catalogue
+
+<!-- Generated from the rule registry by `python -m edgeflow.rules.catalogue --write`;
+     tests/rules/test_catalogue.py fails when this file is out of date. -->
+
+A recipe's `rewrites:` list names rules in the order they apply; rules run in level order
+(all `ast.*`, then `fx.*`, then `onnx.*`):
+
+```yaml
+rewrites:
+  - ast.float64_to_float32                               # a rule by name
+  - {rule: fx.replace_activation, from: silu, to: x_sigmoid}  # a rule with options
+  - mypkg.rules:MyRule                                   # your own rule, by import path
+```
+
+Entries are checked when the recipe loads: an unknown rule or option is an error with its
+file:line:col and a "did you mean". `edgeflow rules` lists the same rules in the terminal.
+The `rewrite` stage (ast, fx) checks that the rewritten module computes what the original does
+on the declared input shapes, within each rule's stated tolerance; `rewrite_onnx` applies the
+onnx rules after export. What each rule changed is in the build's report.
+"""
+
+
+def options_rows(options: type[Any]) -> list[tuple[str, str, str, str]]:
+    """(key, type, default, description) for each option of a rule."""
+    rows = []
+    for name, field in options.model_fields.items():
+        key = field.alias or name
+        kind = _type_name(field.annotation)
+        if field.default is PydanticUndefined and field.default_factory is None:
+            default = "required"
+        else:
+            default = repr(field.get_default(call_default_factory=True))
+        rows.append((key, kind, default, field.description or ""))
+    return rows
+
+
+def _type_name(annotation: Any) -> str:
+    if typing.get_origin(annotation) is typing.Literal:
+        return " \\| ".join(str(a) for a in typing.get_args(annotation))
+    text = getattr(annotation, "__name__", None) or str(annotation)
+    return text.replace("typing.", "")
+
+
+def render_markdown() -> str:
+    rules = builtin_rules()
+    out = [HEADER]
+    for level, title in LEVELS.items():
+        of_level = [r for r in rules.values() if r.level == level]
+        out.append(f"\n## `{level}.*`: {title}\n")
+        if not of_level:
+            out.append("No rules of this level yet.\n")
+        for rule in of_level:
+            out.append(_render_rule(rule))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _render_rule(rule: type[Any]) -> str:
+    lines = [f"### `{rule.name}`", "", rule.description, ""]
+    doc = inspect.cleandoc(rule.__doc__ or "")
+    if doc and doc.splitlines()[0] != rule.description:
+        lines += [doc, ""]
+    rows = options_rows(rule.Options)
+    if rows:
+        lines += ["| option | type | default | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{k}` | {t} | `{d}` | {m} |" for k, t, d, m in rows]
+        lines.append("")
+    else:
+        lines += ["No options.", ""]
+    if rule.example:
+        before, after = rule.example
+        fence = "python" if rule.level == "ast" else "text"
+        lines += ["Before:", "", f"```{fence}", before.strip(), "```", ""]
+        lines += ["After:", "", f"```{fence}", after.strip(), "```", ""]
+    return "\n".join(lines)
+
+
+def render_terminal() -> str:
+    rules = builtin_rules()
+    if not rules:
+        return "no rules registered"
+    width = max(len(name) for name in rules)
+    lines = []
+    for name, rule in rules.items():
+        lines.append(f"{name:<{width}}  {rule.description}")
+        for key, kind, default, _ in options_rows(rule.Options):
+            lines.append(f"{'':<{width}}    {key}: {kind} = {default}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"rewrite {DOC}")
+    args = parser.parse_args(argv)
+    text = render_markdown()
+    if args.write:
+        DOC.write_text(text, encoding="utf-8")
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
