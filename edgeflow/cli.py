@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("recipes", nargs="+", metavar="RECIPE", help="recipe name or path")
     sub.add_parser("list", help="list the recipes, targets and pipelines edgeflow can see")
     sub.add_parser("rules", help="list the rewrite rules with their options")
+    explain = sub.add_parser(
+        "explain", help="why a recipe's model does not trace or export, and which rules help"
+    )
+    explain.add_argument("recipe", metavar="RECIPE", help="recipe name or path")
+    explain.add_argument("--json", action="store_true", help="print a machine-readable list")
     if argv[:1] == ["run"] and any(a in ("-h", "--help") for a in argv[1:]):
         print(RUN_HELP)
         return 0
@@ -53,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             return _validate(args.recipes)
         if args.command == "list":
             return _list()
+        if args.command == "explain":
+            return _explain(args.recipe, args.json)
         if args.command == "rules":
             from edgeflow.rules.catalogue import render_terminal
 
@@ -78,6 +85,20 @@ def _validate(names: list[str]) -> int:
             continue
         print(f"{_shown(loaded.path)}: ok ({loaded.stem} -> {loaded.build_name})")
     return status
+
+
+def _explain(name: str, as_json: bool) -> int:
+    import json
+
+    from edgeflow.explain import explain, render_table, to_json
+    from edgeflow.recipe import find_recipe, load_recipe
+
+    loaded = load_recipe(find_recipe(name))
+    if loaded.recipe.source.kind != "pytorch":
+        raise EdgeflowError("explain works on PyTorch sources", "source.kind must be pytorch")
+    attempts = explain(loaded.recipe)
+    print(json.dumps(to_json(attempts), indent=2) if as_json else render_table(attempts))
+    return 0 if all(a.ok for a in attempts) else 1
 
 
 def _list() -> int:

@@ -1,0 +1,271 @@
+"""`edgeflow explain RECIPE`: why the recipe's model does not trace or export, and which rules help.
+
+Each capture path a converter depends on is tried on the recipe's model with its declared input
+shapes: torch.fx.symbolic_trace, torch.export (strict and non-strict), and torch.onnx.export
+(dynamo and TorchScript). Every failure is traced back to the line of the user's code that
+caused it, classified in plain words, and mapped to the rules that address it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import re
+import tempfile
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# (cause, rules) by what the failing line or the error says; first match wins.
+CAUSES: list[tuple[str, str, list[str]]] = [
+    (
+        r"nonzero|torch\.where\(|masked_select|\[.*(>|<|==|!=|mask).*\]",
+        "nonzero / boolean-mask indexing gives a data-dependent size",
+        ["ast.nonzero_to_mask", "ast.replace_call"],
+    ),
+    (
+        r"\.item\(\)|int\(|float\(",
+        "a tensor value is turned into a Python number (.item(), int(), float())",
+        ["ast.static_item"],
+    ),
+    (
+        r"float64|\.double\(\)|torch\.double|Double",
+        "float64 values",
+        ["ast.float64_to_float32", "onnx.cast_float64_to_float32"],
+    ),
+    (
+        r"\.shape|\.size\(|len\(|\.dim\(\)|\.numel\(\)",
+        "a branch or size decided by a tensor's shape",
+        ["ast.specialize_shapes"],
+    ),
+    (r"^\s*for .* in |iterat", "a loop over a traced value or a module list", ["ast.unroll_loops"]),
+    (
+        r"^\s*(el)?if |^\s*while |control flow|branching|guard on data-dependent|Could not guard",
+        "data-dependent control flow (a Python if/while on tensor values)",
+        ["ast.tensor_if_to_where", "ast.specialize_shapes"],
+    ),
+    (
+        r"not supported|Unsupported|no symbolic|could not find an implementation",
+        "an operator the exporter does not support",
+        ["ast.replace_call", "fx.replace_pattern", "fx.wrap_leaf"],
+    ),
+]
+
+
+# ONNX ops that export fine but that no edge target runs as a static graph.
+HAZARDS: dict[str, tuple[str, list[str]]] = {
+    "NonZero": (
+        "nonzero / boolean-mask indexing gives a data-dependent size",
+        ["ast.nonzero_to_mask"],
+    ),
+    "If": (
+        "data-dependent control flow exported as If",
+        ["ast.tensor_if_to_where", "onnx.fold_if"],
+    ),
+    "Loop": ("a loop exported as Loop", ["ast.unroll_loops"]),
+    "Scan": ("a loop exported as Scan", ["ast.unroll_loops"]),
+    "NonMaxSuppression": ("NMS with a data-dependent number of boxes", ["ast.replace_call"]),
+}
+
+
+@dataclass
+class Attempt:
+    method: str
+    ok: bool
+    cause: str = ""
+    location: str = ""
+    code: str = ""
+    error: str = ""
+    rules: list[str] = field(default_factory=list)
+
+
+def explain(recipe: Any) -> list[Attempt]:
+    """Try every capture path on the recipe's model (with its rewrites applied)."""
+    import torch
+
+    from edgeflow.rules.apply import rewritten_module
+    from edgeflow.source import example_inputs
+
+    module, _, _ = rewritten_module(recipe)
+    args = example_inputs(recipe.source.inputs)
+    user_files = _user_files(module)
+    onnx_path = Path(tempfile.mkdtemp()) / "probe.onnx"
+    methods: list[tuple[str, Callable[[], object]]] = [
+        ("torch.fx.symbolic_trace", lambda: torch.fx.symbolic_trace(module)),
+        ("torch.export (strict)", lambda: torch.export.export(module, args, strict=True)),
+        ("torch.export (non-strict)", lambda: torch.export.export(module, args, strict=False)),
+        (
+            "torch.onnx.export (dynamo)",
+            lambda: torch.onnx.export(
+                module, args, str(onnx_path), dynamo=True, external_data=False, verbose=False
+            ),
+        ),
+        (
+            "torch.onnx.export (torchscript)",
+            lambda: torch.onnx.export(module, args, str(onnx_path), dynamo=False),
+        ),
+    ]
+    attempts = []
+    for name, run in methods:
+        with _quiet(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                run()
+            except Exception as exc:
+                attempts.append(_diagnose(name, exc, user_files))
+                continue
+        baked = [w for w in caught if type(w.message).__name__ == "TracerWarning"]
+        if baked:
+            w = baked[0]
+            attempts.append(
+                Attempt(
+                    name,
+                    False,
+                    "traced, but a Python branch on a tensor value was baked in as a constant",
+                    f"{w.filename}:{w.lineno}",
+                    _source_line(w.filename, w.lineno),
+                    f"TracerWarning: {str(w.message).splitlines()[0]}"[:300],
+                    ["ast.tensor_if_to_where", "ast.static_item"],
+                )
+            )
+        elif name.endswith("(dynamo)"):
+            hazards = _graph_hazards(onnx_path, name)
+            attempts.extend(hazards or [Attempt(name, ok=True)])
+        else:
+            attempts.append(Attempt(name, ok=True))
+    return attempts
+
+
+def _graph_hazards(path: Path, method: str) -> list[Attempt]:
+    """Exported, but with ops an edge runtime cannot run statically: one row per op type."""
+    import onnx
+
+    model = onnx.load(str(path))
+    found: dict[str, Attempt] = {}
+    for node in model.graph.node:
+        if node.op_type not in HAZARDS or node.op_type in found:
+            continue
+        cause, rules = HAZARDS[node.op_type]
+        meta = {p.key: p.value for p in node.metadata_props}
+        trace = meta.get("pkg.torch.onnx.stack_trace", "")
+        where = re.findall(r'File "([^"]+)", line (\d+)', trace)
+        location = f"{where[-1][0]}:{where[-1][1]}" if where else ""
+        code = trace.strip().splitlines()[-1].strip() if where else ""
+        error = f"the exported graph contains {node.op_type}"
+        found[node.op_type] = Attempt(
+            f"{method}: graph", False, cause, location, code, error, rules
+        )
+    return list(found.values())
+
+
+def _user_files(module: Any) -> set[str]:
+    files = set()
+    for sub in module.modules():
+        with contextlib.suppress(TypeError, OSError):
+            path = inspect.getsourcefile(type(sub)) or ""
+            if "site-packages" not in path and "/torch/" not in path:
+                files.add(os.path.realpath(path))
+    return files
+
+
+def _diagnose(method: str, exc: BaseException, user_files: set[str]) -> Attempt:
+    text = f"{type(exc).__name__}: {exc}"
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+    location, code = _user_location(exc, user_files)
+    cause, rules = "unclassified failure", []
+    for pattern, what, suggested in CAUSES:
+        if re.search(pattern, code) or re.search(pattern, text, re.IGNORECASE | re.MULTILINE):
+            cause, rules = what, suggested
+            break
+    return Attempt(
+        method, False, cause, location, code, f"{type(exc).__name__}: {first}"[:300], rules
+    )
+
+
+def _user_location(exc: BaseException, user_files: set[str]) -> tuple[str, str]:
+    """The last frame of the user's code in the traceback, or one named in the message."""
+    frames = list(_frames(exc))
+    for frame in reversed(frames):
+        if os.path.realpath(frame.filename) in user_files:
+            return f"{frame.filename}:{frame.lineno}", (frame.line or "").strip()
+    for path, line in reversed(re.findall(r'File "([^"]+)", line (\d+)', str(exc))):
+        if os.path.realpath(path) in user_files:
+            return f"{path}:{line}", _source_line(path, int(line))
+    return "", ""
+
+
+def _frames(exc: BaseException) -> Iterator[traceback.FrameSummary]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield from traceback.extract_tb(current.__traceback__)
+        current = current.__cause__ or current.__context__
+
+
+def _source_line(path: str, line: int) -> str:
+    with contextlib.suppress(OSError, IndexError):
+        return Path(path).read_text(encoding="utf-8").splitlines()[line - 1].strip()
+    return ""
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence the exporters' own C-level and Python output while a probe runs."""
+    import logging
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    level = logging.root.manager.disable
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        logging.disable(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            logging.disable(level)
+
+
+def render_table(attempts: list[Attempt]) -> str:
+    rows = [("method", "result", "cause", "where", "rules")]
+    for a in attempts:
+        if a.ok:
+            rows.append((a.method, "ok", "", "", ""))
+        else:
+            rows.append(
+                (
+                    a.method,
+                    "FAILED",
+                    a.cause,
+                    a.location or "(not in your code)",
+                    ", ".join(a.rules),
+                )
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for a in attempts:
+        if not a.ok:
+            lines.append(f"\n{a.method}: {a.error}")
+            if a.code:
+                lines.append(f"  {a.location}: {a.code}")
+    return "\n".join(lines)
+
+
+def to_json(attempts: list[Attempt]) -> list[dict[str, Any]]:
+    return [asdict(a) for a in attempts]

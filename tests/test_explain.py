@@ -1,0 +1,76 @@
+"""`edgeflow explain` names the user's line, the cause in plain words and the rules that help."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeflow.cli import main
+
+MODEL = """
+import torch
+
+
+class Gate(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+class Count(torch.nn.Module):
+    def forward(self, x):
+        n = torch.nonzero(x > 0).shape[0]
+        return x * n
+"""
+
+
+@pytest.fixture
+def recipe_for(tmp_path: Path, write_recipe):
+    (tmp_path / "model.py").write_text(MODEL)
+    np.savez(tmp_path / "eval.npz", x=np.ones((4, 1, 4), np.float32), label=np.zeros(4))
+
+    def make(cls: str) -> Path:
+        return write_recipe(
+            f"""
+            source:
+              kind: pytorch
+              model: model.py:{cls}
+              inputs: [{{name: x, shape: [1, 4]}}]
+            evaluation: {{dataset: eval.npz}}
+            target: onnxruntime_micro
+            """,
+            f"{cls.lower()}.yaml",
+        )
+
+    return make
+
+
+def test_data_dependent_branch_is_located_and_explained(recipe_for, tmp_path, capsys) -> None:
+    assert main(["explain", str(recipe_for("Gate")), "--json"]) == 1
+    attempts = {a["method"]: a for a in json.loads(capsys.readouterr().out)}
+    fx = attempts["torch.fx.symbolic_trace"]
+    assert fx["ok"] is False
+    assert fx["location"] == f"{tmp_path / 'model.py'}:7"
+    assert fx["code"] == "if x.sum() > 0:"
+    assert fx["cause"].startswith("data-dependent control flow")
+    assert "ast.tensor_if_to_where" in fx["rules"]
+    strict = attempts["torch.export (strict)"]
+    assert strict["ok"] is False and "ast.tensor_if_to_where" in strict["rules"]
+
+
+def test_nonzero_size_is_explained(recipe_for, tmp_path, capsys) -> None:
+    assert main(["explain", str(recipe_for("Count"))]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out
+    assert "nonzero / boolean-mask indexing" in out
+    assert f"{tmp_path / 'model.py'}:14: n = torch.nonzero(x > 0).shape[0]" in out
+    assert "ast.nonzero_to_mask" in out
+
+
+def test_clean_model_explains_nothing(capsys) -> None:
+    assert main(["explain", "digits_cnn"]) == 0
+    assert "FAILED" not in capsys.readouterr().out
