@@ -57,9 +57,9 @@ def resolve_rewrites(
         node = tree["rewrites"][i]
         line, col = tree["rewrites"].lc.item(i)
         where = (display_path(path), line + 1, col + 1, f"rewrites[{i}]")
-        rule = known.get(name)
+        rule, source = known.get(name), name
         if rule is None and ":" in name:
-            rule, message = _user_rule(name, base_dir, Rule)
+            rule, message, source = _user_rule(name, base_dir, Rule)
             if message:
                 problems.append(
                     Problem(*where, message, "a user rule subclasses AstRule, FxRule or OnnxRule")
@@ -80,18 +80,19 @@ def resolve_rewrites(
             problems.append(
                 Problem(
                     *where,
-                    f"{rule.level} rule '{name}' after {specs[-1].rule.level} rule "
+                    f"{rule.level} rule '{rule.name}' after {specs[-1].rule.level} rule "
                     f"'{specs[-1].name}': rules run in level order ast, fx, onnx",
                     "move it above the other level's rules",
                 )
             )
-        specs.append(RuleSpec(rule, opts))
+        specs.append(RuleSpec(rule, opts, source))
     if problems:
         raise RecipeError(problems)
     return specs
 
 
-def _user_rule(ref_text: str, base_dir: Path, base: type) -> tuple[Any, str]:
+def _user_rule(ref_text: str, base_dir: Path, base: type) -> tuple[Any, str, str]:
+    """(rule class, error message, absolute reference a worker process can import again)."""
     from edgeflow.errors import EdgeflowError
     from edgeflow.recipe.refs import ImportRef
 
@@ -100,7 +101,7 @@ def _user_rule(ref_text: str, base_dir: Path, base: type) -> tuple[Any, str]:
         ref.check()
         rule = ref.load()
     except (ValueError, EdgeflowError) as exc:
-        return None, f"cannot load rule '{ref_text}': {exc}"
+        return None, f"cannot load rule '{ref_text}': {exc}", ref_text
     if not (isinstance(rule, type) and issubclass(rule, base) and hasattr(rule, "level")):
-        return None, f"'{ref_text}' is not a Rule subclass"
-    return rule, ""
+        return None, f"'{ref_text}' is not a Rule subclass", ref_text
+    return rule, "", str(ref)

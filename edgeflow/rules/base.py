@@ -100,13 +100,28 @@ class RuleSpec:
 
     rule: type[Rule[Any]]
     options: RuleOptions
+    source: str  # the built-in name, or the user rule's import reference ("/abs/rules.py:Cls")
 
     @property
     def name(self) -> str:
         return self.rule.name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Worker processes re-import the rule: a user rule's module may be a file that only
+        # this process loaded.
+        return _restore_spec, (self.source, self.options.model_dump(by_alias=True))
 
     def fingerprint(self) -> dict[str, Any]:
         """What enters a stage's cache key: the rule, its options and its module's source."""
         source = inspect.getsourcefile(self.rule)
         digest = file_sha256(Path(source)) if source else "unknown"
         return {"rule": self.name, "options": self.options.model_dump(mode="json"), "code": digest}
+
+
+def _restore_spec(source: str, options: dict[str, Any]) -> RuleSpec:
+    from edgeflow.recipe.refs import ImportRef
+    from edgeflow.rules import builtin_rules
+
+    user = ":" in source
+    rule = ImportRef.parse(source, Path("/")).load() if user else builtin_rules()[source]
+    return RuleSpec(rule, rule.Options.model_validate(options), source)
