@@ -8,11 +8,26 @@ from edgeflow.engine.stage import Stage, StageContext
 
 
 def run(ctx: StageContext) -> None:
+    from edgeflow.data import load_samples
     from edgeflow.targets import backend
+    from edgeflow.targets.base import ConvertJob
 
+    module = backend(ctx.profile)
+    recipe = ctx.recipe
     artifact_dir = ctx.output("artifact")
     artifact_dir.mkdir()
-    info = backend(ctx.profile).convert(ctx.inputs["onnx"], artifact_dir)
+    calibration = None
+    if module.QUANTIZES_ITSELF and recipe.quantization.mode == "int8":
+        calibration = load_samples(recipe.calibration, recipe.source.inputs, "calibration")
+    job = ConvertJob(
+        onnx=ctx.inputs["onnx"],
+        out_dir=artifact_dir,
+        profile=ctx.profile,
+        quantization=recipe.quantization,
+        inputs=list(recipe.source.inputs),
+        calibration=calibration,
+    )
+    info = module.convert(job)
     info["target"] = ctx.profile.name
     info["size_bytes"] = (artifact_dir / info["artifact"]).stat().st_size
     ctx.output("convert").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
@@ -24,8 +39,8 @@ STAGE = Stage(
     run=run,
     consumes=("onnx",),
     produces={"artifact": "artifact", "convert": "convert.json"},
-    reads=("target",),
-    tools=("onnx", "onnxruntime"),
-    code=("edgeflow.targets", "edgeflow.targets.onnxruntime_micro"),
+    reads=("target", "quantization", "calibration", "source.inputs"),
+    tools=("onnx", "onnxruntime", "onnx2tf", "tensorflow", "ai-edge-litert", "tflite-micro"),
+    code=("edgeflow.targets", "edgeflow.targets.base", "edgeflow.targets.onnxruntime_micro"),
     isolated=True,
 )

@@ -18,8 +18,11 @@ def run(ctx: StageContext) -> None:
     q = ctx.recipe.quantization
     src, dst = ctx.inputs["onnx"], ctx.output("onnx")
     info: dict[str, Any] = {"mode": q.mode}
-    if q.mode == "none":
-        shutil.copyfile(src, dst)
+    from edgeflow.targets import backend
+
+    if q.mode == "none" or (q.mode == "int8" and backend(ctx.profile).QUANTIZES_ITSELF):
+        shutil.copyfile(src, dst)  # float model; an int8 backend quantizes it while converting
+        info["delegated_to_converter"] = q.mode == "int8"
     elif q.mode == "fp16":
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
@@ -85,7 +88,7 @@ STAGE = Stage(
     run=run,
     consumes=("onnx",),
     produces={"onnx": "model.onnx", "quantize": "quantize.json"},
-    reads=("quantization", "calibration", "source.inputs", "source.dynamic_batch"),
+    reads=("quantization", "calibration", "source.inputs", "source.dynamic_batch", "target"),
     tools=("onnx", "onnxruntime", "numpy"),
     code=("edgeflow.data", "edgeflow.recipe.refs", "edgeflow.verify.runners"),
 )

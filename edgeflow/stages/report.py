@@ -28,6 +28,7 @@ def run(ctx: StageContext) -> None:
         "latency_ms": {k: float(v["latency_ms"][k]) for k in ("p50", "p90")},
         "size_bytes": int(v["size_bytes"]),
     }
+    metrics.update(v.get("extra", {}))  # target-specific figures, e.g. arena_bytes
     checks = check_thresholds(ctx.recipe.verify, metrics)
     metrics["verified"] = all(c["passed"] for c in checks)
     ctx.write_json("metrics", metrics)

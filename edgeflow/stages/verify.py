@@ -25,7 +25,8 @@ def run(ctx: StageContext) -> None:
         )
     with np.load(ctx.inputs["reference"]) as ref:
         reference = [ref[f"arr_{i}"] for i in range(len(ref.files))]
-    runner = backend(profile).open_runner(ctx.inputs["artifact"])
+    convert_info = json.loads(ctx.inputs["convert"].read_text())
+    runner = backend(profile).open_runner(ctx.inputs["artifact"], convert_info)
     outputs = run_all(runner, samples, *batching(recipe.source))
     try:
         agreement = compare_outputs(reference, outputs)
@@ -34,7 +35,7 @@ def run(ctx: StageContext) -> None:
     feeds, _ = next(samples.batches(deployment_batch(recipe.source), fixed=True))
     runs = recipe.verify.latency_runs
     times = latency_ms(runner, feeds, recipe.verify.warmup_runs, runs)
-    convert_info = json.loads(ctx.inputs["convert"].read_text())
+    extra = runner.extra_metrics() if hasattr(runner, "extra_metrics") else {}
     source_acc = top1_accuracy(reference[0], samples.labels)
     artifact_acc = top1_accuracy(outputs[0], samples.labels)
     ctx.write_json(
@@ -55,6 +56,7 @@ def run(ctx: StageContext) -> None:
                 "warmup": recipe.verify.warmup_runs,
             },
             "size_bytes": convert_info["size_bytes"],
+            "extra": extra,
         },
     )
 

@@ -14,14 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.errors import EdgeflowError
+from edgeflow.targets.base import ConvertJob
 from edgeflow.verify.runners import OnnxRunner
 
 ARTIFACT = "model.ort"
 OPS_CONFIG = "required_operators_and_types.config"
+QUANTIZES_ITSELF = False  # int8 arrives as onnxruntime QDQ from the quantize stage
 
 
-def convert(onnx_path: Path, out_dir: Path) -> dict[str, Any]:
-    """Write model.ort and required_operators_and_types.config into out_dir."""
+def convert(job: ConvertJob) -> dict[str, Any]:
+    """Write model.ort and required_operators_and_types.config into the job's folder."""
+    onnx_path, out_dir = job.onnx, job.out_dir
     from onnxruntime.tools.convert_onnx_models_to_ort import (
         OptimizationStyle,
         convert_onnx_models_to_ort,
@@ -51,5 +54,5 @@ def convert(onnx_path: Path, out_dir: Path) -> dict[str, Any]:
     return {"artifact": ARTIFACT, "files": [ARTIFACT, OPS_CONFIG], "operators": operators}
 
 
-def open_runner(artifact_dir: Path) -> OnnxRunner:
+def open_runner(artifact_dir: Path, info: dict[str, Any]) -> OnnxRunner:
     return OnnxRunner.from_file(str(artifact_dir / ARTIFACT))

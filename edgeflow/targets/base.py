@@ -1,0 +1,31 @@
+"""What a target backend module provides; one module per backend in edgeflow/targets/.
+
+A backend module defines:
+- `QUANTIZES_ITSELF: bool`: True when its converter quantizes (e.g. onnx2tf with calibration
+  data); the quantize stage then hands it the float model and the convert stage the samples.
+- `convert(job: ConvertJob) -> dict`: write the artifact into `job.out_dir`; return at least
+  {"artifact": main file name, "files": [every file written]}.
+- `open_runner(artifact_dir: Path, info: dict) -> Runner`: the artifact in its real runtime
+  (`run(feeds) -> outputs`; optionally `extra_metrics() -> dict`, e.g. {"arena_bytes": n}).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgeflow.data import Samples
+    from edgeflow.recipe.schema import Quantization, TensorSpec
+    from edgeflow.targets.profile import TargetProfile
+
+
+@dataclass(frozen=True)
+class ConvertJob:
+    onnx: Path  # the optimized (and, unless the backend quantizes itself, quantized) model
+    out_dir: Path  # where the artifact files go
+    profile: TargetProfile
+    quantization: Quantization
+    inputs: list[TensorSpec]
+    calibration: Samples | None  # only for backends that quantize themselves
