@@ -96,7 +96,7 @@ def _explain(name: str, as_json: bool) -> int:
     loaded = load_recipe(find_recipe(name))
     if loaded.recipe.source.kind != "pytorch":
         raise EdgeflowError("explain works on PyTorch sources", "source.kind must be pytorch")
-    attempts = explain(loaded.recipe)
+    attempts = explain(loaded.recipe, loaded.path.parent)
     print(json.dumps(to_json(attempts), indent=2) if as_json else render_table(attempts))
     return 0 if all(a.ok for a in attempts) else 1
 

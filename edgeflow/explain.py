@@ -83,14 +83,14 @@ class Attempt:
     rules: list[str] = field(default_factory=list)
 
 
-def explain(recipe: Any) -> list[Attempt]:
+def explain(recipe: Any, base_dir: Path) -> list[Attempt]:
     """Try every capture path on the recipe's model (with its rewrites applied)."""
     import torch
 
     from edgeflow.rules.apply import rewritten_module
     from edgeflow.source import example_inputs
 
-    module, _, _ = rewritten_module(recipe)
+    module, _, _ = rewritten_module(recipe, base_dir)
     args = example_inputs(recipe.source.inputs)
     user_files = _user_files(module)
     onnx_path = Path(tempfile.mkdtemp()) / "probe.onnx"

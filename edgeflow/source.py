@@ -24,7 +24,10 @@ def build_module(source: PyTorchSource) -> torch.nn.Module:
     assert isinstance(ref, ImportRef)
     cls = ref.load()
     try:
-        module = cls(**source.init)
+        # Fixed seed: a recipe without weights builds the same module in every stage.
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            module = cls(**source.init)
     except TypeError as exc:
         raise EdgeflowError(
             f"cannot build {ref}({', '.join(source.init)}): {exc}", "fix source.init"

@@ -247,7 +247,7 @@ def allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
             continue
         tagged = [m for m in candidates if part in _kind_literal(m)]
         candidates = tagged or candidates
-    return sorted({name for m in candidates for name in m.model_fields})
+    return sorted({f.alias or name for m in candidates for name, f in m.model_fields.items()})
 
 
 def _kind_literal(model: type[BaseModel]) -> tuple[Any, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from edgeflow.errors import EdgeflowError
@@ -34,7 +35,7 @@ def apply_rules(
             {
                 "rule": spec.name,
                 "level": spec.rule.level,
-                "options": spec.options.model_dump(mode="json"),
+                "options": spec.options.model_dump(mode="json", by_alias=True),
                 "seconds": round(time.perf_counter() - start, 4),
                 **result.summary(),
             }
@@ -43,10 +44,12 @@ def apply_rules(
     return model, records, sources
 
 
-def rewritten_module(recipe: Any) -> tuple[Any, list[dict[str, Any]], dict[str, str]]:
+def rewritten_module(
+    recipe: Any, base_dir: Path
+) -> tuple[Any, list[dict[str, Any]], dict[str, str]]:
     """The recipe's PyTorch module with its ast.* and fx.* rules applied."""
     from edgeflow.source import build_module
 
     module = build_module(recipe.source)
-    ctx = RewriteContext(list(recipe.source.inputs))
+    ctx = RewriteContext(list(recipe.source.inputs), base_dir)
     return apply_rules(module, list(recipe.rewrites), ("ast", "fx"), ctx)

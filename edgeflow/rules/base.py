@@ -31,9 +31,10 @@ class RuleOptions(BaseModel):
 
 @dataclass
 class RewriteContext:
-    """What a rule may know besides the model: the recipe's declared inputs."""
+    """What a rule may know besides the model: the declared inputs and the recipe's folder."""
 
     inputs: list[TensorSpec]
+    base_dir: Path = Path(".")  # relative paths in rule options ("patterns.py:fn") start here
 
     def example_inputs(self) -> tuple[Any, ...]:
         from edgeflow.source import example_inputs
@@ -115,7 +116,8 @@ class RuleSpec:
         """What enters a stage's cache key: the rule, its options and its module's source."""
         source = inspect.getsourcefile(self.rule)
         digest = file_sha256(Path(source)) if source else "unknown"
-        return {"rule": self.name, "options": self.options.model_dump(mode="json"), "code": digest}
+        options = self.options.model_dump(mode="json", by_alias=True)
+        return {"rule": self.name, "options": options, "code": digest}
 
 
 def _restore_spec(source: str, options: dict[str, Any]) -> RuleSpec:

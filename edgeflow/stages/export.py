@@ -16,7 +16,7 @@ def run(ctx: StageContext) -> None:
     from edgeflow.source import example_inputs
 
     source, options = ctx.recipe.source, ctx.recipe.export
-    module, _, _ = rewritten_module(ctx.recipe)  # the same rules the rewrite stage checked
+    module, _, _ = rewritten_module(ctx.recipe, ctx.loaded.path.parent)  # as rewrite checked
     dynamic = source.dynamic_batch
     # torch.export specialises dimensions of size 1, so a dynamic batch is traced at size >= 2.
     args = example_inputs(source.inputs, max(2, dynamic.min) if dynamic else None)

@@ -23,7 +23,7 @@ def run(ctx: StageContext) -> None:
     from edgeflow.source import build_module, example_inputs
 
     recipe = ctx.recipe
-    module, records, sources = rewritten_module(recipe)
+    module, records, sources = rewritten_module(recipe, ctx.loaded.path.parent)
     sources_dir = ctx.output("sources")
     sources_dir.mkdir()
     for name, text in sources.items():

@@ -12,7 +12,7 @@ def run(ctx: StageContext) -> None:
     from edgeflow.rules.base import RewriteContext
 
     model = onnx.load(str(ctx.inputs["onnx"]))
-    rewrite_ctx = RewriteContext(list(ctx.recipe.source.inputs))
+    rewrite_ctx = RewriteContext(list(ctx.recipe.source.inputs), ctx.loaded.path.parent)
     model, records, _ = apply_rules(model, list(ctx.recipe.rewrites), ("onnx",), rewrite_ctx)
     onnx.checker.check_model(model)
     onnx.save(model, str(ctx.output("onnx")))
