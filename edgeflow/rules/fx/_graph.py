@@ -48,7 +48,10 @@ def to_graph_module(module: torch.nn.Module, ctx: RewriteContext) -> tuple[Graph
             "add fx.wrap_leaf for helper functions symbolic_trace cannot trace, "
             "or make forward traceable with ast.* rules",
         ) from exc
-    return exported.module(), f"{EXPORT} (symbolic_trace failed: {traced})"
+    gm = exported.module()
+    for sub in gm.modules():  # the graph has the module's semantics; say so to exporters
+        sub.training = module.training
+    return gm, f"{EXPORT} (symbolic_trace failed: {traced})"
 
 
 def first_line(exc: BaseException) -> str:
