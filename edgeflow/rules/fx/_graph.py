@@ -151,6 +151,10 @@ def label(node: Node, module: torch.nn.Module | None = None) -> str:
     name = str(target) if not callable(target) else getattr(target, "__name__", str(target))
     if type(target).__name__ == "OpOverload":
         name = str(target).rsplit(".", 1)[0]
+    stack = node.meta.get("nn_module_stack")  # torch.export: the module the op came from
+    if stack:
+        path = str(list(stack.values())[-1][0])
+        name += f" in {path}" if path else ""
     return f"{node.name} ({name})"
 
 

@@ -115,7 +115,7 @@ def _fold(gm: GraphModule, bn: BatchNorm) -> str:
     elif isinstance(after, str):
         why.append(f"the op after it: {after}")
     detail = "; ".join(why) or "no conv / linear op next to it"
-    return f"kept {bn.label}: cannot fold it ({detail})"
+    return f"kept {bn.label}: cannot fold it: {detail}"
 
 
 def _neighbour(gm: GraphModule, node: Any) -> LinearOp | str | None:
