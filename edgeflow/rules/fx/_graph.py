@@ -167,14 +167,19 @@ def tidy(gm: GraphModule) -> None:
     gm.delete_all_unused_submodules()
     read = {str(n.target) for n in graph.nodes if n.op == "get_attr"}
     called = {str(n.target) for n in graph.nodes if n.op == "call_module"}
-    for path, owner in list(gm.named_modules()):
+    owners: dict[int, torch.nn.Module] = {}
+    used: dict[tuple[int, str], bool] = {}  # (owner, attribute): used under any of its paths
+    for path, owner in gm.named_modules(remove_duplicate=False):
         prefix = f"{path}." if path else ""
-        if path in called or any(path.startswith(c + ".") for c in called):
-            continue
+        inside_called = path in called or any(path.startswith(c + ".") for c in called)
+        owners[id(owner)] = owner
         for attr in [*owner._parameters, *owner._buffers]:
             full = prefix + attr
-            if full not in read and not any(r.startswith(full + ".") for r in read):
-                delattr(owner, attr)
+            hit = inside_called or full in read or any(full.startswith(r + ".") for r in read)
+            used[id(owner), attr] = used.get((id(owner), attr), False) or hit
+    for (key, attr), hit in used.items():
+        if not hit:
+            delattr(owners[key], attr)
     graph.lint()
     gm.recompile()
 

@@ -14,7 +14,7 @@ from edgeflow.errors import EdgeflowError
 from edgeflow.rules import builtin_rules
 from edgeflow.rules.base import FxRule, RuleOptions
 from edgeflow.rules.fx import RULES
-from edgeflow.rules.fx._graph import to_graph_module
+from edgeflow.rules.fx._graph import tidy, to_graph_module
 from tests.rules.fx.helpers import ctx_for, gate, ops
 
 CTX = ctx_for([2, 6])
@@ -85,3 +85,19 @@ def test_catalogue() -> None:
 def test_rule_modules_do_not_import_torch() -> None:
     code = "import sys, edgeflow.rules.fx; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])
+
+
+def test_tidy_drops_only_what_nothing_reads() -> None:
+    """A module reachable under two names keeps the tensors read under either of them."""
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    weight = graph.get_attr("b.weight")
+    graph.get_attr("unused")  # read by nothing
+    graph.output(graph.call_function(torch.nn.functional.linear, (x, weight)))
+    gm = fx.GraphModule({"b.weight": torch.ones(2, 2), "unused": torch.zeros(1)}, graph)
+    shared = nn.Linear(2, 2)
+    gm.a = gm.b = shared  # named_modules() lists it as "a" only
+    tidy(gm)
+    assert [n.target for n in gm.graph.nodes if n.op == "get_attr"] == ["b.weight"]
+    assert not hasattr(gm, "unused") and not hasattr(shared, "bias")
+    assert gm.b.weight is shared.weight
