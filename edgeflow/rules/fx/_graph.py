@@ -51,7 +51,8 @@ def to_graph_module(module: torch.nn.Module, ctx: RewriteContext) -> tuple[Graph
     gm = exported.module()
     for sub in gm.modules():  # the graph has the module's semantics; say so to exporters
         sub.training = module.training
-    return gm, f"{EXPORT} (symbolic_trace failed: {traced})"
+    note = "specialised to the declared input shapes, so no dynamic batch"
+    return gm, f"{EXPORT}, {note} (symbolic_trace failed: {traced})"
 
 
 def first_line(exc: BaseException) -> str:
