@@ -28,8 +28,8 @@ class WrapLeaf(FxRule):
     name = "fx.wrap_leaf"
     description = "Keep helper functions as leaf calls so that symbolic_trace succeeds."
     example = (
-        "def forward(self, x): return pad_to_8(self.conv(x))  # symbolic_trace fails",
-        "conv = self.conv(x); pad_to_8 = model_pad_to_8(conv)  # one leaf call",
+        "return pad_to_even(self.conv(x))  # pad_to_even branches on x.shape: TraceError",
+        "conv = self.conv(x); pad_to_even = helpers_pad_to_even(conv)  # one leaf call",
     )
 
     class Options(RuleOptions):
