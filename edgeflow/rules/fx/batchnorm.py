@@ -1,0 +1,139 @@
+"""fx.remove_batchnorm: remove BatchNorm layers that do nothing, or fold them where exact.
+
+An eval BatchNorm computes x * scale + shift per channel. It is an identity when every
+|scale - 1| and |shift| is at most `atol`; it is then removed. With `fold: true` any other eval
+BatchNorm is folded into the conv / linear op before it (output channels), or else into the
+linear op, or conv without padding and with groups == 1, after it (input channels).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fx._affine import (
+    BatchNorm,
+    LinearOp,
+    batch_norm,
+    channels_match,
+    fold_after,
+    fold_before,
+    linear_op,
+)
+from edgeflow.rules.fx._graph import finish, propagate_shapes, shape, to_graph_module
+
+if TYPE_CHECKING:
+    from torch.fx import GraphModule, Node
+
+
+class RemoveBatchnorm(FxRule):
+    """Identity BatchNorms are removed; with fold, others are folded into a neighbour."""
+
+    name = "fx.remove_batchnorm"
+    description = "Remove identity BatchNorm layers; with fold: true, fold the others."
+    example = (
+        "h = self.bn(self.fc(x))  # bn: mean 0, var 1, weight 1, bias 0",
+        "h = self.fc(x)",
+    )
+
+    class Options(RuleOptions):
+        fold: bool = False
+        # Largest |scale - 1| and |shift| of a BatchNorm removed as an identity.
+        atol: float = Field(1e-5, ge=0)
+
+    def tolerance(self, opts: Any) -> float | None:
+        # An identity within atol changes an activation of magnitude m by about atol * (m + 1):
+        # this assumes activations below ~10 where a BatchNorm is removed.
+        return max(1e-5, 10 * float(opts.atol))
+
+    def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
+        gm, how = to_graph_module(model, ctx)
+        shapes_known = False
+        matches, reasons = 0, []
+        for node in list(gm.graph.nodes):
+            bn = batch_norm(gm, node)
+            if bn is None:
+                continue
+            if isinstance(bn, str):
+                reasons.append(f"kept {node.name}: {bn}")
+                continue
+            scale_err = float((bn.scale - 1).abs().max())
+            shift_err = float(bn.shift.abs().max())
+            if scale_err <= opts.atol and shift_err <= opts.atol:
+                bn.bypass(gm, bn.input)
+                matches += 1
+                reasons.append(
+                    f"removed {bn.label}: an identity (max |scale - 1| {scale_err:.2g}, "
+                    f"max |shift| {shift_err:.2g})"
+                )
+                continue
+            if not opts.fold:
+                reasons.append(
+                    f"kept {bn.label}: not an identity (max |scale - 1| {scale_err:.2g}, "
+                    f"max |shift| {shift_err:.2g}); fold: true folds it into a conv / linear op"
+                )
+                continue
+            if not shapes_known and not _has_shapes(gm):
+                propagate_shapes(gm, ctx)
+            shapes_known = True
+            done = _fold(gm, bn)
+            matches += done.startswith("folded")
+            reasons.append(done)
+        if not reasons:
+            reasons.append("no BatchNorm in the graph")
+        return finish(model, gm, how, matches, reasons)
+
+
+def _has_shapes(gm: GraphModule) -> bool:
+    return all(shape(n) is not None for n in gm.graph.nodes if n.op.startswith("call"))
+
+
+def _fold(gm: GraphModule, bn: BatchNorm) -> str:
+    """Fold bn into the op before it, else the op after it; say what was done or why not."""
+    why: list[str] = []
+    before = _neighbour(gm, bn.input)
+    if isinstance(before, LinearOp):
+        problem = _fold_problem(before, bn, after=True)
+        if not problem:
+            fold_after(before, bn)
+            bn.bypass(gm, before.node)
+            return f"folded {bn.label} into the preceding {before.label} (output channels)"
+        why.append(problem)
+    elif isinstance(before, str):
+        why.append(f"the op before it: {before}")
+    users = list(bn.out.users)
+    after = _neighbour(gm, users[0]) if len(users) == 1 else None
+    if isinstance(after, LinearOp) and after.node.args[0] is bn.out:
+        problem = _fold_problem(after, bn, after=False)
+        if not problem:
+            fold_before(after, bn)
+            bn.bypass(gm, bn.input)
+            return f"folded {bn.label} into the following {after.label} (input channels)"
+        why.append(problem)
+    elif isinstance(after, str):
+        why.append(f"the op after it: {after}")
+    detail = "; ".join(why) or "no conv / linear op next to it"
+    return f"kept {bn.label}: cannot fold it: {detail}"
+
+
+def _neighbour(gm: GraphModule, node: Any) -> LinearOp | str | None:
+    return linear_op(gm, node) if hasattr(node, "op") else None
+
+
+def _fold_problem(op: LinearOp, bn: BatchNorm, after: bool) -> str:
+    """Why bn cannot be folded into op (after: op feeds bn), or "" when it can."""
+    if after and len(op.node.users) != 1:
+        return f"{op.label}'s output has other users"
+    if not channels_match(op, bn, after):
+        return f"{op.label} has other channel counts or groups"
+    if not after and op.kind == "conv" and not op.zero_padding:
+        return f"{op.label} pads its input (the padding would not be normalised)"
+    if op.kind == "linear":
+        node: Node = op.node if after else bn.out
+        dims = shape(node)
+        if dims is None or len(dims) != 2:
+            rank = len(dims) if dims else None
+            return f"{op.label}'s features are not BatchNorm's channel dim (rank {rank})"
+    return ""

@@ -1,0 +1,53 @@
+"""fx.fuse_conv_bn: fold eval-mode BatchNorm into the convolution that feeds it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fx._affine import batch_norm, channels_match, fold_after, linear_op
+from edgeflow.rules.fx._graph import finish, to_graph_module
+
+
+class FuseConvBn(FxRule):
+    """conv -> BatchNorm becomes one conv with scaled weights and a shifted bias."""
+
+    name = "fx.fuse_conv_bn"
+    description = "Fold eval-mode BatchNorm into the preceding Conv1d/2d/3d."
+    example = (
+        "conv = self.conv(x); bn = self.bn(conv)",
+        "conv = self.conv(x)  # conv.weight *= gamma/sqrt(var+eps); bias shifted",
+    )
+
+    class Options(RuleOptions):
+        pass
+
+    def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
+        from torch.fx import Node
+
+        gm, how = to_graph_module(model, ctx)
+        matches, reasons = 0, []
+        for node in list(gm.graph.nodes):
+            bn = batch_norm(gm, node)
+            if bn is None:
+                continue
+            if isinstance(bn, str):
+                reasons.append(f"kept {node.name}: {bn}")
+                continue
+            producer = bn.input
+            conv = linear_op(gm, producer) if isinstance(producer, Node) else None
+            if conv is None or isinstance(conv, str) or conv.kind != "conv":
+                why = conv if isinstance(conv, str) else "its input is not a convolution"
+                reasons.append(f"kept {bn.label}: {why}")
+            elif len(producer.users) != 1:
+                reasons.append(f"kept {bn.label}: {conv.label}'s output has other users")
+            elif not channels_match(conv, bn, after=True):
+                reasons.append(f"kept {bn.label}: channel counts differ from {conv.label}")
+            else:
+                fold_after(conv, bn)
+                bn.bypass(gm, producer)
+                matches += 1
+                reasons.append(f"folded {bn.label} into {conv.label}")
+        if not reasons:
+            reasons.append("no BatchNorm in the graph")
+        return finish(model, gm, how, matches, reasons)

@@ -1,0 +1,83 @@
+"""fx.replace_pattern: replace every match of a user's pattern function by a replacement.
+
+Both functions are traced with symbolic_trace and matched literally
+(torch.fx.subgraph_rewriter.replace_pattern): `torch.relu` matches torch.relu calls only, not
+F.relu or nn.ReLU. To match a graph that came from torch.export, write the functions with the
+aten ops that graph holds, e.g. `torch.ops.aten.relu.default(x)`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from edgeflow.errors import EdgeflowError
+from edgeflow.recipe.schema import user_error
+from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fx._graph import EXPORT, finish, to_graph_module
+
+
+def _import_path(text: str) -> str:
+    module, sep, attr = text.rpartition(":")
+    if not sep or not module or not attr.isidentifier():
+        raise user_error(
+            f"expected 'package.module:function' or 'file.py:function' (got {text})",
+            "write e.g. 'patterns.py:relu_pattern'",
+        )
+    return text
+
+
+class ReplacePattern(FxRule):
+    """Each subgraph matching `pattern` is replaced by `replacement`'s graph."""
+
+    name = "fx.replace_pattern"
+    description = "Replace each match of a pattern function by a replacement function."
+    example = (
+        "pattern: def p(x): return torch.relu(x) * 2",
+        "replacement: def r(x): return torch.relu(x) + torch.relu(x)",
+    )
+
+    class Options(RuleOptions):
+        pattern: str
+        replacement: str
+        # The output change the replacement may cause; null when it changes numerics on purpose.
+        tolerance: float | None = Field(1e-5, ge=0)
+
+        @field_validator("pattern", "replacement")
+        @classmethod
+        def _is_import_path(cls, value: str) -> str:
+            return _import_path(value)
+
+    def tolerance(self, opts: Any) -> float | None:
+        return opts.tolerance
+
+    def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
+        from torch.fx import subgraph_rewriter
+
+        pattern = _load(opts.pattern)
+        replacement = _load(opts.replacement)
+        gm, how = to_graph_module(model, ctx)
+        found = subgraph_rewriter.replace_pattern(gm, pattern, replacement)
+        if not found:
+            reason = f"no match of {opts.pattern}"
+            if how.startswith(EXPORT):
+                reason += " (the graph holds aten ops: write the pattern with torch.ops.aten.*)"
+            return finish(model, gm, how, 0, [reason])
+        reason = f"replaced {len(found)} match(es) of {opts.pattern} with {opts.replacement}"
+        return finish(model, gm, how, len(found), [reason])
+
+
+def _load(text: str) -> Any:
+    """The function an import path names, resolved against the working directory."""
+    from edgeflow.recipe.refs import ImportRef
+
+    try:
+        ref = ImportRef.parse(text, Path.cwd())
+    except ValueError as exc:
+        raise EdgeflowError(str(exc), "write 'package.module:function'") from None
+    function = ref.load()
+    if not callable(function):
+        raise EdgeflowError(f"{text} is not a function", "point it at a def")
+    return function

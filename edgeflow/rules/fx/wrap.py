@@ -1,0 +1,108 @@
+"""fx.wrap_leaf: trace with symbolic_trace, keeping named helper functions as leaf calls.
+
+A helper symbolic_trace cannot trace through (control flow on a tensor or its shape, len() of a
+tensor, ...) becomes one call_function node that runs the helper as is. Calls are wrapped where
+forward (or a submodule's forward) finds the helper as a global, and as an attribute of the
+helper's own module (`helpers.fn(x)`). torch.fx skips globals whose name starts with "_".
+Put this rule before the other fx.* rules: they then rewrite its graph.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from edgeflow.errors import EdgeflowError
+from edgeflow.recipe.schema import user_error
+from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fx._graph import SYMBOLIC, first_line
+
+
+class WrapLeaf(FxRule):
+    """symbolic_trace with the given functions as leaves (torch.fx autowrap_functions)."""
+
+    name = "fx.wrap_leaf"
+    description = "Keep helper functions as leaf calls so that symbolic_trace succeeds."
+    example = (
+        "return pad_to_even(self.conv(x))  # pad_to_even branches on x.shape: TraceError",
+        "conv = self.conv(x); pad_to_even = helpers_pad_to_even(conv)  # one leaf call",
+    )
+
+    class Options(RuleOptions):
+        functions: list[str] = Field(min_length=1)
+
+        @field_validator("functions")
+        @classmethod
+        def _are_paths(cls, values: list[str]) -> list[str]:
+            for text in values:
+                module, _, attr = text.replace(":", ".").rpartition(".")
+                if not module or not attr.isidentifier():
+                    raise user_error(
+                        f"expected 'package.module:function', 'file.py:function' or "
+                        f"'package.module.function' (got {text})",
+                        "name the function symbolic_trace cannot trace",
+                    )
+            return values
+
+    def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
+        import copy
+
+        from torch import fx
+
+        if isinstance(model, fx.GraphModule):
+            return RuleResult(model, False, 0, ["already a graph: put fx.wrap_leaf first"])
+        functions = [_resolve(text) for text in opts.functions]
+        tracer = fx.Tracer(autowrap_functions=tuple(functions))
+        # Also patch each helper where its own module holds it, for `helpers.fn(x)` calls.
+        search = getattr(tracer, "_autowrap_search", None)
+        if isinstance(search, list):
+            search.extend(
+                m for f in functions if (m := sys.modules.get(f.__module__)) and m not in search
+            )
+        root = copy.deepcopy(model)
+        try:
+            graph = tracer.trace(root)
+        except Exception as exc:  # symbolic_trace raises whatever forward raises on a Proxy
+            raise EdgeflowError(
+                f"symbolic_trace still fails with {', '.join(opts.functions)} wrapped: "
+                f"{first_line(exc)}",
+                "wrap the function the error comes from too, or remove fx.wrap_leaf to let "
+                "the fx rules use torch.export's graph",
+            ) from exc
+        gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
+        wrapped = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in functions]
+        if not wrapped:
+            names = ", ".join(opts.functions)
+            return RuleResult(model, False, 0, [f"forward calls none of {names}"])
+        leaves = ", ".join(sorted({getattr(n.target, "__name__", str(n.target)) for n in wrapped}))
+        reasons = [f"graph from {SYMBOLIC}", f"{len(wrapped)} leaf call(s) of {leaves}"]
+        return RuleResult(gm, True, len(wrapped), reasons, {"graph": gm.code})
+
+
+def _resolve(text: str) -> Any:
+    """The function named by 'pkg.mod:fn', 'file.py:fn' (from the working directory) or
+    'pkg.mod.fn'."""
+    from edgeflow.recipe.refs import ImportRef
+
+    if ":" in text:
+        try:
+            ref = ImportRef.parse(text, Path.cwd())
+        except ValueError as exc:
+            raise EdgeflowError(str(exc), "write 'package.module:function'") from None
+        function = ref.load()
+    else:
+        module_name, _, attr = text.rpartition(".")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise EdgeflowError(f"cannot import '{module_name}': {exc}") from exc
+        function = getattr(module, attr, None)
+        if function is None:
+            raise EdgeflowError(f"'{module_name}' has no attribute '{attr}'")
+    if not callable(function):
+        raise EdgeflowError(f"{text} is not a function", "name a def")
+    return function
