@@ -133,7 +133,7 @@ def test_int8_without_calibration(write_recipe) -> None:
 def test_unknown_rewrite_rule_fails_at_load(write_recipe) -> None:
     path = write_recipe(GOOD + "rewrites:\n  - fx.fuse_conv_bnn\n")
     [problem] = problems(path)
-    assert problem.startswith(f"{path}:13:5: rewrites[0]: unknown rule 'fx.fuse_conv_bnn'")
+    assert problem.startswith(f"{path}:14:5: rewrites[0]: unknown rule 'fx.fuse_conv_bnn'")
 
 
 def test_command_line_override_errors_name_the_override(write_recipe) -> None:

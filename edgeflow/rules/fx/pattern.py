@@ -56,8 +56,8 @@ class ReplacePattern(FxRule):
     def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
         from torch.fx import subgraph_rewriter
 
-        pattern = _load(opts.pattern)
-        replacement = _load(opts.replacement)
+        pattern = _load(opts.pattern, ctx.base_dir)
+        replacement = _load(opts.replacement, ctx.base_dir)
         gm, how = to_graph_module(model, ctx)
         found = subgraph_rewriter.replace_pattern(gm, pattern, replacement)
         if not found:
@@ -69,12 +69,12 @@ class ReplacePattern(FxRule):
         return finish(model, gm, how, len(found), [reason])
 
 
-def _load(text: str) -> Any:
-    """The function an import path names, resolved against the working directory."""
+def _load(text: str, base_dir: Path) -> Any:
+    """The function an import path names; file paths are relative to the recipe's folder."""
     from edgeflow.recipe.refs import ImportRef
 
     try:
-        ref = ImportRef.parse(text, Path.cwd())
+        ref = ImportRef.parse(text, base_dir)
     except ValueError as exc:
         raise EdgeflowError(str(exc), "write 'package.module:function'") from None
     function = ref.load()

@@ -55,7 +55,7 @@ class WrapLeaf(FxRule):
 
         if isinstance(model, fx.GraphModule):
             return RuleResult(model, False, 0, ["already a graph: put fx.wrap_leaf first"])
-        functions = [_resolve(text) for text in opts.functions]
+        functions = [_resolve(text, ctx.base_dir) for text in opts.functions]
         tracer = fx.Tracer(autowrap_functions=tuple(functions))
         # Also patch each helper where its own module holds it, for `helpers.fn(x)` calls.
         search = getattr(tracer, "_autowrap_search", None)
@@ -83,14 +83,14 @@ class WrapLeaf(FxRule):
         return RuleResult(gm, True, len(wrapped), reasons, {"graph": gm.code})
 
 
-def _resolve(text: str) -> Any:
-    """The function named by 'pkg.mod:fn', 'file.py:fn' (from the working directory) or
+def _resolve(text: str, base_dir: Path) -> Any:
+    """The function named by 'pkg.mod:fn', 'file.py:fn' (relative to the recipe's folder) or
     'pkg.mod.fn'."""
     from edgeflow.recipe.refs import ImportRef
 
     if ":" in text:
         try:
-            ref = ImportRef.parse(text, Path.cwd())
+            ref = ImportRef.parse(text, base_dir)
         except ValueError as exc:
             raise EdgeflowError(str(exc), "write 'package.module:function'") from None
         function = ref.load()

@@ -89,7 +89,7 @@ def test_rules_load_and_apply_in_order(recipe_dir: Path) -> None:
         "from_": "silu",
         "to": "x_sigmoid",
     }
-    module, records, sources = rewritten_module(recipe)
+    module, records, sources = rewritten_module(recipe, path.parent)
     assert isinstance(module, fx.GraphModule)
     assert [(r["rule"], r["changed"], r["matches"]) for r in records] == [
         ("fx.fuse_conv_bn", True, 1),
