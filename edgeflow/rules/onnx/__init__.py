@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from edgeflow.rules.base import OnnxRule
+from edgeflow.rules.onnx.casts import CastFloat64ToFloat32
 
-RULES: tuple[type[Any], ...] = ()
+RULES: tuple[type[OnnxRule], ...] = (CastFloat64ToFloat32,)
