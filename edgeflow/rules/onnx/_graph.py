@@ -136,7 +136,7 @@ def name_hint(name: str, choices: Iterable[str], what: str = "tensors", show: in
 
 
 def tensor_types(model: onnx.ModelProto) -> dict[str, Any]:
-    """Type protos of every value in the main graph, from the model and shape inference."""
+    """Type protos of every value (subgraphs included), from the model and shape inference."""
     import onnx
 
     try:
@@ -145,12 +145,13 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, Any]:
         inferred = model
     types: dict[str, Any] = {}
     for source in (inferred, model):
-        g = source.graph
-        for value in (*g.value_info, *g.input, *g.output):
-            if value.type.WhichOneof("value") is not None:
-                types[value.name] = value.type
-    for init in model.graph.initializer:
-        types[init.name] = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
+        for g in all_graphs(source.graph):
+            for value in (*g.value_info, *g.input, *g.output):
+                if value.type.WhichOneof("value") is not None:
+                    types[value.name] = value.type
+    for g in all_graphs(model.graph):
+        for init in g.initializer:
+            types[init.name] = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
     return types
 
 
