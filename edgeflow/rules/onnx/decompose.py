@@ -10,7 +10,7 @@ exact formulas, off by float rounding only.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from pydantic import Field
 
@@ -27,18 +27,6 @@ from edgeflow.rules.onnx._graph import (
 if TYPE_CHECKING:
     import onnx
 
-SUPPORTED = (
-    "Gelu",
-    "Erf",
-    "HardSwish",
-    "HardSigmoid",
-    "LayerNormalization",
-    "Softplus",
-    "Mish",
-    "Softsign",
-    "Elu",
-    "Selu",
-)
 DecomposableOp = Literal[
     "Gelu",
     "Erf",
@@ -51,6 +39,7 @@ DecomposableOp = Literal[
     "Elu",
     "Selu",
 ]
+SUPPORTED: tuple[DecomposableOp, ...] = get_args(DecomposableOp)
 FLOAT, DOUBLE, FLOAT16 = 1, 11, 10
 # Polynomial approximations lose their accuracy in float16; these ops decompose only in fp32/64.
 WIDE_ONLY = {"Erf", "LayerNormalization"}
@@ -102,7 +91,7 @@ class Decompose(OnnxRule):
         self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
     ) -> RuleResult[onnx.ModelProto]:
         out = copy_model(model)
-        wanted = set(opts.ops)
+        wanted: set[str] = set(opts.ops)
         types = tensor_types(out)
         emit = Emitter(out, Namer(out))
         done: Counter[str] = Counter()
