@@ -5,7 +5,16 @@ from __future__ import annotations
 from edgeflow.rules.base import OnnxRule
 from edgeflow.rules.onnx.casts import CastFloat64ToFloat32
 from edgeflow.rules.onnx.decompose import Decompose
+from edgeflow.rules.onnx.opset import ConvertOpset
 from edgeflow.rules.onnx.optimize import Optimize
+from edgeflow.rules.onnx.shapes import FixShapes
 from edgeflow.rules.onnx.simplify import Simplify
 
-RULES: tuple[type[OnnxRule], ...] = (CastFloat64ToFloat32, Optimize, Simplify, Decompose)
+RULES: tuple[type[OnnxRule], ...] = (
+    CastFloat64ToFloat32,
+    Optimize,
+    Simplify,
+    Decompose,
+    FixShapes,
+    ConvertOpset,
+)

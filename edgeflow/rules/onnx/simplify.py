@@ -56,4 +56,20 @@ def simplify(model: onnx.ModelProto, iterations: int = 2, inline: bool = True) -
             f"onnxscript's optimizer failed: {type(exc).__name__}: {exc}",
             "run onnx.optimize with explicit passes instead",
         ) from exc
-    return ir.serde.serialize_model(ir_model)
+    out = ir.serde.serialize_model(ir_model)
+    _drop_provenance(out)
+    return out
+
+
+def _drop_provenance(model: onnx.ModelProto) -> None:
+    """Remove the optimizer's bookkeeping metadata ('pkg.onnxscript.*'), which a second run
+    would rewrite: without it, simplifying twice gives the same model as simplifying once."""
+    from edgeflow.rules.onnx._graph import all_graphs
+
+    for graph in all_graphs(model.graph):
+        items = [*graph.initializer, *graph.value_info, *graph.input, *graph.output, *graph.node]
+        for item in items:
+            kept = [p for p in item.metadata_props if not p.key.startswith("pkg.onnxscript.")]
+            if len(kept) != len(item.metadata_props):
+                del item.metadata_props[:]
+                item.metadata_props.extend(kept)
