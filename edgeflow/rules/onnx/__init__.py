@@ -5,6 +5,7 @@ from __future__ import annotations
 from edgeflow.rules.base import OnnxRule
 from edgeflow.rules.onnx.casts import CastFloat64ToFloat32
 from edgeflow.rules.onnx.decompose import Decompose
+from edgeflow.rules.onnx.fold_if import FoldIf
 from edgeflow.rules.onnx.opset import ConvertOpset
 from edgeflow.rules.onnx.optimize import Optimize
 from edgeflow.rules.onnx.shapes import FixShapes
@@ -17,4 +18,5 @@ RULES: tuple[type[OnnxRule], ...] = (
     Decompose,
     FixShapes,
     ConvertOpset,
+    FoldIf,
 )

@@ -120,7 +120,7 @@ class CastFloat64ToFloat32(OnnxRule):
                         attr.i = FLOAT
                         counts["type attributes"] += 1
 
-        for graph in all_graphs(out.graph):
+        for depth, graph in enumerate(all_graphs(out.graph)):
             for init in graph.initializer:
                 if init.data_type == DOUBLE:
                     narrow(init, "initializer")
@@ -128,7 +128,7 @@ class CastFloat64ToFloat32(OnnxRule):
             convert_nodes(graph.node)
             for value in graph.value_info:
                 counts["value types"] += retype(value.type, DOUBLE, FLOAT)
-            if graph is not out.graph:
+            if depth > 0:  # the main graph's interface is handled by _interface
                 for value in (*graph.input, *graph.output):
                     counts["value types"] += retype(value.type, DOUBLE, FLOAT)
         for function in out.functions:
