@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from edgeflow.rules.base import OnnxRule
 from edgeflow.rules.onnx.casts import CastFloat64ToFloat32
+from edgeflow.rules.onnx.cut import Cut
 from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.fold_if import FoldIf
 from edgeflow.rules.onnx.opset import ConvertOpset
@@ -19,4 +20,5 @@ RULES: tuple[type[OnnxRule], ...] = (
     FixShapes,
     ConvertOpset,
     FoldIf,
+    Cut,
 )
