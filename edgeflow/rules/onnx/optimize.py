@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import field_validator
+from pydantic import AfterValidator
 
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
 from edgeflow.rules.onnx._graph import copy_model, op_counts, same_graph
@@ -16,6 +16,19 @@ if TYPE_CHECKING:
 MAX_ROUNDS = 8
 
 
+def _known_pass(name: str) -> str:
+    """An onnxoptimizer pass name, or a located error with the closest valid one."""
+    import onnxoptimizer
+
+    from edgeflow.recipe.schema import user_error
+    from edgeflow.recipe.suggest import did_you_mean
+
+    known = onnxoptimizer.get_available_passes()
+    if name not in known:
+        raise user_error(f"unknown onnxoptimizer pass '{name}'", did_you_mean(name, known))
+    return name
+
+
 class Optimize(OnnxRule):
     name = "onnx.optimize"
     description = "Run onnxoptimizer passes (default: its fuse-and-elimination set)."
@@ -24,24 +37,8 @@ class Optimize(OnnxRule):
         """passes: onnxoptimizer pass names, run in order (None: its fuse-and-elimination
         passes); fixed_point: repeat them until nothing changes."""
 
-        passes: list[str] | None = None
+        passes: list[Annotated[str, AfterValidator(_known_pass)]] | None = None
         fixed_point: bool = False
-
-        @field_validator("passes")
-        @classmethod
-        def _known(cls, passes: list[str] | None) -> list[str] | None:
-            import onnxoptimizer
-
-            from edgeflow.recipe.schema import user_error
-            from edgeflow.recipe.suggest import did_you_mean
-
-            known = onnxoptimizer.get_available_passes()
-            for name in passes or []:
-                if name not in known:
-                    raise user_error(
-                        f"unknown onnxoptimizer pass '{name}'", did_you_mean(name, known)
-                    )
-            return passes
 
     example: ClassVar[tuple[str, str] | None] = (
         "Conv -> BatchNormalization -> Identity -> Relu",
