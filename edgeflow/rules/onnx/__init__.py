@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from edgeflow.rules.base import OnnxRule
-from edgeflow.rules.onnx.casts import CastFloat64ToFloat32
+from edgeflow.rules.onnx.casts import CastFloat64ToFloat32, Int64ToInt32
 from edgeflow.rules.onnx.cut import Cut
 from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.fold_if import FoldIf
@@ -14,6 +14,7 @@ from edgeflow.rules.onnx.simplify import Simplify
 
 RULES: tuple[type[OnnxRule], ...] = (
     CastFloat64ToFloat32,
+    Int64ToInt32,
     Optimize,
     Simplify,
     Decompose,

@@ -161,3 +161,19 @@ def elem_type(model_types: dict[str, Any], name: str) -> int:
     if t is None or t.WhichOneof("value") != "tensor_type":
         return 0
     return int(t.tensor_type.elem_type)
+
+
+def constant_value(node: Any) -> Any:
+    """The value of a Constant node as a numpy array (None for sparse values)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    for attr in node.attribute:
+        value = helper.get_attribute_value(attr)
+        if attr.name == "value":
+            return numpy_helper.to_array(value)
+        if attr.name in ("value_int", "value_ints"):
+            return np.array(value, np.int64)
+        if attr.name in ("value_float", "value_floats"):
+            return np.array(value, np.float32)
+    return None

@@ -10,7 +10,7 @@ from edgeflow.rules.onnx._graph import all_graphs, copy_model
 if TYPE_CHECKING:
     import onnx
 
-FLOAT, DOUBLE = 1, 11  # onnx.TensorProto.FLOAT / DOUBLE
+FLOAT, DOUBLE, INT64, INT32 = 1, 11, 7, 6  # onnx.TensorProto enum values
 # Attributes that name an element type, on the standard ops that have them.
 DTYPE_ATTRS = {
     "Cast": "to",
@@ -214,3 +214,136 @@ def _casts_to(node: Any, dtype: int) -> set[str]:
 def _is_double(type_proto: Any) -> bool:
     kind = type_proto.WhichOneof("value")
     return kind == "tensor_type" and type_proto.tensor_type.elem_type == DOUBLE
+
+
+class Int64ToInt32(OnnxRule):
+    name = "onnx.int64_to_int32"
+    description = "Narrow int64 tensors to int32 where the ops allow it and the values fit."
+
+    class Options(RuleOptions):
+        """io: int64 graph inputs/outputs stay int64 ('keep') or become int32 ('int32': the
+        caller promises int32-range values); insert_casts: convert computations whose result
+        an op needs as int64 (Reshape's shape...) and Cast back before that op."""
+
+        io: Literal["keep", "int32"] = "keep"
+        insert_casts: bool = False
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "Gather(x, [0, 2]:int64); Reshape(x, [1, -1]:int64); Range(0:int64, 6, 1) -> Sub(5, .)",
+        "Gather(x, [0, 2]:int32); Reshape(x, [1, -1]:int64) (kept: Reshape needs int64); "
+        "Range(0:int32, 6, 1) -> Sub(5, .)",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 0.0  # only values proven to fit int32 change type
+
+    def apply(
+        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        from edgeflow.rules.onnx._graph import tensor_types
+        from edgeflow.rules.onnx._int64 import plan
+
+        out = copy_model(model)
+        decided = plan(out, tensor_types(out), opts.io, opts.insert_casts)
+        kept = decided.kept[:MAX_KEPT_REASONS]
+        if len(decided.kept) > MAX_KEPT_REASONS:
+            kept.append(f"... and {len(decided.kept) - MAX_KEPT_REASONS} more kept groups")
+        if not decided.values and not decided.constant_uses:
+            return RuleResult(copy_model(model), False, 0, kept or ["no int64 tensors"])
+        uses = _narrow_constants(out, decided.constant_uses)
+        _narrow_values(out, decided.values)
+        casts = _insert_casts(out, decided.casts)
+        reasons = [
+            f"int64 -> int32: {len(decided.values)} values, {len(decided.constant_uses)} "
+            f"constants ({uses} uses)",
+            *casts,
+            *kept,
+        ]
+        return RuleResult(out, True, len(decided.values) + uses, reasons)
+
+
+MAX_KEPT_REASONS = 40
+
+
+def _narrow_constants(model: onnx.ModelProto, converted: dict[str, list[tuple[int, int]]]) -> int:
+    """int32 constants for the converted uses: in place when every use converts, else a copy."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from edgeflow.rules.onnx._graph import Namer, outer_references, subgraphs
+    from edgeflow.rules.onnx._int64 import HI, LO, int64_constants
+
+    graph = model.graph
+    consts = int64_constants(model)
+    blocked = {v.name for v in graph.output}
+    for node in graph.node:
+        for sub in subgraphs(node):
+            blocked |= outer_references(sub)
+    namer = Namer(model)
+    count = 0
+    for name, slots in converted.items():
+        data = np.clip(consts[name], LO, HI).astype(np.int32)
+        total = sum(1 for node in graph.node for n in node.input if n == name)
+        count += len(slots)
+        if len(slots) == total and name not in blocked:
+            for i, init in enumerate(graph.initializer):
+                if init.name == name:
+                    graph.initializer[i].CopyFrom(numpy_helper.from_array(data, name))
+            for node in graph.node:
+                if node.op_type == "Constant" and node.output[0] == name:
+                    del node.attribute[:]
+                    node.attribute.append(
+                        helper.make_attribute("value", numpy_helper.from_array(data))
+                    )
+            continue
+        copy = namer(f"{name}_int32")
+        graph.initializer.append(numpy_helper.from_array(data, copy))
+        for node_index, slot in slots:
+            graph.node[node_index].input[slot] = copy
+    return count
+
+
+def _narrow_values(model: onnx.ModelProto, values: set[str]) -> None:
+    """Retype computed values; Casts and ConstantOfShape that make them now make int32."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    for node in graph.node:
+        if not set(node.output) & values:
+            continue
+        for attr in node.attribute:
+            if node.op_type == "Cast" and attr.name == "to" and attr.i == INT64:
+                attr.i = INT32
+            elif node.op_type == "ConstantOfShape" and attr.name == "value":
+                narrowed = numpy_helper.to_array(attr.t).astype("int32")
+                attr.t.CopyFrom(numpy_helper.from_array(narrowed))
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        if value.name in values:
+            retype(value.type, INT64, INT32)
+
+
+def _insert_casts(model: onnx.ModelProto, sites: list[tuple[int, int]]) -> list[str]:
+    """A Cast back to int64 before each op input that needs int64 (one per value)."""
+    from onnx import helper
+
+    from edgeflow.rules.onnx._graph import Namer
+
+    graph = model.graph
+    namer = Namer(model)
+    made: dict[str, str] = {}
+    before: dict[int, list[Any]] = {}
+    reasons = []
+    for node_index, slot in sorted(sites):
+        node = graph.node[node_index]
+        source = node.input[slot]
+        if source not in made:
+            made[source] = namer(f"{source}_int64")
+            cast = helper.make_node("Cast", [source], [made[source]], made[source], to=INT64)
+            before.setdefault(node_index, []).append(cast)
+        node.input[slot] = made[source]
+        reasons.append(f"Cast to int64 before {node.op_type} '{node.name or node.output[0]}'")
+    if before:
+        nodes = [new for i, n in enumerate(graph.node) for new in (*before.get(i, []), n)]
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return reasons

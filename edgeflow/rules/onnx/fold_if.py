@@ -8,6 +8,7 @@ from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResul
 from edgeflow.rules.onnx._graph import (
     Namer,
     all_graphs,
+    constant_value,
     copy_model,
     node_reads,
     subgraphs,
@@ -103,23 +104,8 @@ def _constants(model: onnx.ModelProto) -> dict[str, Any]:
                 values[t.name] = numpy_helper.to_array(t)
         for node in graph.node:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-                values[node.output[0]] = _constant_value(node)
+                values[node.output[0]] = constant_value(node)
     return {k: v for k, v in values.items() if v is not None}
-
-
-def _constant_value(node: Any) -> Any:
-    import numpy as np
-    from onnx import helper, numpy_helper
-
-    for attr in node.attribute:
-        value = helper.get_attribute_value(attr)
-        if attr.name == "value":
-            return numpy_helper.to_array(value)
-        if attr.name in ("value_int", "value_ints"):
-            return np.array(value, np.int64)
-        if attr.name in ("value_float", "value_floats"):
-            return np.array(value, np.float32)
-    return None
 
 
 def _evaluate(model: onnx.ModelProto, name: str, values: dict[str, Any], types: Any) -> Any:
