@@ -295,6 +295,9 @@ def _narrow_constants(model: onnx.ModelProto, converted: dict[str, list[tuple[in
                     node.attribute.append(
                         helper.make_attribute("value", numpy_helper.from_array(data))
                     )
+            for value in graph.value_info:  # exporters may declare initializers' types too
+                if value.name == name:
+                    retype(value.type, INT64, INT32)
             continue
         copy = namer(f"{name}_int32")
         graph.initializer.append(numpy_helper.from_array(data, copy))

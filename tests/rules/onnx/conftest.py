@@ -56,3 +56,44 @@ def convbn() -> onnx.ModelProto:
         net.bn.running_var.uniform_(0.5, 2)
         net.bn.weight.uniform_(0.5, 1.5)
     return export(net, torch.randn(1, 3, 8, 8))
+
+
+class TinyBlock(torch.nn.Module):
+    """Embedding -> LayerNorm -> attention -> GELU MLP -> HardSwish: a transformer-ish block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.ln = torch.nn.LayerNorm(16)
+        self.att = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+        self.ff = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)
+        )
+        self.act = torch.nn.Hardswish()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(ids)
+        h = self.ln(x)
+        a, _ = self.att(h, h, h, need_weights=False)
+        x = x + a
+        x = x + self.ff(self.ln(x))
+        return self.act(x).mean(1)
+
+
+@pytest.fixture(scope="session")
+def block() -> onnx.ModelProto:
+    """TinyBlock exported by TorchScript at opset 17 with input 'ids' [2, 7] (int64)."""
+    torch.manual_seed(0)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            TinyBlock().eval(),
+            (torch.randint(0, 50, (2, 7)),),
+            buffer,
+            dynamo=False,
+            opset_version=17,
+            input_names=["ids"],
+            output_names=["y"],
+        )
+    return onnx.load_from_string(buffer.getvalue())

@@ -203,3 +203,18 @@ def test_reduced_onnxruntime_build_needs_no_int64_kernels(
     assert 'Slice{"inputs": {"0": ["float"], "1": ["int32_t"]}}' in after
     assert 'Gather{"inputs": {"0": ["float"], "1": ["int64_t"]}}' in before
     assert 'Gather{"inputs": {"0": ["float"], "1": ["int32_t", "int64_t"]}}' in after
+
+
+def test_declared_types_of_converted_constants_follow() -> None:
+    """Exporters (torch's dynamo one) declare value_info for initializers too."""
+    m = model(
+        [helper.make_node("Gather", ["x", "idx"], ["y"])],
+        [("x", F, [4])],
+        [("y", F, [2])],
+        {"idx": np.array([3, 0])},
+    )
+    m.graph.value_info.append(helper.make_tensor_value_info("idx", I64, [2]))
+    result = apply(Int64ToInt32, m)
+    assert result.model.graph.value_info[0].type.tensor_type.elem_type == I32
+    x = {"x": np.arange(4, dtype=np.float32)}
+    np.testing.assert_array_equal(run(result.model, x)[0], [3, 0])
