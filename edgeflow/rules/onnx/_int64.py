@@ -40,6 +40,9 @@ TYPE_RANGES: dict[int, Range] = {
     6: (LO, HI),
     9: (0, 1),
 }
+# Ops whose schema allows int32 where onnxruntime 1.32's CPU kernels do not (probed: OneHot
+# with int32 indices/depth/values and Unique on int32 fail with NOT_IMPLEMENTED).
+NO_INT32_KERNEL = {"OneHot", "Unique"}
 SAME_AS_FIRST = {
     "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Expand", "Tile",
     "Slice", "Gather", "GatherElements", "GatherND", "Split", "ReduceMax", "ReduceMin",
@@ -114,6 +117,9 @@ def _bind_node(
         key: Key = ("u", name, index, slot) if kind == "in" and name in consts else ("v", name)
         if bound is None:
             groups.pin(key, f"{label} has no known schema or holds subgraphs")
+            continue
+        if node.op_type in NO_INT32_KERNEL:
+            groups.pin(key, f"{label}: onnxruntime has no int32 kernel for it")
             continue
         tstr, formal, allowed = bound[(kind, slot)]
         if allowed is not None:  # a type variable: its members share one type

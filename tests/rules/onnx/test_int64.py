@@ -218,3 +218,16 @@ def test_declared_types_of_converted_constants_follow() -> None:
     assert result.model.graph.value_info[0].type.tensor_type.elem_type == I32
     x = {"x": np.arange(4, dtype=np.float32)}
     np.testing.assert_array_equal(run(result.model, x)[0], [3, 0])
+
+
+def test_ops_without_an_int32_kernel_in_onnxruntime_keep_int64() -> None:
+    """OneHot's schema allows int32 everywhere, onnxruntime 1.32 has no int32 kernel."""
+    nodes = [helper.make_node("OneHot", ["idx", "depth", "values"], ["y"], name="onehot")]
+    inits = {"idx": np.array([0, 2]), "depth": np.array(3), "values": np.array([0, 5])}
+    m = model(nodes, [], [("y", I64, [2, 3])], inits)
+    result = apply(Int64ToInt32, m, [], io="int32")
+    assert not result.changed
+    assert "kept int64 'values': OneHot 'onehot': onnxruntime has no int32 kernel for it" in (
+        result.reasons
+    )
+    np.testing.assert_array_equal(run(result.model, {})[0], [[5, 0, 0], [0, 0, 5]])
