@@ -79,14 +79,11 @@ def _find_constant_if(
             if value is None and evaluate and position == 0:
                 types = types if types is not None else tensor_types(model)
                 value = _evaluate(model, cond, values, types)
-            if value is None:
-                note = (
-                    f"kept If '{node.name or node.output[0]}': condition '{cond}' is not constant"
-                )
+            if value is None or value.size != 1:
+                why = "is not constant" if value is None else f"has {value.size} elements"
+                note = f"kept If '{node.name or node.output[0]}': condition '{cond}' {why}"
                 if note not in reasons:
                     reasons.append(note)
-                continue
-            if value.size != 1:
                 continue
             return graph, index, bool(value.reshape(()))
     return None
@@ -149,7 +146,10 @@ def _evaluate(model: onnx.ModelProto, name: str, values: dict[str, Any], types: 
         initializers,
     )
     probe = helper.make_model(graph, opset_imports=list(model.opset_import))
-    results: Any = ReferenceEvaluator(probe).run(None, {})
+    try:
+        results: Any = ReferenceEvaluator(probe).run(None, {})
+    except Exception:  # the reference runtime lacks an op: the condition stays unknown
+        return None
     return np.asarray(results[0])
 
 
