@@ -172,3 +172,43 @@ def test_no_if_nodes() -> None:
     m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2])], [("y", F, [2])])
     result = apply(FoldIf, m)
     assert not result.changed and result.reasons == ["no If nodes"]
+
+
+def test_a_scripted_torch_branch_on_the_batch_size() -> None:
+    """torch.jit.script keeps `if x.shape[0] == 1` as an If on Shape -> Gather -> Equal -> Cast;
+    with the batch fixed (onnx.fix_shapes, no folding) the condition is evaluated."""
+    import io
+    import warnings
+
+    import torch
+
+    from edgeflow.rules.onnx.shapes import FixShapes
+
+    class Branchy(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x * 2 if x.shape[0] == 1 else x + 1
+            return y.relu()
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            torch.jit.script(Branchy()),
+            (torch.randn(1, 4),),
+            buffer,
+            dynamo=False,
+            opset_version=17,
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "b"}},
+        )
+    m = onnx.load_from_string(buffer.getvalue())
+    declared = specs(m, {"x": [1, 4]})
+    assert not apply(FoldIf, m, declared).changed  # the batch is dynamic: nothing to evaluate
+    fixed = apply(FixShapes, m, declared, fold=False).model
+    assert [f["operator"] for f in check(fixed, NO_CONTROL_FLOW)] == ["If"]
+    result = apply(FoldIf, fixed, declared)
+    assert {"Mul", "Relu"} <= ops(result.model).keys() and "If" not in ops(result.model)
+    assert check(result.model, NO_CONTROL_FLOW) == []
+    x = {"x": np.arange(4, dtype=np.float32).reshape(1, 4)}
+    np.testing.assert_array_equal(run(result.model, x)[0], run(m, x)[0])
