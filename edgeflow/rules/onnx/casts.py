@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._graph import all_graphs, copy_model
+from edgeflow.rules.onnx._graph import Namer, all_graphs, copy_model
 
 if TYPE_CHECKING:
     import onnx
@@ -150,23 +150,18 @@ class CastFloat64ToFloat32(OnnxRule):
         graph = model.graph
         declared = {s.name for s in ctx.inputs if s.dtype == "float64"}
         initializers = {t.name for t in graph.initializer}
-        taken = {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
-        taken |= {n for node in graph.node for n in (*node.input, *node.output)} | initializers
+        namer = Namer(model)
 
         def fresh(base: str) -> str:
-            name, i = f"{base}_f32", 0
-            while name in taken:
-                i += 1
-                name = f"{base}_f32_{i}"
-            taken.add(name)
-            return name
+            return namer(f"{base}_f32")
 
         reasons: list[str] = []
         head, tail = [], []
         for value in graph.input:
-            if value.name in initializers or not _is_double(value.type):
+            if not _is_double(value.type):
                 continue
             keep = opts.io == "keep" or (opts.io == "auto" and value.name in declared)
+            keep = keep and value.name not in initializers  # a weight exposed as an input
             if not keep:
                 counts["value types"] += retype(value.type, DOUBLE, FLOAT)
                 continue

@@ -144,3 +144,21 @@ def test_a_float32_model_is_left_alone() -> None:
     m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2])], [("y", F, [2])])
     result = apply(CastFloat64ToFloat32, m)
     assert not result.changed and result.reasons == ["no float64 tensors, casts or values"]
+
+
+def test_a_float64_weight_exposed_as_an_input_is_retyped_with_its_initializer() -> None:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["w"], ["wf"], to=F),
+            helper.make_node("Add", ["x", "wf"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, [2]), helper.make_tensor_value_info("w", D, [2])],
+        [helper.make_tensor_value_info("y", F, [2])],
+        [onnx.numpy_helper.from_array(np.array([1.0, 2.0]), "w")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    result = apply(CastFloat64ToFloat32, m, [], io="keep")
+    assert result.model.graph.input[1].type.tensor_type.elem_type == F
+    assert result.model.graph.initializer[0].data_type == F
+    np.testing.assert_array_equal(run(result.model, {"x": np.zeros(2, np.float32)})[0], [1, 2])
