@@ -8,7 +8,7 @@ from pydantic import PositiveInt
 
 from edgeflow.errors import EdgeflowError
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._graph import copy_model, name_hint, same_graph
+from edgeflow.rules.onnx._graph import copy_model, name_hint, op_counts, same_graph
 
 if TYPE_CHECKING:
     import onnx
@@ -63,7 +63,8 @@ class FixShapes(OnnxRule):
         if same_graph(out, model):
             return RuleResult(copy_model(model), False, 0, ["shapes already fixed and folded"])
         dynamic = _dynamic_values(out)
-        reasons.append(_diff(model, out))
+        if op_counts(out) != op_counts(model):
+            reasons.append(_diff(model, out))
         if dynamic:
             shown = ", ".join(dynamic[:8]) + (", ..." if len(dynamic) > 8 else "")
             reasons.append(f"{len(dynamic)} values still have unknown dims: {shown}")
