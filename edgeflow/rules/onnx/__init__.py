@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from edgeflow.rules.base import OnnxRule
+from edgeflow.rules.onnx.casts import CastFloat64ToFloat32, Int64ToInt32
+from edgeflow.rules.onnx.cut import Cut
+from edgeflow.rules.onnx.decompose import Decompose
+from edgeflow.rules.onnx.fold_if import FoldIf
+from edgeflow.rules.onnx.opset import ConvertOpset
+from edgeflow.rules.onnx.optimize import Optimize
+from edgeflow.rules.onnx.shapes import FixShapes
+from edgeflow.rules.onnx.simplify import Simplify
 
-RULES: tuple[type[Any], ...] = ()
+RULES: tuple[type[OnnxRule], ...] = (
+    CastFloat64ToFloat32,
+    Int64ToInt32,
+    Optimize,
+    Simplify,
+    Decompose,
+    FixShapes,
+    ConvertOpset,
+    FoldIf,
+    Cut,
+)

@@ -1,0 +1,179 @@
+"""Small helpers shared by the onnx.* rules: copying, walking graphs, naming, comparing."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx
+
+
+def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A deep copy, so a rule never mutates the model it was given."""
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def opset_version(model: onnx.ModelProto, domain: str = "") -> int:
+    """The model's opset for a domain ('' and 'ai.onnx' are the same), 0 when absent."""
+    domains = {"", "ai.onnx"} if domain in ("", "ai.onnx") else {domain}
+    return next((o.version for o in model.opset_import if o.domain in domains), 0)
+
+
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs held in a node's attributes (If branches, Loop/Scan bodies)."""
+    import onnx
+
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """The graph and every graph nested in it, outermost first."""
+    yield graph
+    for node in graph.node:
+        for sub in subgraphs(node):
+            yield from all_graphs(sub)
+
+
+def all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    """Every node of the model: main graph, nested subgraphs and local functions."""
+    for graph in all_graphs(model.graph):
+        yield from graph.node
+    for function in model.functions:
+        yield from function.node
+
+
+def op_counts(model: onnx.ModelProto) -> Counter[str]:
+    """How many nodes of each op type the model holds, subgraphs included."""
+    return Counter(node.op_type for node in all_nodes(model))
+
+
+def graph_names(graph: onnx.GraphProto) -> set[str]:
+    """Every value and node name used in a graph and its subgraphs."""
+    names: set[str] = set()
+    for g in all_graphs(graph):
+        names.update(v.name for v in (*g.input, *g.output, *g.value_info))
+        names.update(t.name for t in g.initializer)
+        for node in g.node:
+            names.update(node.input)
+            names.update(node.output)
+            names.add(node.name)
+    names.discard("")
+    return names
+
+
+class Namer:
+    """Fresh names that clash with nothing in the model: `base`, `base_1`, `base_2`, ..."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.taken = graph_names(model.graph)
+        for function in model.functions:
+            for node in function.node:
+                self.taken.update((*node.input, *node.output, node.name))
+
+    def __call__(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.taken:
+            i += 1
+            name = f"{base}_{i}"
+        self.taken.add(name)
+        return name
+
+
+def outer_references(graph: onnx.GraphProto) -> set[str]:
+    """Names a (sub)graph reads but does not define: its outer-scope references."""
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(n for n in node.input if n and n not in defined)
+        for sub in subgraphs(node):
+            used.update(n for n in outer_references(sub) if n not in defined)
+        defined.update(node.output)
+    used.update(v.name for v in graph.output if v.name not in defined)
+    return used
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """Everything a node reads: its inputs and its subgraphs' outer-scope references."""
+    names = [n for n in node.input if n]
+    for sub in subgraphs(node):
+        names.extend(outer_references(sub))
+    return names
+
+
+def same_graph(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    """Whether two models have byte-identical graphs, functions and opsets."""
+    return graph_bytes(a) == graph_bytes(b)
+
+
+def graph_bytes(model: onnx.ModelProto) -> bytes:
+    parts = [model.graph.SerializeToString(deterministic=True)]
+    parts += [f.SerializeToString(deterministic=True) for f in model.functions]
+    parts += [o.SerializeToString(deterministic=True) for o in model.opset_import]
+    return b"\0".join(parts)
+
+
+def name_hint(name: str, choices: Iterable[str], what: str = "tensors", show: int = 12) -> str:
+    """'did you mean ...?' plus a few of the valid names (graphs can have thousands)."""
+    from edgeflow.recipe.suggest import closest
+
+    options = sorted(set(choices))
+    guess = closest(name, options)
+    listed = ", ".join(options[:show]) + (
+        f", ... ({len(options)} in all)" if len(options) > show else ""
+    )
+    prefix = f"did you mean '{guess}'? " if guess else ""
+    return f"{prefix}({what}: {listed})"
+
+
+def tensor_types(model: onnx.ModelProto) -> dict[str, Any]:
+    """Type protos of every value (subgraphs included), from the model and shape inference."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except onnx.shape_inference.InferenceError:  # advisory: use what the model declares
+        inferred = model
+    types: dict[str, Any] = {}
+    for source in (inferred, model):
+        for g in all_graphs(source.graph):
+            for value in (*g.value_info, *g.input, *g.output):
+                if value.type.WhichOneof("value") is not None:
+                    types[value.name] = value.type
+    for g in all_graphs(model.graph):
+        for init in g.initializer:
+            types[init.name] = onnx.helper.make_tensor_type_proto(init.data_type, list(init.dims))
+    return types
+
+
+def elem_type(model_types: dict[str, Any], name: str) -> int:
+    """A value's tensor element type (onnx.TensorProto enum), 0 when unknown."""
+    t = model_types.get(name)
+    if t is None or t.WhichOneof("value") != "tensor_type":
+        return 0
+    return int(t.tensor_type.elem_type)
+
+
+def constant_value(node: Any) -> Any:
+    """The value of a Constant node as a numpy array (None for sparse values)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    for attr in node.attribute:
+        value = helper.get_attribute_value(attr)
+        if attr.name == "value":
+            return numpy_helper.to_array(value)
+        if attr.name in ("value_int", "value_ints"):
+            return np.array(value, np.int64)
+        if attr.name in ("value_float", "value_floats"):
+            return np.array(value, np.float32)
+    return None

@@ -1,0 +1,102 @@
+"""onnx.convert_opset: move a model to another opset with onnx's version converter."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import field_validator
+
+from edgeflow.errors import EdgeflowError
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.onnx._graph import copy_model, op_counts, opset_version
+
+if TYPE_CHECKING:
+    import onnx
+
+
+class ConvertOpset(OnnxRule):
+    name = "onnx.convert_opset"
+    description = "Convert the model to another ONNX opset (onnx.version_converter)."
+
+    class Options(RuleOptions):
+        """opset: the default-domain opset to convert to."""
+
+        opset: int
+
+        @field_validator("opset")
+        @classmethod
+        def _known(cls, opset: int) -> int:
+            import onnx.defs
+
+            from edgeflow.recipe.schema import user_error
+
+            newest = onnx.defs.onnx_opset_version()
+            if not 7 <= opset <= newest:
+                raise user_error(
+                    f"opset must be between 7 and {newest} (got {opset})",
+                    f"onnx {onnx.__version__} knows opsets up to {newest}",
+                )
+            return opset
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "opset 18: ReduceMean(x, axes) with axes as an input",
+        "opset 13: ReduceMean(x) with axes as an attribute",
+    )
+
+    def apply(
+        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        import onnx
+
+        current = opset_version(model)
+        if current == opts.opset:
+            return RuleResult(copy_model(model), False, 0, [f"already at opset {current}"])
+        missing = _missing_ops(model, opts.opset)
+        if missing:
+            listed = ", ".join(f"{op} (since opset {v})" for op, v in sorted(missing.items()))
+            raise EdgeflowError(
+                f"cannot convert opset {current} -> {opts.opset}: {listed} "
+                f"did not exist at opset {opts.opset}",
+                "decompose them first (onnx.decompose) or choose an opset >= "
+                f"{max(missing.values())}",
+            )
+        try:
+            out = onnx.version_converter.convert_version(copy_model(model), opts.opset)
+            onnx.checker.check_model(out)
+        except (RuntimeError, ValueError, onnx.checker.ValidationError) as exc:
+            detail = str(exc).splitlines()[0].split("failed: ")[-1]  # drop the C++ file:line
+            raise EdgeflowError(
+                f"cannot convert opset {current} -> {opts.opset}: {detail}",
+                "onnx's version converter has no adapter for an op here; choose another "
+                "opset, or decompose or replace the op first",
+            ) from exc
+        changed = sum(1 for a, b in zip(model.graph.node, out.graph.node, strict=False) if a != b)
+        reasons = [f"opset {current} -> {opts.opset}; {changed} nodes adapted"]
+        counts_before, counts_after = op_counts(model), op_counts(out)
+        if counts_before != counts_after:
+            from edgeflow.rules.onnx.optimize import _diff
+
+            reasons.append(_diff(model, out))
+        return RuleResult(out, True, changed, reasons)
+
+
+def _missing_ops(model: onnx.ModelProto, target: int) -> dict[str, int]:
+    """Default-domain ops of the model that were introduced after `target`: op -> since."""
+    from edgeflow.rules.onnx._graph import all_nodes
+
+    first = _first_versions()
+    ops = {n.op_type for n in all_nodes(model) if n.domain in ("", "ai.onnx")}
+    return {op: first[op] for op in ops if first.get(op, 0) > target}
+
+
+@functools.cache
+def _first_versions() -> dict[str, int]:
+    """The opset each default-domain op first appeared in."""
+    import onnx.defs
+
+    first: dict[str, int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.domain in ("", "ai.onnx"):
+            first[schema.name] = min(first.get(schema.name, 10**6), schema.since_version)
+    return first

@@ -1,0 +1,46 @@
+"""Every onnx.* rule on a small exported transformer block: valid, idempotent, same outputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from edgeflow.rules.onnx import RULES
+from tests.rules.onnx.helpers import apply, run, specs
+
+OPTIONS = {
+    "onnx.convert_opset": {"opset": 19},
+    "onnx.cut": {"outputs": ["/ln/LayerNormalization_output_0"]},
+}
+
+
+def test_catalogue_entries_are_complete() -> None:
+    assert [r.name for r in RULES] == [
+        "onnx.cast_float64_to_float32",
+        "onnx.int64_to_int32",
+        "onnx.optimize",
+        "onnx.simplify",
+        "onnx.decompose",
+        "onnx.fix_shapes",
+        "onnx.convert_opset",
+        "onnx.fold_if",
+        "onnx.cut",
+    ]
+    for rule in RULES:
+        assert rule.description and "\n" not in rule.description and rule.example
+        assert rule.Options.__doc__ or not rule.Options.model_fields
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
+def test_rule_on_an_exported_block(rule: type, block: onnx.ModelProto) -> None:
+    options = OPTIONS.get(rule.name, {})
+    result = apply(rule, block, **options)  # checker, idempotence, input untouched
+    feeds = {"ids": np.random.default_rng(0).integers(0, 50, (2, 7))}
+    if rule.name == "onnx.cut":
+        assert [o.name for o in result.model.graph.output] == options["outputs"]
+        return
+    tolerance = rule().tolerance(rule.Options.model_validate(options))
+    want, got = run(block, feeds)[0], run(result.model, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
+    assert specs(result.model)[0].dtype == "int64"  # the interface stays what the recipe feeds
