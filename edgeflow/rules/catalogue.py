@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -61,10 +62,20 @@ def options_rows(options: type[Any]) -> list[tuple[str, str, str, str]]:
 
 
 def _type_name(annotation: Any) -> str:
-    if typing.get_origin(annotation) is typing.Literal:
-        return " \\| ".join(str(a) for a in typing.get_args(annotation))
-    text = getattr(annotation, "__name__", None) or str(annotation)
-    return text.replace("typing.", "")
+    """A readable type: Literal choices, container[item], Optional as `X \\| None`."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is typing.Literal:
+        return " \\| ".join(str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " \\| ".join(_type_name(a) for a in args)
+    if origin is not None and args:
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join(_type_name(a) for a in args)}]"
+    if annotation is type(None):
+        return "None"
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
 def render_markdown() -> str:

@@ -190,13 +190,19 @@ def test_reduced_onnxruntime_build_needs_no_int64_kernels(
     """convert_onnx_models_to_ort's type-reduced operator config lists the kernels a minimal
     build compiles (it folds Range/Sub away itself). After the rule, Slice needs only int32
     indices and Gather gains int32 (the data-dependent index keeps its int64 kernel)."""
-    from edgeflow.targets import onnxruntime_micro
+    from edgeflow.recipe.schema import Quantization
+    from edgeflow.targets import load_profile, onnxruntime_micro
+    from edgeflow.targets.base import ConvertJob
 
+    profile = load_profile("onnxruntime_micro")
     configs = {}
     for label, m in (("before", indexing), ("after", apply(Int64ToInt32, indexing, []).model)):
         (tmp_path / label).mkdir()
         onnx.save(m, str(tmp_path / label / "m.onnx"))
-        onnxruntime_micro.convert(tmp_path / label / "m.onnx", tmp_path / label)
+        job = ConvertJob(
+            tmp_path / label / "m.onnx", tmp_path / label, profile, Quantization(), [], None
+        )
+        onnxruntime_micro.convert(job)
         configs[label] = (tmp_path / label / onnxruntime_micro.OPS_CONFIG).read_text()
     before, after = configs["before"], configs["after"]
     assert 'Slice{"inputs": {"0": ["float"], "1": ["int64_t"]}}' in before
