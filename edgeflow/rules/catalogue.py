@@ -97,12 +97,19 @@ def _render_rule(rule: type[Any]) -> str:
     if doc and doc.splitlines()[0] != rule.description:
         lines += [doc, ""]
     rows = options_rows(rule.Options)
-    if rows:
+    if rows and any(m for *_, m in rows):
         lines += ["| option | type | default | meaning |", "|---|---|---|---|"]
         lines += [f"| `{k}` | {t} | `{d}` | {m} |" for k, t, d, m in rows]
         lines.append("")
+    elif rows:
+        lines += ["| option | type | default |", "|---|---|---|"]
+        lines += [f"| `{k}` | {t} | `{d}` |" for k, t, d, _ in rows]
+        lines.append("")
     else:
         lines += ["No options.", ""]
+    options_doc = rule.Options.__dict__.get("__doc__")
+    if rows and options_doc:
+        lines += [inspect.cleandoc(options_doc), ""]
     if rule.example:
         before, after = rule.example
         fence = "python" if rule.level == "ast" else "text"

@@ -42,6 +42,9 @@ class ReplaceActivation(FxRule):
     example = ("y = F.silu(x)", "y = x * torch.sigmoid(x)")
 
     class Options(RuleOptions):
+        """from: the activation to replace; to: its replacement (silu -> x_sigmoid,
+        gelu -> gelu_tanh, relu -> relu6, hardswish -> x_relu6, hardsigmoid -> relu6)."""
+
         from_: Literal["silu", "gelu", "relu", "hardswish", "hardsigmoid"] = Field(alias="from")
         to: str
 

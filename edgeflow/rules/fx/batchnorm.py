@@ -39,6 +39,10 @@ class RemoveBatchnorm(FxRule):
     )
 
     class Options(RuleOptions):
+        """fold: also fold non-identity BatchNorms into the Linear/Conv before or after them
+        where that is exact; atol: the largest |scale - 1| and |shift| of a BatchNorm that is
+        removed as an identity."""
+
         fold: bool = False
         # Largest |scale - 1| and |shift| of a BatchNorm removed as an identity.
         atol: float = Field(1e-5, ge=0)

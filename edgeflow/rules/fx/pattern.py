@@ -40,6 +40,10 @@ class ReplacePattern(FxRule):
     )
 
     class Options(RuleOptions):
+        """pattern, replacement: functions given as 'pkg.mod:fn' or 'file.py:fn' (relative to
+        the recipe's folder), traced and matched with torch.fx.subgraph_rewriter; tolerance:
+        the output change the replacement may cause, null when it changes numerics on purpose."""
+
         pattern: str
         replacement: str
         # The output change the replacement may cause; null when it changes numerics on purpose.

@@ -33,6 +33,9 @@ class WrapLeaf(FxRule):
     )
 
     class Options(RuleOptions):
+        """functions: the functions to keep as single calls while tracing, as 'pkg.mod:fn',
+        'file.py:fn' (relative to the recipe's folder) or 'pkg.mod.fn'."""
+
         functions: list[str] = Field(min_length=1)
 
         @field_validator("functions")
