@@ -1,7 +1,13 @@
-"""ast.* rules. RULES lists every built-in rule of this level, in catalogue order."""
+"""ast.* rules. RULES lists every built-in rule of this level, in catalogue order.
+
+These rules rewrite the Python source of `forward` (and the methods it reaches) before any
+tracing; see `_source.py` for how. Rule modules do not import torch when they are imported.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-RULES: tuple[type[Any], ...] = ()
+from edgeflow.rules.ast.float64 import Float64ToFloat32
+
+RULES: tuple[type[Any], ...] = (Float64ToFloat32,)
