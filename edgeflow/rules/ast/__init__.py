@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgeflow.rules.ast.calls import ReplaceCall
 from edgeflow.rules.ast.float64 import Float64ToFloat32
 
-RULES: tuple[type[Any], ...] = (Float64ToFloat32,)
+RULES: tuple[type[Any], ...] = (Float64ToFloat32, ReplaceCall)
