@@ -10,5 +10,6 @@ from typing import Any
 
 from edgeflow.rules.ast.calls import ReplaceCall
 from edgeflow.rules.ast.float64 import Float64ToFloat32
+from edgeflow.rules.ast.shapes import SpecializeShapes
 
-RULES: tuple[type[Any], ...] = (Float64ToFloat32, ReplaceCall)
+RULES: tuple[type[Any], ...] = (SpecializeShapes, Float64ToFloat32, ReplaceCall)

@@ -174,7 +174,14 @@ class Folder(ast.NodeTransformer):
         return node
 
     def _partial(self, node: ast.AST) -> ast.AST:
-        """`True and e` -> `e`, `False or e` -> `e` (leading constants of a bool op)."""
+        """`True and e` -> `e`, `False or e` -> `e`, `a if True else b` -> `a`."""
+        if isinstance(node, ast.IfExp):
+            try:
+                taken = value(node.test, self.builtin)
+            except NotConstant:
+                return node
+            self.folds += 1
+            return node.body if taken else node.orelse
         if not isinstance(node, ast.BoolOp):
             return node
         values = list(node.values)

@@ -135,3 +135,60 @@ def loads(node: ast.AST, name: str) -> list[ast.Name]:
         for n in walk_scope(node, skip_binding=name)
         if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
     ]
+
+
+def holds_entry_value(block: list[ast.stmt], name: str, site: ast.AST) -> bool:
+    """True when `name`, read at `site` inside `block`, surely still holds the value it had
+    when `block` began: no statement that runs before the read can have rebound it."""
+    for i, stmt in enumerate(block):
+        if not any(n is site for n in ast.walk(stmt)):
+            continue
+        if any(bound_names(s)[name] for s in block[:i]):
+            return False
+        return _holds_in(stmt, name, site)
+    return False
+
+
+def _holds_in(stmt: ast.stmt, name: str, site: ast.AST) -> bool:
+    def inside(part: ast.AST | None) -> bool:
+        return part is not None and any(n is site for n in ast.walk(part))
+
+    if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.Expr | ast.Return):
+        return stmt.value is None or not bound_names(ast.Expr(stmt.value))[name]
+    if isinstance(stmt, ast.If):
+        if inside(stmt.test):
+            return not bound_names(ast.Expr(stmt.test))[name]
+        branch = stmt.body if any(inside(s) for s in stmt.body) else stmt.orelse
+        return holds_entry_value(branch, name, site)
+    if isinstance(stmt, ast.For):
+        if inside(stmt.iter):
+            return True
+        loop = ast.Module(body=[*stmt.body, *stmt.orelse], type_ignores=[])
+        if bound_names(stmt.target)[name] or bound_names(loop)[name]:
+            return False
+        return holds_entry_value([*stmt.body, *stmt.orelse], name, site)
+    if isinstance(stmt, ast.With):
+        if any(inside(item) for item in stmt.items):
+            return True
+        items = ast.Module(body=[ast.Expr(i.context_expr) for i in stmt.items], type_ignores=[])
+        if any(i.optional_vars and bound_names(i.optional_vars)[name] for i in stmt.items):
+            return False
+        return not bound_names(items)[name] and holds_entry_value(stmt.body, name, site)
+    return not bound_names(stmt)[name]
+
+
+class _Replace(ast.NodeTransformer):
+    def __init__(self, mapping: dict[int, ast.expr]) -> None:
+        self.mapping = mapping
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        found = self.mapping.get(id(node))
+        if found is not None:
+            return ast.copy_location(found, node)
+        return super().visit(node)
+
+
+def replace_nodes(tree: ast.AST, mapping: dict[int, ast.expr]) -> None:
+    """Replace the nodes whose id() is a key of `mapping`, in place."""
+    if mapping:
+        _Replace(mapping).visit(tree)
