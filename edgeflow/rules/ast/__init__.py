@@ -10,6 +10,7 @@ from typing import Any
 
 from edgeflow.rules.ast.calls import ReplaceCall
 from edgeflow.rules.ast.float64 import Float64ToFloat32
+from edgeflow.rules.ast.loops import UnrollLoops
 from edgeflow.rules.ast.shapes import SpecializeShapes
 
-RULES: tuple[type[Any], ...] = (SpecializeShapes, Float64ToFloat32, ReplaceCall)
+RULES: tuple[type[Any], ...] = (SpecializeShapes, UnrollLoops, Float64ToFloat32, ReplaceCall)
