@@ -10,6 +10,7 @@ from typing import Any
 
 from edgeflow.rules.ast.calls import ReplaceCall
 from edgeflow.rules.ast.float64 import Float64ToFloat32
+from edgeflow.rules.ast.item import StaticItem
 from edgeflow.rules.ast.loops import UnrollLoops
 from edgeflow.rules.ast.shapes import SpecializeShapes
 from edgeflow.rules.ast.tensor_if import TensorIfToWhere
@@ -18,6 +19,7 @@ RULES: tuple[type[Any], ...] = (
     SpecializeShapes,
     TensorIfToWhere,
     UnrollLoops,
+    StaticItem,
     Float64ToFloat32,
     ReplaceCall,
 )
