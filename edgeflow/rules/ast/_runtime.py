@@ -109,13 +109,13 @@ def masked_amax(x: Any, mask: Any, broadcast: bool = False) -> Any:
     """`x[mask].max()` with a fixed shape (the dtype's lowest value when nothing is selected,
     where the original raises)."""
     x, full = _full_mask(x, mask, broadcast)
-    return torch.where(full, x, _extreme(x.dtype, lowest=True)).amax()
+    return torch.where(full, x, _extreme(x.dtype, lowest=True)).max()
 
 
 def masked_amin(x: Any, mask: Any, broadcast: bool = False) -> Any:
     """`x[mask].min()` with a fixed shape (the dtype's highest value when nothing is selected)."""
     x, full = _full_mask(x, mask, broadcast)
-    return torch.where(full, x, _extreme(x.dtype, lowest=False)).amin()
+    return torch.where(full, x, _extreme(x.dtype, lowest=False)).min()
 
 
 def masked_any(x: Any, mask: Any, broadcast: bool = False) -> Any:
