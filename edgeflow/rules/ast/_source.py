@@ -181,14 +181,17 @@ def rewrite(
             if key not in compiled:
                 compiled[key] = _compile(method, text, rule)
                 matches += count
-                name = method.owner if sources.get(method.owner, text) == text else path
-                sources[name if name else method.owner] = text + "\n"
+                owner = method.owner
+                if sources.setdefault(owner, text + "\n") != text + "\n":
+                    sources[f"{owner}@{path}"] = text + "\n"  # other instances, other code
             new[method.name] = compiled[key]
         if new:
             _give(instance, new, classes)
-    if not compiled:
-        where = ", ".join(looked) or "no user-defined module (only torch's own)"
-        reasons[f"nothing rewritten: no {wanted} in {where}"] = None
+    if not compiled and looked:
+        reasons[f"nothing rewritten: no {wanted} in {', '.join(looked)}"] = None
+    elif not compiled:
+        why = "no method could be read" if reasons else "the model has only torch's own modules"
+        reasons[f"nothing rewritten: {why}"] = None
     return RuleResult(copy_, bool(compiled), matches, list(reasons), sources)
 
 
@@ -236,6 +239,8 @@ def _parse(
     fn: types.FunctionType, files: dict[str, ast.Module]
 ) -> tuple[ast.FunctionDef, str] | str:
     """A private copy of the function's tree with file line numbers, or why there is none."""
+    if hasattr(fn, "__wrapped__"):
+        return "decorated methods are not rewritten"
     stored = getattr(fn, "__edgeflow_ast__", None)
     if stored is not None:
         return copy.deepcopy(stored), fn.__edgeflow_file__  # type: ignore[attr-defined]
