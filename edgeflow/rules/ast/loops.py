@@ -6,14 +6,17 @@ such as `self.n` are taken to be constants of the model):
   or `len(<ModuleList/Sequential/ModuleDict/tuple attribute>)`;
 - a ModuleList or Sequential (`for blk in self.blocks`), a ModuleDict (`self.heads`,
   `.keys()`, `.values()`, `.items()`), a tuple or list of constants (`self.strides`);
-- `enumerate(...)`, `zip(...)` and `reversed(...)` of those.
+- `enumerate(...)`, `zip(...)` and `reversed(...)` of those; in `zip`, a plain name or
+  attribute of unknown length (`zip(self.heads, features)`) is indexed (`features[0]`, ...)
+  up to the known length, so it must be at least that long (zip would stop early).
 Each iteration becomes a copy of the body with the loop variable replaced by its value
 (`self.blocks[0]`, `2`); if the body rebinds the variable, `i = <value>` is assigned instead.
 `for ... else` bodies follow the unrolled iterations. Constant expressions and `if` tests that
 become constant are folded (`if i == 0:`). `self.blocks[self.idx]` with an index that is such
 a constant becomes `self.blocks[2]`.
 Not unrolled (a reason is given): loops with `break`/`continue`, over anything else (tensors,
-data-dependent ranges), longer than `max_iterations`; `while` loops.
+data-dependent ranges), longer than `max_iterations`, whose body rebinds a name the iterable
+uses. `while` loops are not looked at.
 """
 
 from __future__ import annotations
@@ -124,6 +127,12 @@ class _Unroller(ast.NodeTransformer):
         if _jumps(node.body):
             self.method.note(node, "loops with break or continue are not unrolled")
             return node
+        body = ast.Module(body=node.body, type_ignores=[])
+        used = {n.id for item in items for n in ast.walk(item) if isinstance(n, ast.Name)}
+        rebound = sorted(name for name in used if _scope.bound_names(body)[name])
+        if rebound:
+            self.method.note(node, f"the loop body rebinds {', '.join(rebound)}")
+            return node
         bindings = [_bind(node.target, item) for item in items]
         if any(b is None for b in bindings):
             self.method.note(node, f"cannot unpack into {ast.unparse(node.target)}")
@@ -224,11 +233,7 @@ def _items(node: ast.expr, method: Method) -> list[ast.expr] | None:
                 return None
             return [_tuple([_fold.literal(i, node), item]) for i, item in enumerate(inner)]
         if func == "zip" and args:
-            columns = [_items(a, method) for a in args]
-            known = [c for c in columns if c is not None]
-            if len(known) < len(columns) or (strict and len({len(c) for c in known}) > 1):
-                return None  # not known, or zip(strict=...) would raise
-            return [_tuple(list(row)) for row in zip(*known, strict=False)]
+            return _zipped(args, method, bool(strict))
         if func == "reversed" and len(args) == 1:
             inner = _items(args[0], method)
             return None if inner is None else inner[::-1]
@@ -250,6 +255,29 @@ def _items(node: ast.expr, method: Method) -> list[ast.expr] | None:
         return [_fold.literal(v, node) for v in _fold.value(node, method.is_builtin)]
     except (_fold.NotConstant, TypeError):
         return None
+
+
+def _zipped(args: list[ast.expr], method: Method, strict: bool) -> list[ast.expr] | None:
+    """Rows of zip(...): known columns give the length; a column of unknown length that is a
+    plain name or attribute (`features`) is indexed, `features[0]`, ... (it must then be at
+    least that long, where zip would stop early)."""
+    columns = [_items(a, method) for a in args]
+    known = [c for c in columns if c is not None]
+    if not known or (strict and len({len(c) for c in known}) > 1):
+        return None  # nothing gives the length, or zip(strict=True) would raise
+    n = min(len(c) for c in known)
+    for i, (arg, column) in enumerate(zip(args, columns, strict=True)):
+        if column is None:
+            if not _plain(arg):
+                return None
+            columns[i] = [_at(arg, ast.Constant(k)) for k in range(n)]
+    return [_tuple(list(row)) for row in zip(*columns, strict=False)]
+
+
+def _plain(node: ast.expr) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def _dict_items(node: ast.expr, found: Any, kind: str) -> list[ast.expr]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.fx
 from torch import nn
 
 from edgeflow.rules.ast.loops import UnrollLoops
@@ -115,3 +116,42 @@ def test_torchscript_fails_before_and_passes_after() -> None:
     scripted = torch.jit.script(rewritten)
     args = inputs(SPECS, seed=2)
     torch.testing.assert_close(scripted(*args), model(*args))
+
+
+class Pyramid(nn.Module):
+    """torch.fx cannot iterate the Proxy that x.chunk(...) gives while tracing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList([nn.Linear(2, 3) for _ in range(DEPTH)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = x.chunk(DEPTH, dim=1)
+        outs = []
+        for head, feature in zip(self.heads, features, strict=True):
+            outs.append(head(feature))
+        return torch.cat(outs, 1)
+
+
+PYRAMID = """\
+def forward(self, x: torch.Tensor) -> torch.Tensor:
+    features = x.chunk(DEPTH, dim=1)
+    outs = []
+    outs.append(self.heads[0](features[0]))
+    outs.append(self.heads[1](features[1]))
+    outs.append(self.heads[2](features[2]))
+    return torch.cat(outs, 1)
+"""
+
+
+def test_fx_fails_before_and_passes_after() -> None:
+    torch.manual_seed(0)
+    model = Pyramid().eval()
+    spec_list = specs((2, 6))
+    with pytest.raises(torch.fx.proxy.TraceError, match="cannot be iterated"):
+        torch.fx.symbolic_trace(model)
+    result = check(UnrollLoops, model, spec_list)
+    assert result.sources == {"Pyramid.forward": PYRAMID}
+    graph = torch.fx.symbolic_trace(result.model)
+    args = inputs(spec_list, seed=1)
+    torch.testing.assert_close(graph(*args), model(*args))
