@@ -65,3 +65,32 @@ def test_bad_option_value_is_located(write_recipe) -> None:
     [problem] = [p.render() for p in info.value.problems]
     assert problem.startswith(f"{path}:10:48: rewrites[0].parameters: must be a valid boolean")
     assert problem.endswith("(got maybe)")
+
+
+def test_every_ast_rule_loads_by_name_with_its_options(write_recipe) -> None:
+    path = write_recipe(
+        RECIPE
+        + "  - {rule: ast.nonzero_to_mask, max_size: 16, fill_index: 0}\n"
+        + "  - {rule: ast.specialize_shapes, dynamic_batch: true}\n"
+        + "  - ast.tensor_if_to_where\n"
+        + "  - {rule: ast.unroll_loops, max_iterations: 8}\n"
+        + "  - ast.static_item\n"
+    )
+    specs = load_recipe(path).recipe.rewrites
+    assert [s.name for s in specs] == [
+        "ast.nonzero_to_mask",
+        "ast.specialize_shapes",
+        "ast.tensor_if_to_where",
+        "ast.unroll_loops",
+        "ast.static_item",
+    ]
+    assert specs[0].options.max_size == 16 and specs[0].options.fill_index == 0
+    assert specs[1].options.dynamic_batch and specs[3].options.max_iterations == 8
+
+
+def test_out_of_range_option_is_located(write_recipe) -> None:
+    path = write_recipe(RECIPE + "  - {rule: ast.nonzero_to_mask, max_size: 0}\n")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    [problem] = [p.render() for p in info.value.problems]
+    assert problem.startswith(f"{path}:10:43: rewrites[0].max_size: must be greater than 0 (got 0)")
