@@ -2,19 +2,21 @@
 
 Handled, where the condition is a tensor (see _types.py; `.item()` and `bool()` around a
 tensor are dropped, `and`/`or`/`not` of tensor conditions become logical ops):
-- `if c: <assignments> else: <assignments>` (or no `else`, when every name assigned is already
-  bound before the `if`): both branches run, each assigning fresh names (`y_then`, `y_else`),
-  then `y = _edgeflow_rt.where(c, y_then, y_else)` for every name either branch assigns;
+- `if c: <assignments> else: <assignments>` (or no `else`): both branches run, each binding
+  fresh names (`y_then`, `y_else`), then `y = _edgeflow_rt.where(c, y_then, y_else)` for
+  every name a branch binds and the method reads after the `if` (a name bound in one branch
+  only must be bound before the `if`);
 - `if c: <assignments>; return a else: <assignments>; return b`, and the early-return form
   `if c: ...; return a` followed by `...; return b` in the same block:
   `return _edgeflow_rt.where(c, a, b)` (element-wise for tuples of equal length);
 - `a if c else b` -> `_edgeflow_rt.where(c, a, b)`.
-Branches may only assign names (simple or tuple targets); the names merged must be tensors
-(or a tensor on one side). `_edgeflow_rt.where` raises if the two values differ in shape or
-dtype, where torch.where would broadcast or promote. Not handled (a reason is given):
-branches with other statements (calls for effect, attribute or item stores, raise, loops),
-in-place tensor methods (`x.add_()`), `print`, list/dict mutators, names bound in one branch
-only and not before, conditions that mix tensors with Python values, `while` on a tensor.
+Branches may only assign names (simple or tuple targets); merged names must be tensors
+(every value bound to them in the method is). `_edgeflow_rt.where` raises if the two values
+differ in shape or dtype, where torch.where would broadcast or promote.
+Not handled (a reason is given): branches with other statements (calls for effect,
+attribute or item stores, raise, loops), in-place tensor methods (`x.add_()`), `print`,
+list/dict mutators, names bound in one branch only and not before, conditions that mix
+tensors with Python values, `while` on a tensor.
 Both branches are computed: a branch that fails on inputs the original never gave it (say,
 indexing past an end) now fails too.
 """
