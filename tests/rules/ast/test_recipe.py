@@ -36,7 +36,7 @@ def test_rules_and_options_resolve_and_apply(write_recipe) -> None:
     assert first.rule is Float64ToFloat32 and first.options == Float64ToFloat32.Options()
     assert second.rule is ReplaceCall and second.options.from_ == "torch.nonzero"
     torch.manual_seed(0)
-    module, records, sources = rewritten_module(recipe)
+    module, records, sources = rewritten_module(recipe, path.parent)
     assert [r["rule"] for r in records] == ["ast.float64_to_float32", "ast.replace_call"]
     assert records[0]["changed"] and not records[1]["changed"]
     assert records[1]["options"] == {"from_": "torch.nonzero", "to": "torch:argwhere"}
