@@ -39,7 +39,7 @@ def test_rules_and_options_resolve_and_apply(write_recipe) -> None:
     module, records, sources = rewritten_module(recipe, path.parent)
     assert [r["rule"] for r in records] == ["ast.float64_to_float32", "ast.replace_call"]
     assert records[0]["changed"] and not records[1]["changed"]
-    assert records[1]["options"] == {"from_": "torch.nonzero", "to": "torch:argwhere"}
+    assert records[1]["options"] == {"from": "torch.nonzero", "to": "torch:argwhere"}
     assert set(sources) == {
         "ast.float64_to_float32.DoubleConv.forward",
         "ast.float64_to_float32.DoubleConv.finish",
