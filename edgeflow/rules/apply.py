@@ -51,5 +51,6 @@ def rewritten_module(
     from edgeflow.source import build_module
 
     module = build_module(recipe.source)
-    ctx = RewriteContext(list(recipe.source.inputs), base_dir)
+    dynamic = recipe.source.dynamic_batch is not None
+    ctx = RewriteContext(list(recipe.source.inputs), base_dir, dynamic)
     return apply_rules(module, list(recipe.rewrites), ("ast", "fx"), ctx)

@@ -35,6 +35,7 @@ class RewriteContext:
 
     inputs: list[TensorSpec]
     base_dir: Path = Path(".")  # relative paths in rule options ("patterns.py:fn") start here
+    dynamic_batch: bool = False  # the recipe exports with a dynamic batch dimension
 
     def example_inputs(self) -> tuple[Any, ...]:
         from edgeflow.source import example_inputs

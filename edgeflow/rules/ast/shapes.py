@@ -45,11 +45,16 @@ class SpecializeShapes(AstRule):
     example = (BEFORE, AFTER)
 
     class Options(RuleOptions):
-        dynamic_batch: bool = False  # leave dim 0 unfolded and unchecked (source.dynamic_batch)
+        """dynamic_batch: leave dim 0 unfolded and unchecked; by default (null) it follows the
+        recipe's source.dynamic_batch."""
+
+        dynamic_batch: bool | None = None
 
     def apply(self, model: Any, opts: Options, ctx: RewriteContext) -> RuleResult[Any]:
+        dynamic = ctx.dynamic_batch if opts.dynamic_batch is None else opts.dynamic_batch
+
         def transform(method: Method) -> int:
-            return _specialize(method, opts.dynamic_batch) if method.is_root else 0
+            return _specialize(method, dynamic) if method.is_root else 0
 
         wanted = "shape query on forward's arguments"
         return rewrite(model, ctx, self.name, transform, wanted)
