@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -34,7 +35,7 @@ SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 # Import name -> pip package, for "install it" messages.
 PACKAGES = {
     "onnx2tf": "onnx2tf",
-    "tensorflow": "tensorflow-cpu",
+    "tensorflow": "tensorflow",
     "tf_keras": "tf-keras",
     "onnx_graphsurgeon": "onnx-graphsurgeon",
     "sng4onnx": "sng4onnx",
@@ -306,7 +307,8 @@ def operators(artifact: Path, target: str) -> list[str]:
 
 
 def _tail(log: str) -> str:
-    lines = [ln for ln in log.strip().splitlines() if ln.strip()]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log)  # onnx2tf colours its messages
+    lines = [ln for ln in plain.strip().splitlines() if ln.strip()]
     return "\n".join(lines[-LOG_TAIL:])
 
 

@@ -39,13 +39,15 @@ def convert(job: ConvertJob) -> dict[str, Any]:
             "use quantization.mode int8 (or none)",
         )
     info = _onnx2tf.convert(job, TARGET)
-    info["arena_bytes"] = measure_arena((job.out_dir / info["artifact"]).read_bytes())
+    minimum, recorded = measure_arena((job.out_dir / info["artifact"]).read_bytes())
+    info["arena_bytes"] = minimum
+    info["arena_recorded_bytes"] = recorded  # RecordingMicroAllocator's total, for reference
     return info
 
 
 def open_runner(artifact_dir: Path, info: dict[str, Any]) -> MicroRunner:
     model = (artifact_dir / info["artifact"]).read_bytes()
-    arena = info.get("arena_bytes") or measure_arena(model)
+    arena = info.get("arena_bytes") or measure_arena(model)[0]
     return MicroRunner(model, info["io"], arena)
 
 
@@ -84,8 +86,9 @@ def _load(model: bytes, arena: int, err: CStderr) -> Any:
             return None
 
 
-def measure_arena(model: bytes) -> int:
-    """The smallest arena_size (bytes) in which TFLM allocates the model's tensors."""
+def measure_arena(model: bytes) -> tuple[int, int]:
+    """The smallest arena_size (bytes) in which TFLM allocates the model's tensors, and the
+    total that TFLM's recording allocator reports (a few bytes more: alignment)."""
     err = CStderr()
     interp = _load(model, ARENA_LIMIT, err)
     if interp is None:
@@ -103,7 +106,8 @@ def measure_arena(model: bytes) -> int:
         interp.print_allocations()
     found = _TOTAL.search(err.text())
     del interp
-    low, high = 0, int(found.group(1)) if found else ARENA_LIMIT
+    recorded = int(found.group(1)) if found else 0
+    low, high = 0, recorded or ARENA_LIMIT
     if _load(model, high, err) is None:  # the recorded total should allocate; else search up
         low, high = high, ARENA_LIMIT
     while high - low > 1:  # invariant: `high` allocates, `low` does not (or is 0)
@@ -112,7 +116,7 @@ def measure_arena(model: bytes) -> int:
             low = mid
         else:
             high = mid
-    return high
+    return high, recorded
 
 
 class MicroRunner(TfliteRunner):
