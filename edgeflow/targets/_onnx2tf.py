@@ -54,7 +54,9 @@ def require(module: str, target: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         missing = (exc.name or module).split(".")[0]
-        raise MissingDependency(f"target {target}", PACKAGES.get(missing, missing), "tflite") from exc
+        raise MissingDependency(
+            f"target {target}", PACKAGES.get(missing, missing), "tflite"
+        ) from exc
 
 
 def convert(job: ConvertJob, target: str) -> dict[str, Any]:

@@ -55,7 +55,8 @@ class CStderr:
     """Captures what native code writes to file descriptor 2 while inside `with`."""
 
     def __init__(self) -> None:
-        self.file = tempfile.TemporaryFile()
+        # one file for the runner's life: reused by every invoke, closed when collected
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115
 
     def __enter__(self) -> CStderr:
         sys.stderr.flush()

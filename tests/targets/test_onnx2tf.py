@@ -36,7 +36,9 @@ def job(onnx: Path, out: Path, target: str, **quantization: object) -> ConvertJo
 def reference(onnx: Path, x: np.ndarray) -> np.ndarray:
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"]).run(None, {"x": x})[
+        0
+    ]
 
 
 def test_three_channel_float_converts_offline_in_nchw(tmp_path: Path, no_network: list) -> None:
