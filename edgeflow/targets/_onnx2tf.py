@@ -122,7 +122,7 @@ def convert(job: ConvertJob, target: str) -> dict[str, Any]:
     if mode == "int8":
         info["int8"] = {
             "per_channel": q.per_channel,
-            "calibration_samples": len(job.calibration) if job.calibration else 0,
+            "calibration_samples": _usable(job),
             "scheme": "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O",
             "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k)],
         }
@@ -133,8 +133,7 @@ def _calibration_files(job: ConvertJob, work: Path) -> list[list[Any]]:
     """One NHWC float32 .npy per input; mean 0 and std 1 keep the values as they are."""
     if job.calibration is None:
         raise AssertionError("int8 conversion without calibration samples")
-    batch = job.inputs[0].shape[0]
-    usable = len(job.calibration) - len(job.calibration) % batch  # whole batches only
+    batch, usable = job.inputs[0].shape[0], _usable(job)
     if usable == 0:
         raise EdgeflowError(
             f"int8 calibration needs at least {batch} samples (the model's batch size); "
@@ -151,6 +150,12 @@ def _calibration_files(job: ConvertJob, work: Path) -> list[list[Any]]:
         name = "wa/" + name[1:] if name.startswith("/") else name
         entries.append([name, str(path), 0.0, 1.0])
     return entries
+
+
+def _usable(job: ConvertJob) -> int:
+    """How many calibration samples onnx2tf uses: whole batches of the model's batch size."""
+    total = len(job.calibration) if job.calibration is not None else 0
+    return total - total % job.inputs[0].shape[0]
 
 
 def _write_sample_file(path: Path) -> None:
