@@ -199,7 +199,8 @@ def io_layout(onnx_path: Path, artifact: Path, float32: Path, target: str) -> di
     litert = require("ai_edge_litert.interpreter", target)
     interp = litert.Interpreter(model_path=str(artifact))
     in_details, out_details = interp.get_input_details(), interp.get_output_details()
-    onnx_in = {i.name: _dims(i) for i in graph.input}
+    weights = {t.name for t in graph.initializer}  # old IR versions list them as inputs
+    onnx_in = {i.name: _dims(i) for i in graph.input if i.name not in weights}
     onnx_out = [(o.name, _dims(o)) for o in graph.output]
     if len(in_details) != len(onnx_in) or len(out_details) != len(onnx_out):
         raise EdgeflowError(
@@ -219,10 +220,10 @@ def io_layout(onnx_path: Path, artifact: Path, float32: Path, target: str) -> di
     for k, (name, dims) in enumerate(onnx_out):
         pos = order[k]
         shape = tuple(int(d) for d in out_details[pos]["shape"])
-        to_nchw = inverse(channel_last(len(dims)))
+        identity, to_nchw = tuple(range(len(dims))), inverse(channel_last(len(dims)))
         fits = [
             list(p)
-            for p in {tuple(range(len(dims))), to_nchw}
+            for p in dict.fromkeys((identity, to_nchw))  # distinct, in this order
             if tuple(shape[i] for i in p) == tuple(dims)
         ]
         if not fits:
@@ -261,9 +262,13 @@ def _output_order(interp: Any, details: list[dict[str, Any]]) -> list[int]:
     if signatures:
         outputs = next(iter(signatures.values()))["outputs"]
         by_tensor = {d["index"]: pos for pos, d in enumerate(details)}
-        keyed = {int(k.rsplit("_", 1)[1]): by_tensor[t] for k, t in outputs.items()}
-        if sorted(keyed) == list(range(len(details))):
-            return [keyed[k] for k in range(len(details))]
+        keyed = {
+            int(m.group(1)): by_tensor.get(tensor)
+            for key, tensor in outputs.items()
+            if (m := re.fullmatch(r"output_(\d+)", key))
+        }
+        if sorted(keyed) == list(range(len(details))) and None not in keyed.values():
+            return [int(keyed[k]) for k in range(len(details))]  # type: ignore[arg-type]
     return list(range(len(details)))
 
 
