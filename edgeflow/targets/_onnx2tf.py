@@ -13,10 +13,13 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import random
 import re
 import shutil
+import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -68,43 +71,26 @@ def convert(job: ConvertJob, target: str) -> dict[str, Any]:
             "converter calibrates with min/max ranges only",
             "set quantization.method: minmax",
         )
-    onnx2tf = require("onnx2tf", target)
     with tempfile.TemporaryDirectory(prefix="edgeflow-onnx2tf-") as tmp:
         work = Path(tmp)
         source = work / "model.onnx"
         shutil.copyfile(job.onnx, source)  # onnx2tf rewrites the file it reads
         _write_sample_file(work / SAMPLE_FILE)
-        kwargs: dict[str, Any] = {}
+        options: dict[str, Any] = {}
         if mode == "int8":
-            kwargs = {
+            options = {
                 "output_integer_quantized_tflite": True,
                 "quant_type": "per-channel" if q.per_channel else "per-tensor",
                 "custom_input_op_name_np_data_path": _calibration_files(job, work),
                 "input_quant_dtype": "int8",
                 "output_quant_dtype": "int8",
             }
-        log = io.StringIO()
-        start = time.perf_counter()
-        with _inside(work), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            try:
-                onnx2tf.convert(
-                    input_onnx_file_path=str(source),
-                    output_folder_path=str(work / "out"),
-                    verbosity="warn",
-                    **kwargs,
-                )
-            except (Exception, SystemExit) as exc:  # onnx2tf calls sys.exit(1) on errors
-                raise EdgeflowError(
-                    f"onnx2tf failed to convert the model ({type(exc).__name__}: {exc}); "
-                    f"its log ends:\n{_tail(log.getvalue())}",
-                    "see docs/debugging.md; rewrite rules can replace operators onnx2tf lacks",
-                ) from None
-        seconds = time.perf_counter() - start
+        seconds, log = _run_onnx2tf(source, work / "out", options, target)
         produced = work / "out" / f"model_{SUFFIX[mode]}.tflite"
         if not produced.is_file():
             raise EdgeflowError(
                 f"onnx2tf wrote no {produced.name} (quantization mode {mode}); "
-                f"its log ends:\n{_tail(log.getvalue())}",
+                f"its log ends:\n{_tail(log)}",
                 "int8 fails when an operator has no int8 kernel; see docs/debugging.md",
             )
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
@@ -127,6 +113,48 @@ def convert(job: ConvertJob, target: str) -> dict[str, Any]:
             "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k)],
         }
     return info
+
+
+def _run_onnx2tf(
+    source: Path, out: Path, options: dict[str, Any], target: str
+) -> tuple[float, str]:
+    """onnx2tf.convert inside its working folder, output captured: (seconds, log)."""
+    log = io.StringIO()
+    with _contained(), _inside(source.parent):
+        onnx2tf = require("onnx2tf", target)
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                onnx2tf.convert(
+                    input_onnx_file_path=str(source),
+                    output_folder_path=str(out),
+                    verbosity="warn",
+                    **options,
+                )
+            except (Exception, SystemExit) as exc:  # onnx2tf calls sys.exit(1) on errors
+                raise EdgeflowError(
+                    f"onnx2tf failed to convert the model ({type(exc).__name__}: {exc}); "
+                    f"its log ends:\n{_tail(log.getvalue())}",
+                    "see docs/debugging.md; rewrite rules can replace operators onnx2tf lacks",
+                ) from None
+        return time.perf_counter() - start, log.getvalue()
+
+
+@contextlib.contextmanager
+def _contained() -> Iterator[None]:
+    """Undo what importing and running onnx2tf changes process-wide: the recursion limit
+    (2**31-1), warning filters (all ignored), environment variables, Python/NumPy seeds."""
+    limit, environ = sys.getrecursionlimit(), dict(os.environ)
+    py_state, np_state = random.getstate(), np.random.get_state()
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        sys.setrecursionlimit(limit)
+        os.environ.clear()
+        os.environ.update(environ)
+        random.setstate(py_state)
+        np.random.set_state(np_state)
 
 
 def _calibration_files(job: ConvertJob, work: Path) -> list[list[Any]]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,12 @@ from edgeflow.targets import _onnx2tf, load_profile, tflite, tflite_micro
 from edgeflow.targets.base import ConvertJob
 from tests.targets.conftest import needs_tflite, tiny_conv_onnx
 
-pytestmark = [pytest.mark.slow, needs_tflite]
+pytestmark = [
+    pytest.mark.slow,
+    needs_tflite,
+    # TensorFlow's int8 calibrator uses its own deprecated tf.lite.Interpreter
+    pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated:UserWarning"),
+]
 
 
 def job(onnx: Path, out: Path, target: str, **quantization: object) -> ConvertJob:
@@ -44,9 +52,12 @@ def reference(onnx: Path, x: np.ndarray) -> np.ndarray:
 def test_three_channel_float_converts_offline_in_nchw(tmp_path: Path, no_network: list) -> None:
     onnx = tiny_conv_onnx(tmp_path / "tiny.onnx")
     before = onnx.read_bytes()
+    state = (sys.getrecursionlimit(), list(warnings.filters), dict(os.environ), Path.cwd())
     info = tflite.convert(job(onnx, tmp_path / "out", "tflite", mode="none"))
     assert no_network == []  # onnx2tf never tried to fetch its sample file
     assert onnx.read_bytes() == before  # onnx2tf worked on a copy
+    # onnx2tf's process-wide changes (recursion limit 2**31-1, warnings off, env) are undone
+    assert (sys.getrecursionlimit(), warnings.filters, dict(os.environ), Path.cwd()) == state
     assert info["io"]["inputs"] == [{"name": "x", "index": 0, "perm": [0, 2, 3, 1]}]
     # 1x4x4x4 fits both layouts: the probe found the NHWC -> NCHW transpose
     assert info["io"]["outputs"] == [{"name": "y", "index": 0, "perm": [0, 3, 1, 2]}]
