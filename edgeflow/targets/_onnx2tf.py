@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.errors import EdgeflowError, MissingDependency
+from edgeflow.targets._tflite_io import CStderr
 from edgeflow.targets.base import ConvertJob
 
 ARTIFACT = "model.tflite"
@@ -259,11 +260,12 @@ def io_layout(onnx_path: Path, artifact: Path, float32: Path, target: str) -> di
         if len(fits) > 1:
             ambiguous.append(k)
         outputs.append({"name": name, "index": pos, "perm": fits[0], "candidates": fits})
+    layout: dict[str, Any] = {"inputs": inputs, "outputs": outputs}
     if ambiguous:
-        _probe(onnx_path, float32, inputs, outputs, ambiguous, target)
+        layout["ambiguous_outputs"] = _probe(onnx_path, float32, inputs, outputs, ambiguous, target)
     for out in outputs:
         del out["candidates"]
-    return {"inputs": inputs, "outputs": outputs}
+    return layout
 
 
 def _dims(value: Any) -> tuple[int, ...]:
@@ -307,8 +309,30 @@ def _probe(
     outputs: list[dict[str, Any]],
     ambiguous: list[int],
     target: str,
-) -> None:
-    """Choose the permutation of shape-ambiguous outputs by comparing real numbers."""
+) -> str:
+    """Choose the permutation of shape-ambiguous outputs by comparing real numbers; returns
+    how it was decided (the float32 .tflite may not run, e.g. with a Flex op: then NHWC,
+    onnx2tf's usual output layout, is assumed and verify's comparison will tell)."""
+    try:
+        errors = _probe_errors(onnx_path, float32, inputs, outputs, ambiguous, target)
+    except Exception as exc:  # any failure to run the probe leaves the usual layout
+        for k in ambiguous:
+            outputs[k]["perm"] = outputs[k]["candidates"][-1]
+        return f"assumed NHWC outputs: the float32 probe failed ({str(exc).splitlines()[0]})"
+    for k, diffs in zip(ambiguous, errors, strict=True):
+        outputs[k]["perm"] = outputs[k]["candidates"][int(np.argmin(diffs))]
+    return "float32 probe against onnxruntime"
+
+
+def _probe_errors(
+    onnx_path: Path,
+    float32: Path,
+    inputs: list[dict[str, Any]],
+    outputs: list[dict[str, Any]],
+    ambiguous: list[int],
+    target: str,
+) -> list[list[float]]:
+    """Max abs diff to onnxruntime of each candidate permutation of each ambiguous output."""
     import onnxruntime as ort
 
     litert = require("ai_edge_litert.interpreter", target)
@@ -317,17 +341,20 @@ def _probe(
     feeds = {i.name: rng.random(i.shape, dtype=np.float32) for i in session.get_inputs()}
     reference = session.run(None, feeds)
     interp = litert.Interpreter(model_path=str(float32))
-    interp.allocate_tensors()
+    err = CStderr()
+    with err:
+        interp.allocate_tensors()
     in_details, out_details = interp.get_input_details(), interp.get_output_details()
     for spec in inputs:
         data = feeds[spec["name"]].transpose(spec["perm"])
         interp.set_tensor(in_details[spec["index"]]["index"], np.ascontiguousarray(data))
     interp.invoke()
+    errors = []
     for k in ambiguous:
-        out = outputs[k]
-        got = interp.get_tensor(out_details[out["index"]]["index"])
-        errors = [float(np.abs(got.transpose(p) - reference[k]).max()) for p in out["candidates"]]
-        out["perm"] = out["candidates"][int(np.argmin(errors))]
+        got = interp.get_tensor(out_details[outputs[k]["index"]]["index"])
+        candidates = outputs[k]["candidates"]
+        errors.append([float(np.abs(got.transpose(p) - reference[k]).max()) for p in candidates])
+    return errors
 
 
 def operators(artifact: Path, target: str) -> list[str]:

@@ -8,7 +8,11 @@ compares float values in the source model's layout with the source model's.
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -68,3 +72,29 @@ class TfliteRunner:
 
     def _get(self, pos: int) -> np.ndarray:
         raise NotImplementedError
+
+
+class CStderr:
+    """Captures what native code writes to file descriptor 2 while inside `with`."""
+
+    def __init__(self) -> None:
+        # one file for the runner's life: reused by every invoke, closed when collected
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115
+
+    def __enter__(self) -> CStderr:
+        sys.stderr.flush()
+        self.file.seek(0)
+        self.file.truncate()
+        self.saved = os.dup(2)
+        os.dup2(self.file.fileno(), 2)
+        return self
+
+    def __exit__(
+        self, kind: type | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+
+    def text(self) -> str:
+        self.file.seek(0)
+        return self.file.read().decode(errors="replace").strip()

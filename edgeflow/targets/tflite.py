@@ -14,7 +14,7 @@ import numpy as np
 
 from edgeflow.errors import EdgeflowError
 from edgeflow.targets import _onnx2tf
-from edgeflow.targets._tflite_io import Quant, TfliteRunner
+from edgeflow.targets._tflite_io import CStderr, Quant, TfliteRunner
 from edgeflow.targets.base import ConvertJob
 
 TARGET = "tflite"
@@ -35,12 +35,14 @@ class LiteRtRunner(TfliteRunner):
 
     def __init__(self, path: Path, io: dict[str, Any]) -> None:
         litert = _onnx2tf.require("ai_edge_litert.interpreter", TARGET)
+        err = CStderr()  # LiteRT logs to C-level stderr ("Created ... XNNPACK delegate")
         try:
-            self.interp = litert.Interpreter(model_path=str(path))
-            self.interp.allocate_tensors()
+            with err:
+                self.interp = litert.Interpreter(model_path=str(path))
+                self.interp.allocate_tensors()
         except (RuntimeError, ValueError) as exc:
             raise EdgeflowError(
-                f"LiteRT cannot load {path.name}: {exc}",
+                f"LiteRT cannot load {path.name}: {exc}\n{err.text()}".strip(),
                 "an operator LiteRT lacks (e.g. a Flex op) needs a rewrite rule",
             ) from None
         ins, outs = self.interp.get_input_details(), self.interp.get_output_details()

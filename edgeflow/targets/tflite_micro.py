@@ -9,19 +9,15 @@ verify stage runs every sample with exactly that arena. TFLM writes its real err
 
 from __future__ import annotations
 
-import os
 import re
-import sys
-import tempfile
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from edgeflow.errors import EdgeflowError
 from edgeflow.targets import _onnx2tf
-from edgeflow.targets._tflite_io import Quant, TfliteRunner
+from edgeflow.targets._tflite_io import CStderr, Quant, TfliteRunner
 from edgeflow.targets.base import ConvertJob
 
 TARGET = "tflite_micro"
@@ -49,32 +45,6 @@ def open_runner(artifact_dir: Path, info: dict[str, Any]) -> MicroRunner:
     model = (artifact_dir / info["artifact"]).read_bytes()
     arena = info.get("arena_bytes") or measure_arena(model)[0]
     return MicroRunner(model, info["io"], arena)
-
-
-class CStderr:
-    """Captures what native code writes to file descriptor 2 while inside `with`."""
-
-    def __init__(self) -> None:
-        # one file for the runner's life: reused by every invoke, closed when collected
-        self.file = tempfile.TemporaryFile()  # noqa: SIM115
-
-    def __enter__(self) -> CStderr:
-        sys.stderr.flush()
-        self.file.seek(0)
-        self.file.truncate()
-        self.saved = os.dup(2)
-        os.dup2(self.file.fileno(), 2)
-        return self
-
-    def __exit__(
-        self, kind: type | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        os.dup2(self.saved, 2)
-        os.close(self.saved)
-
-    def text(self) -> str:
-        self.file.seek(0)
-        return self.file.read().decode(errors="replace").strip()
 
 
 def _load(model: bytes, arena: int, err: CStderr) -> Any:

@@ -103,3 +103,13 @@ def test_tflm_rejection_quotes_the_interpreter(tmp_path: Path) -> None:
         tflite_micro.convert(job(onnx, tmp_path / "out", "tflite_micro", mode="none"))
     assert "TFLite Micro rejects the model" in failure.value.message
     assert "Didn't find op for builtin opcode 'RELU_0_TO_1'" in failure.value.message
+
+
+def test_flex_ops_are_reported_by_litert(tmp_path: Path) -> None:
+    """Erf has no TFLite builtin: onnx2tf emits the Select-TF op FlexErf, LiteRT refuses it."""
+    onnx = tiny_conv_onnx(tmp_path / "tiny.onnx", activation="Erf")
+    info = tflite.convert(job(onnx, tmp_path / "out", "tflite", mode="none"))
+    assert info["operators"] == ["CONV_2D", "CUSTOM:FlexErf"]
+    assert info["io"]["ambiguous_outputs"].startswith("assumed NHWC outputs")
+    with pytest.raises(EdgeflowError, match=r"LiteRT cannot load model.tflite: Select TensorFlow"):
+        tflite.open_runner(tmp_path / "out", info)
