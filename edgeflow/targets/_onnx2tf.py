@@ -72,6 +72,8 @@ def convert(job: ConvertJob, target: str) -> dict[str, Any]:
             "converter calibrates with min/max ranges only",
             "set quantization.method: minmax",
         )
+    with _contained():
+        require("onnx2tf", target)  # fail early; the import costs seconds and ~550 MB
     with tempfile.TemporaryDirectory(prefix="edgeflow-onnx2tf-") as tmp:
         work = Path(tmp)
         source = work / "model.onnx"
