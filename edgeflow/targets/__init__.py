@@ -33,4 +33,12 @@ def backend(profile: TargetProfile) -> ModuleType:
         from edgeflow.targets import onnxruntime_micro
 
         return onnxruntime_micro
+    if profile.backend == "tflite":
+        from edgeflow.targets import tflite
+
+        return tflite
+    if profile.backend == "tflite_micro":
+        from edgeflow.targets import tflite_micro
+
+        return tflite_micro
     raise AssertionError(f"no backend module for '{profile.backend}'")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-BACKENDS = ("onnxruntime_micro",)
+BACKENDS = ("onnxruntime_micro", "tflite", "tflite_micro")
 
 
 class OpsetRange(BaseModel):
@@ -28,7 +28,7 @@ class TargetProfile(BaseModel):
 
     name: str
     description: str = ""
-    backend: Literal["onnxruntime_micro"]
+    backend: Literal["onnxruntime_micro", "tflite", "tflite_micro"]
     source: str = Field("", description="where the support data comes from, with versions")
     artifact: str = Field("", description="what the build produces")
     opset: OpsetRange = OpsetRange()

@@ -1,0 +1,390 @@
+"""ONNX -> .tflite with onnx2tf, offline; shared by the tflite and tflite_micro backends.
+
+onnx2tf 1.28.8 traps handled here (see /work/shared/TOOLCHAIN.md): it rewrites its input
+file (we convert a copy in a temporary folder); for 4-D 3-channel inputs it downloads a sample
+file from GitHub even for float conversion (we place a file of that name in its working
+folder, which it reads instead); int8 calibration comes only from NHWC .npy files; a failed
+int8 conversion is only a warning in its log (we check that the file exists and quote the log).
+Inputs of rank 3-5 become channel-last; the recorded layout lets runners feed NCHW data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from edgeflow.errors import EdgeflowError, MissingDependency
+from edgeflow.targets._tflite_io import CStderr
+from edgeflow.targets.base import ConvertJob
+
+ARTIFACT = "model.tflite"
+# onnx2tf's output file suffix for each quantization mode (full integer: int8 in and out).
+SUFFIX = {"none": "float32", "fp16": "float16", "int8": "full_integer_quant"}
+# The sample file onnx2tf downloads into its working directory when it is absent.
+SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+# Import name -> pip package, for "install it" messages.
+PACKAGES = {
+    "onnx2tf": "onnx2tf",
+    "tensorflow": "tensorflow",
+    "tf_keras": "tf-keras",
+    "onnx_graphsurgeon": "onnx-graphsurgeon",
+    "sng4onnx": "sng4onnx",
+    "psutil": "psutil",
+    "ai_edge_litert": "ai-edge-litert",
+    "tflite_micro": "tflite-micro",
+}
+LOG_TAIL = 25
+
+
+def require(module: str, target: str) -> ModuleType:
+    """Import an optional tool (slow: TensorFlow costs seconds), or say how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        missing = (exc.name or module).split(".")[0]
+        raise MissingDependency(
+            f"target {target}", PACKAGES.get(missing, missing), "tflite"
+        ) from exc
+
+
+def convert(job: ConvertJob, target: str) -> dict[str, Any]:
+    """Convert job.onnx with onnx2tf into job.out_dir/model.tflite; return the convert info."""
+    mode, q = job.quantization.mode, job.quantization
+    if mode == "int8" and q.method != "minmax":
+        raise EdgeflowError(
+            f"target {target}: quantization.method '{q.method}' is not available: the TFLite "
+            "converter calibrates with min/max ranges only",
+            "set quantization.method: minmax",
+        )
+    with _contained():
+        require("onnx2tf", target)  # fail early; the import costs seconds and ~550 MB
+    with tempfile.TemporaryDirectory(prefix="edgeflow-onnx2tf-") as tmp:
+        work = Path(tmp)
+        source = work / "model.onnx"
+        shutil.copyfile(job.onnx, source)  # onnx2tf rewrites the file it reads
+        _write_sample_file(work / SAMPLE_FILE)
+        options: dict[str, Any] = {}
+        if mode == "int8":
+            options = {
+                "output_integer_quantized_tflite": True,
+                "quant_type": "per-channel" if q.per_channel else "per-tensor",
+                "custom_input_op_name_np_data_path": _calibration_files(job, work),
+                "input_quant_dtype": "int8",
+                "output_quant_dtype": "int8",
+            }
+        seconds, log = _run_onnx2tf(source, work / "out", options, target)
+        produced = work / "out" / f"model_{SUFFIX[mode]}.tflite"
+        if not produced.is_file():
+            raise EdgeflowError(
+                f"onnx2tf wrote no {produced.name} (quantization mode {mode}); "
+                f"its log ends:\n{_tail(log)}",
+                "int8 fails when an operator has no int8 kernel; see docs/debugging.md",
+            )
+        shutil.copyfile(produced, job.out_dir / ARTIFACT)
+        layout = io_layout(
+            job.onnx, job.out_dir / ARTIFACT, work / "out" / "model_float32.tflite", target
+        )
+    info: dict[str, Any] = {
+        "artifact": ARTIFACT,
+        "files": [ARTIFACT],
+        "converter": f"onnx2tf {_version('onnx2tf')}, tensorflow {_version('tensorflow')}",
+        "convert_seconds": round(seconds, 3),
+        "operators": operators(job.out_dir / ARTIFACT, target),
+        "io": layout,
+    }
+    if mode == "int8":
+        info["int8"] = {
+            "per_channel": q.per_channel,
+            "calibration_samples": _usable(job),
+            "scheme": "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O",
+            "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k)],
+        }
+    return info
+
+
+def _run_onnx2tf(
+    source: Path, out: Path, options: dict[str, Any], target: str
+) -> tuple[float, str]:
+    """onnx2tf.convert inside its working folder, output captured: (seconds, log)."""
+    log = io.StringIO()
+    with _contained(), _inside(source.parent):
+        onnx2tf = require("onnx2tf", target)
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                onnx2tf.convert(
+                    input_onnx_file_path=str(source),
+                    output_folder_path=str(out),
+                    verbosity="warn",
+                    **options,
+                )
+            except (Exception, SystemExit) as exc:  # onnx2tf calls sys.exit(1) on errors
+                raise EdgeflowError(
+                    f"onnx2tf failed to convert the model ({type(exc).__name__}: {exc}); "
+                    f"its log ends:\n{_tail(log.getvalue())}",
+                    "see docs/debugging.md; rewrite rules can replace operators onnx2tf lacks",
+                ) from None
+        return time.perf_counter() - start, log.getvalue()
+
+
+@contextlib.contextmanager
+def _contained() -> Iterator[None]:
+    """Undo what importing and running onnx2tf changes process-wide: the recursion limit
+    (2**31-1), warning filters (all ignored), environment variables, Python/NumPy seeds."""
+    limit, environ = sys.getrecursionlimit(), dict(os.environ)
+    py_state, np_state = random.getstate(), np.random.get_state()
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        sys.setrecursionlimit(limit)
+        os.environ.clear()
+        os.environ.update(environ)
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+
+def _calibration_files(job: ConvertJob, work: Path) -> list[list[Any]]:
+    """One NHWC float32 .npy per input; mean 0 and std 1 keep the values as they are."""
+    if job.calibration is None:
+        raise AssertionError("int8 conversion without calibration samples")
+    batch, usable = job.inputs[0].shape[0], _usable(job)
+    if usable == 0:
+        raise EdgeflowError(
+            f"int8 calibration needs at least {batch} samples (the model's batch size); "
+            f"got {len(job.calibration)}",
+            "raise calibration.samples",
+        )
+    entries = []
+    for i, spec in enumerate(job.inputs):
+        data = np.asarray(job.calibration.inputs[spec.name][:usable], dtype=np.float32)
+        path = work / f"calibration_{i}.npy"
+        np.save(path, data.transpose(channel_last(data.ndim)))
+        # onnx2tf's own name for the input: ':' -> '__', a leading '/' -> 'wa/' (int8 mode)
+        name = spec.name.replace(":", "__")
+        name = "wa/" + name[1:] if name.startswith("/") else name
+        entries.append([name, str(path), 0.0, 1.0])
+    return entries
+
+
+def _usable(job: ConvertJob) -> int:
+    """How many calibration samples onnx2tf uses: whole batches of the model's batch size."""
+    total = len(job.calibration) if job.calibration is not None else 0
+    return total - total % job.inputs[0].shape[0]
+
+
+def _write_sample_file(path: Path) -> None:
+    """A local stand-in for the file onnx2tf would download (values in [0, 1), fixed seed)."""
+    rng = np.random.default_rng(0)
+    np.save(path, rng.random((20, 32, 32, 3), dtype=np.float32))
+
+
+@contextlib.contextmanager
+def _inside(folder: Path) -> Iterator[None]:
+    """onnx2tf looks for its sample file in the current directory."""
+    previous = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def channel_last(rank: int) -> tuple[int, ...]:
+    """The permutation onnx2tf applies to inputs of rank 3-5 (NCHW -> NHWC); identity else."""
+    if rank in (3, 4, 5):
+        return (0, *range(2, rank), 1)
+    return tuple(range(rank))
+
+
+def inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argsort(perm))
+
+
+def io_layout(onnx_path: Path, artifact: Path, float32: Path, target: str) -> dict[str, Any]:
+    """How the recipe's NCHW tensors map onto the artifact's: position and permutation.
+
+    Inputs: channel-last for rank 3-5, as onnx2tf always does. Outputs: the artifact's shape
+    decides; where both layouts fit (e.g. 1x4x4x4), a probe with the float32 .tflite against
+    onnxruntime on one random input decides.
+    """
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    litert = require("ai_edge_litert.interpreter", target)
+    interp = litert.Interpreter(model_path=str(artifact))
+    in_details, out_details = interp.get_input_details(), interp.get_output_details()
+    weights = {t.name for t in graph.initializer}  # old IR versions list them as inputs
+    onnx_in = {i.name: _dims(i) for i in graph.input if i.name not in weights}
+    onnx_out = [(o.name, _dims(o)) for o in graph.output]
+    if len(in_details) != len(onnx_in) or len(out_details) != len(onnx_out):
+        raise EdgeflowError(
+            f"the .tflite has {len(in_details)} inputs and {len(out_details)} outputs, "
+            f"the ONNX model {len(onnx_in)} and {len(onnx_out)}"
+        )
+    inputs = []
+    for pos, name in enumerate(_input_order(list(onnx_in), in_details)):
+        perm = channel_last(len(onnx_in[name]))
+        shape = tuple(int(d) for d in in_details[pos]["shape"])
+        if shape != tuple(onnx_in[name][p] for p in perm):
+            raise EdgeflowError(f"input '{name}': .tflite shape {shape} vs ONNX {onnx_in[name]}")
+        inputs.append({"name": name, "index": pos, "perm": list(perm)})
+    order = _output_order(interp, out_details)
+    outputs = []
+    ambiguous = []
+    for k, (name, dims) in enumerate(onnx_out):
+        pos = order[k]
+        shape = tuple(int(d) for d in out_details[pos]["shape"])
+        identity, to_nchw = tuple(range(len(dims))), inverse(channel_last(len(dims)))
+        fits = [
+            list(p)
+            for p in dict.fromkeys((identity, to_nchw))  # distinct, in this order
+            if tuple(shape[i] for i in p) == tuple(dims)
+        ]
+        if not fits:
+            raise EdgeflowError(f"output '{name}': .tflite shape {shape} vs ONNX {dims}")
+        if len(fits) > 1:
+            ambiguous.append(k)
+        outputs.append({"name": name, "index": pos, "perm": fits[0], "candidates": fits})
+    layout: dict[str, Any] = {"inputs": inputs, "outputs": outputs}
+    if ambiguous:
+        layout["ambiguous_outputs"] = _probe(onnx_path, float32, inputs, outputs, ambiguous, target)
+    for out in outputs:
+        del out["candidates"]
+    return layout
+
+
+def _dims(value: Any) -> tuple[int, ...]:
+    return tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
+
+
+def _input_order(onnx_names: list[str], details: list[dict[str, Any]]) -> list[str]:
+    """The ONNX input name at each .tflite input position (by name, else by position)."""
+
+    def plain(name: str) -> str:
+        name = name.removeprefix("serving_default_").rsplit(":", 1)[0]
+        return name.removeprefix("wa/")
+
+    wanted = {plain(n.replace(":", "__")).lstrip("/"): n for n in onnx_names}
+    found = [wanted.get(plain(d["name"]).lstrip("/")) for d in details]
+    if None in found or len(set(found)) != len(found):
+        return onnx_names  # onnx2tf keeps the ONNX input order
+    return [n for n in found if n is not None]
+
+
+def _output_order(interp: Any, details: list[dict[str, Any]]) -> list[int]:
+    """The .tflite output position of each ONNX output (signature 'output_K' names if any)."""
+    signatures = interp._get_full_signature_list()
+    if signatures:
+        outputs = next(iter(signatures.values()))["outputs"]
+        by_tensor = {d["index"]: pos for pos, d in enumerate(details)}
+        keyed = {
+            int(m.group(1)): by_tensor.get(tensor)
+            for key, tensor in outputs.items()
+            if (m := re.fullmatch(r"output_(\d+)", key))
+        }
+        if sorted(keyed) == list(range(len(details))) and None not in keyed.values():
+            return [int(keyed[k]) for k in range(len(details))]  # type: ignore[arg-type]
+    return list(range(len(details)))
+
+
+def _probe(
+    onnx_path: Path,
+    float32: Path,
+    inputs: list[dict[str, Any]],
+    outputs: list[dict[str, Any]],
+    ambiguous: list[int],
+    target: str,
+) -> str:
+    """Choose the permutation of shape-ambiguous outputs by comparing real numbers; returns
+    how it was decided (the float32 .tflite may not run, e.g. with a Flex op: then NHWC,
+    onnx2tf's usual output layout, is assumed and verify's comparison will tell)."""
+    try:
+        errors = _probe_errors(onnx_path, float32, inputs, outputs, ambiguous, target)
+    except Exception as exc:  # any failure to run the probe leaves the usual layout
+        for k in ambiguous:
+            outputs[k]["perm"] = outputs[k]["candidates"][-1]
+        return f"assumed NHWC outputs: the float32 probe failed ({str(exc).splitlines()[0]})"
+    for k, diffs in zip(ambiguous, errors, strict=True):
+        outputs[k]["perm"] = outputs[k]["candidates"][int(np.argmin(diffs))]
+    return "float32 probe against onnxruntime"
+
+
+def _probe_errors(
+    onnx_path: Path,
+    float32: Path,
+    inputs: list[dict[str, Any]],
+    outputs: list[dict[str, Any]],
+    ambiguous: list[int],
+    target: str,
+) -> list[list[float]]:
+    """Max abs diff to onnxruntime of each candidate permutation of each ambiguous output."""
+    import onnxruntime as ort
+
+    litert = require("ai_edge_litert.interpreter", target)
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {i.name: rng.random(i.shape, dtype=np.float32) for i in session.get_inputs()}
+    reference = session.run(None, feeds)
+    interp = litert.Interpreter(model_path=str(float32))
+    err = CStderr()
+    with err:
+        interp.allocate_tensors()
+    in_details, out_details = interp.get_input_details(), interp.get_output_details()
+    for spec in inputs:
+        data = feeds[spec["name"]].transpose(spec["perm"])
+        interp.set_tensor(in_details[spec["index"]]["index"], np.ascontiguousarray(data))
+    interp.invoke()
+    errors = []
+    for k in ambiguous:
+        got = interp.get_tensor(out_details[outputs[k]["index"]]["index"])
+        candidates = outputs[k]["candidates"]
+        errors.append([float(np.abs(got.transpose(p) - reference[k]).max()) for p in candidates])
+    return errors
+
+
+def operators(artifact: Path, target: str) -> list[str]:
+    """The builtin (or custom) operator names the .tflite uses, in first-use order."""
+    schema = require("ai_edge_litert.schema_py_generated", target)
+    model = schema.Model.GetRootAs(artifact.read_bytes(), 0)
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    found = []
+    for i in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(i)
+        op = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        name = names.get(op, str(op))
+        if name == "CUSTOM":
+            name = f"CUSTOM:{code.CustomCode().decode()}"
+        found.append(name)
+    return found
+
+
+def _tail(log: str) -> str:
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log)  # onnx2tf colours its messages
+    lines = [ln for ln in plain.strip().splitlines() if ln.strip()]
+    return "\n".join(lines[-LOG_TAIL:])
+
+
+def _version(dist: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,134 @@
+"""tflite_micro: a .tflite model for TensorFlow Lite for Microcontrollers, plus its arena size.
+
+Conversion: onnx2tf, as for `tflite` (float32 or full-integer int8; TFLM has no float16 or
+hybrid kernels). Verified with the tflite-micro Python interpreter, which runs TFLM's own C++
+kernels: the convert stage measures the smallest tensor arena the model allocates in, and the
+verify stage runs every sample with exactly that arena. TFLM writes its real errors
+("Didn't find op for builtin opcode ...") to C-level stderr; they are captured and reported.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeflow.errors import EdgeflowError
+from edgeflow.targets import _onnx2tf
+from edgeflow.targets._tflite_io import CStderr, Quant, TfliteRunner
+from edgeflow.targets.base import ConvertJob
+
+TARGET = "tflite_micro"
+QUANTIZES_ITSELF = True  # onnx2tf calibrates int8 itself from the recipe's samples
+ARENA_LIMIT = 256 * 1024 * 1024  # the largest arena tried; far above any microcontroller
+_TOTAL = re.compile(r"Arena allocation total (\d+) bytes")
+_ALLOC_FAILURE = ("Failed to allocate", "Failed starting model allocation")
+
+
+def convert(job: ConvertJob) -> dict[str, Any]:
+    """Write model.tflite; fail with TFLM's own error text when TFLM cannot load it."""
+    if job.quantization.mode not in ("none", "int8"):
+        raise EdgeflowError(
+            f"target {TARGET} has no {job.quantization.mode} kernels",
+            "use quantization.mode int8 (or none)",
+        )
+    info = _onnx2tf.convert(job, TARGET)
+    minimum, recorded = measure_arena((job.out_dir / info["artifact"]).read_bytes())
+    info["arena_bytes"] = minimum
+    info["arena_recorded_bytes"] = recorded  # RecordingMicroAllocator's total, for reference
+    return info
+
+
+def open_runner(artifact_dir: Path, info: dict[str, Any]) -> MicroRunner:
+    model = (artifact_dir / info["artifact"]).read_bytes()
+    arena = info.get("arena_bytes") or measure_arena(model)[0]
+    return MicroRunner(model, info["io"], arena)
+
+
+def _load(model: bytes, arena: int, err: CStderr) -> Any:
+    """A TFLM interpreter with `arena` bytes, or None when allocation fails (text in err)."""
+    runtime = _onnx2tf.require("tflite_micro", TARGET).runtime
+    with err:
+        try:
+            return runtime.Interpreter.from_bytes(model, arena_size=arena)
+        except RuntimeError:
+            return None
+
+
+def measure_arena(model: bytes) -> tuple[int, int]:
+    """The smallest arena_size (bytes) in which TFLM allocates the model's tensors, and the
+    total that TFLM's recording allocator reports (a few bytes more: alignment)."""
+    err = CStderr()
+    interp = _load(model, ARENA_LIMIT, err)
+    if interp is None:
+        text = err.text() or "(no message)"
+        if any(s in text for s in _ALLOC_FAILURE):
+            raise EdgeflowError(
+                f"TFLite Micro cannot allocate the model in {ARENA_LIMIT:,} bytes:\n{text}",
+                "the model is far too large for a microcontroller",
+            )
+        raise EdgeflowError(
+            f"TFLite Micro rejects the model:\n{text}",
+            "an operator or type TFLM lacks needs a rewrite rule; see docs/debugging.md",
+        )
+    with err:
+        interp.print_allocations()
+    found = _TOTAL.search(err.text())
+    del interp
+    recorded = int(found.group(1)) if found else 0
+    low, high = 0, recorded or ARENA_LIMIT
+    if _load(model, high, err) is None:  # the recorded total should allocate; else search up
+        low, high = high, ARENA_LIMIT
+    while high - low > 1:  # invariant: `high` allocates, `low` does not (or is 0)
+        mid = (low + high) // 2
+        if _load(model, mid, err) is None:
+            low = mid
+        else:
+            high = mid
+    return high, recorded
+
+
+class MicroRunner(TfliteRunner):
+    """The artifact in the tflite-micro interpreter with a fixed arena."""
+
+    def __init__(self, model: bytes, io: dict[str, Any], arena_bytes: int) -> None:
+        self.err = CStderr()
+        self.arena_bytes = arena_bytes
+        self.interp = _load(model, arena_bytes, self.err)
+        if self.interp is None:
+            raise EdgeflowError(
+                f"TFLite Micro cannot load the model with a {arena_bytes:,}-byte arena:\n"
+                f"{self.err.text()}"
+            )
+        n_in, n_out = len(io["inputs"]), len(io["outputs"])
+        ins = [_quant(self.interp.get_input_details(i)) for i in range(n_in)]
+        outs = [_quant(self.interp.get_output_details(i)) for i in range(n_out)]
+        super().__init__(io, ins, outs)
+
+    def _set(self, pos: int, data: np.ndarray) -> None:
+        self.interp.set_input(data, pos)
+
+    def _invoke(self) -> None:
+        with self.err:
+            try:
+                self.interp.invoke()
+                return
+            except RuntimeError:
+                pass
+        raise EdgeflowError(f"TFLite Micro failed to run the model:\n{self.err.text()}")
+
+    def _get(self, pos: int) -> np.ndarray:
+        return np.array(self.interp.get_output(pos))
+
+    def extra_metrics(self) -> dict[str, Any]:
+        return {"arena_bytes": self.arena_bytes}
+
+
+def _quant(detail: dict[str, Any]) -> Quant:
+    params = detail.get("quantization_parameters") or {}
+    scales, zero_points = params.get("scales", []), params.get("zero_points", [])
+    if len(scales) == 0:
+        return Quant(detail["dtype"])
+    return Quant(detail["dtype"], float(scales[0]), int(zero_points[0]))

@@ -1,0 +1,116 @@
+"""Fast checks of the tflite backends: no TensorFlow import, no conversion."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeflow.errors import EdgeflowError, MissingDependency, RecipeError
+from edgeflow.recipe import load_recipe
+from edgeflow.recipe.schema import Quantization, TensorSpec
+from edgeflow.targets import _onnx2tf, backend, load_profile, tflite, tflite_micro
+from edgeflow.targets._tflite_io import Quant
+from edgeflow.targets.base import ConvertJob
+from tests.conftest import DEMO_RECIPE, REPO
+
+
+def job(tmp_path: Path, target: str, **quantization: object) -> ConvertJob:
+    return ConvertJob(
+        onnx=tmp_path / "model.onnx",
+        out_dir=tmp_path,
+        profile=load_profile(target),
+        quantization=Quantization(**quantization),  # type: ignore[arg-type]
+        inputs=[TensorSpec(name="x", shape=[1, 3, 4, 4])],
+        calibration=None,
+    )
+
+
+def test_profiles_select_their_backends() -> None:
+    assert backend(load_profile("tflite")) is tflite
+    assert backend(load_profile("tflite_micro")) is tflite_micro
+    assert tflite.QUANTIZES_ITSELF and tflite_micro.QUANTIZES_ITSELF
+    assert "fp16" not in load_profile("tflite_micro").quantization
+
+
+def test_tflite_micro_fp16_is_a_recipe_error() -> None:
+    with pytest.raises(RecipeError) as err:
+        load_recipe(DEMO_RECIPE, {"target": "tflite_micro", "quantization.mode": "fp16"})
+    assert "target 'tflite_micro' does not support mode 'fp16'" in err.value.render()
+
+
+def test_importing_the_backends_does_not_import_tensorflow() -> None:
+    code = (
+        "import sys, edgeflow.targets.tflite, edgeflow.targets.tflite_micro\n"
+        "heavy = {'tensorflow', 'onnx2tf', 'ai_edge_litert', 'tflite_micro'} & set(sys.modules)\n"
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+@pytest.mark.parametrize(
+    ("module", "package"),
+    [("onnx2tf", "onnx2tf"), ("tf_keras", "tf-keras"), ("tensorflow", "tensorflow")],
+)
+def test_missing_converter_says_what_to_install(
+    module: str, package: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
+    with pytest.raises(MissingDependency) as err:
+        _onnx2tf.require(module, "tflite_micro")
+    assert err.value.message == (
+        f"target tflite_micro needs {package}: install it with pip install 'edgeflow[tflite]'"
+    )
+
+
+def test_convert_without_onnx2tf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnx2tf", None)
+    with pytest.raises(MissingDependency, match="target tflite needs onnx2tf"):
+        tflite.convert(job(tmp_path, "tflite", mode="none"))
+
+
+def test_runners_without_their_runtimes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "model.tflite").write_bytes(b"")
+    info = {"artifact": "model.tflite", "io": {"inputs": [], "outputs": []}, "arena_bytes": 64}
+    monkeypatch.setitem(sys.modules, "ai_edge_litert", None)
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
+    with pytest.raises(MissingDependency, match="target tflite needs ai-edge-litert"):
+        tflite.open_runner(tmp_path, info)
+    monkeypatch.setitem(sys.modules, "tflite_micro", None)
+    with pytest.raises(MissingDependency, match="target tflite_micro needs tflite-micro"):
+        tflite_micro.open_runner(tmp_path, info)
+
+
+def test_calibration_methods_other_than_minmax_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(EdgeflowError, match="min/max ranges only") as err:
+        tflite.convert(job(tmp_path, "tflite", mode="int8", method="entropy"))
+    assert err.value.hint == "set quantization.method: minmax"
+
+
+def test_tflite_micro_refuses_fp16_even_from_an_inline_profile(tmp_path: Path) -> None:
+    with pytest.raises(EdgeflowError, match="no fp16 kernels"):
+        tflite_micro.convert(job(tmp_path, "tflite_micro", mode="fp16"))
+
+
+def test_int8_quantization_round_trip() -> None:
+    q = Quant(np.int8, scale=0.5, zero_point=-3)
+    x = np.array([-100.0, -1.0, 0.0, 0.26, 1.0, 100.0], dtype=np.float32)
+    codes = q.quantize(x)
+    assert codes.dtype == np.int8
+    assert codes.tolist() == [-128, -5, -3, -2, -1, 127]  # clipped at both ends
+    assert q.dequantize(codes).tolist() == [-62.5, -1.0, 0.0, 0.5, 1.0, 65.0]
+    plain = Quant(np.float32)
+    assert plain.quantize(x) is x and not plain.quantized
+
+
+def test_layouts() -> None:
+    assert _onnx2tf.channel_last(4) == (0, 2, 3, 1)
+    assert _onnx2tf.channel_last(3) == (0, 2, 1)
+    assert _onnx2tf.channel_last(2) == (0, 1)
+    assert _onnx2tf.inverse((0, 2, 3, 1)) == (0, 3, 1, 2)
+    details = [{"name": "serving_default_b:0"}, {"name": "serving_default_a:0"}]
+    assert _onnx2tf._input_order(["a", "b"], details) == ["b", "a"]
+    assert _onnx2tf._input_order(["a", "b"], [{"name": "x"}, {"name": "y"}]) == ["a", "b"]
