@@ -6,6 +6,18 @@ import json
 
 from edgeflow.engine.stage import Stage, StageContext
 
+# Every backend module: editing any of them re-runs conversion and verification.
+BACKEND_CODE = (
+    "edgeflow.targets",
+    "edgeflow.targets.base",
+    "edgeflow.targets.onnxruntime_micro",
+    "edgeflow.targets.tflite",
+    "edgeflow.targets.tflite_micro",
+    "edgeflow.targets._onnx2tf",
+    "edgeflow.targets._tflite_io",
+)
+RUNTIMES = ("onnxruntime", "ai-edge-litert", "tflite-micro", "tensorflow", "onnx2tf")
+
 
 def run(ctx: StageContext) -> None:
     from edgeflow.data import load_samples
@@ -40,7 +52,7 @@ STAGE = Stage(
     consumes=("onnx",),
     produces={"artifact": "artifact", "convert": "convert.json"},
     reads=("target", "quantization", "calibration", "source.inputs"),
-    tools=("onnx", "onnxruntime", "onnx2tf", "tensorflow", "ai-edge-litert", "tflite-micro"),
-    code=("edgeflow.targets", "edgeflow.targets.base", "edgeflow.targets.onnxruntime_micro"),
+    tools=("onnx", *RUNTIMES),
+    code=BACKEND_CODE,
     isolated=True,
 )

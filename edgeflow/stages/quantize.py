@@ -20,9 +20,9 @@ def run(ctx: StageContext) -> None:
     info: dict[str, Any] = {"mode": q.mode}
     from edgeflow.targets import backend
 
-    if q.mode == "none" or (q.mode == "int8" and backend(ctx.profile).QUANTIZES_ITSELF):
-        shutil.copyfile(src, dst)  # float model; an int8 backend quantizes it while converting
-        info["delegated_to_converter"] = q.mode == "int8"
+    if q.mode == "none" or backend(ctx.profile).QUANTIZES_ITSELF:
+        shutil.copyfile(src, dst)  # the float model; such a backend quantizes while converting
+        info["delegated_to_converter"] = q.mode != "none"
     elif q.mode == "fp16":
         from onnxruntime.transformers.float16 import convert_float_to_float16
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from edgeflow.engine.stage import Stage, StageContext
 from edgeflow.errors import EdgeflowError
+from edgeflow.stages.convert import BACKEND_CODE, RUNTIMES
 
 
 def run(ctx: StageContext) -> None:
@@ -75,11 +76,6 @@ STAGE = Stage(
         "verify.warmup_runs",
         "target",
     ),
-    tools=("onnxruntime", "numpy"),
-    code=(
-        "edgeflow.data",
-        "edgeflow.verify.compare",
-        "edgeflow.verify.runners",
-        "edgeflow.targets.onnxruntime_micro",
-    ),
+    tools=(*RUNTIMES, "numpy"),
+    code=("edgeflow.data", "edgeflow.verify.compare", "edgeflow.verify.runners", *BACKEND_CODE),
 )
