@@ -9,7 +9,7 @@ Folding is computed in float64 and cast back to the weight's dtype.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,16 @@ class LinearOp:
     zero_padding: bool
     label: str
     install: Callable[[torch.Tensor, torch.Tensor], None]
+
+
+def batch_norms(gm: GraphModule, reasons: list[str]) -> Iterator[BatchNorm]:
+    """Every usable eval BatchNorm in the graph; unusable ones are added to `reasons`."""
+    for node in list(gm.graph.nodes):
+        bn = batch_norm(gm, node)
+        if isinstance(bn, str):
+            reasons.append(f"kept {node.name}: {bn}")
+        elif bn is not None:
+            yield bn
 
 
 def batch_norm(gm: GraphModule, node: Node) -> BatchNorm | str | None:

@@ -16,7 +16,7 @@ from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
 from edgeflow.rules.fx._affine import (
     BatchNorm,
     LinearOp,
-    batch_norm,
+    batch_norms,
     channels_match,
     fold_after,
     fold_before,
@@ -55,14 +55,9 @@ class RemoveBatchnorm(FxRule):
     def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
         gm, how = to_graph_module(model, ctx)
         shapes_known = False
-        matches, reasons = 0, []
-        for node in list(gm.graph.nodes):
-            bn = batch_norm(gm, node)
-            if bn is None:
-                continue
-            if isinstance(bn, str):
-                reasons.append(f"kept {node.name}: {bn}")
-                continue
+        matches = 0
+        reasons: list[str] = []
+        for bn in batch_norms(gm, reasons):
             scale_err = float((bn.scale - 1).abs().max())
             shift_err = float(bn.shift.abs().max())
             if scale_err <= opts.atol and shift_err <= opts.atol:

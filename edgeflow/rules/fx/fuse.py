@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.fx._affine import batch_norm, channels_match, fold_after, linear_op
+from edgeflow.rules.fx._affine import batch_norms, channels_match, fold_after, linear_op
 from edgeflow.rules.fx._graph import finish, to_graph_module
 
 
@@ -26,14 +26,9 @@ class FuseConvBn(FxRule):
         from torch.fx import Node
 
         gm, how = to_graph_module(model, ctx)
-        matches, reasons = 0, []
-        for node in list(gm.graph.nodes):
-            bn = batch_norm(gm, node)
-            if bn is None:
-                continue
-            if isinstance(bn, str):
-                reasons.append(f"kept {node.name}: {bn}")
-                continue
+        matches = 0
+        reasons: list[str] = []
+        for bn in batch_norms(gm, reasons):
             producer = bn.input
             conv = linear_op(gm, producer) if isinstance(producer, Node) else None
             if conv is None or isinstance(conv, str) or conv.kind != "conv":
