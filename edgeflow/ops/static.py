@@ -9,6 +9,7 @@ NonMaxSuppression. Python branches here test shapes and arguments, never tensor 
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import torch
@@ -32,10 +33,13 @@ def strict_threshold(threshold: float, dtype: torch.dtype) -> float:
     """
     if dtype == torch.float64:
         return float(threshold)
-    value = torch.tensor(float(threshold), dtype=torch.float64).to(dtype)
-    if value.item() > threshold:
-        value = torch.nextafter(value, torch.tensor(float("-inf"), dtype=dtype))
-    return float(value.item())
+    with warnings.catch_warnings():
+        # A pure function of Python numbers: nothing here belongs in a traced graph.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        value = torch.tensor(float(threshold), dtype=torch.float64).to(dtype)
+        if value.item() > threshold:
+            value = torch.nextafter(value, torch.tensor(float("-inf"), dtype=dtype))
+        return float(value.item())
 
 
 def _check_boxes(boxes: Tensor, scores: Tensor, max_detections: int) -> None:
