@@ -62,6 +62,12 @@ def _empty_result(boxes: Tensor, max_detections: int) -> tuple[Tensor, Tensor]:
     return keep, valid
 
 
+def _positions(like: Tensor) -> Tensor:
+    """0, 1, ..., N-1 for a [N] tensor, computed from it: a constant arange would be copied
+    into the TorchScript-exported ONNX graph once per use (once per unrolled step)."""
+    return torch.ones_like(like, dtype=torch.int64).cumsum(0) - 1
+
+
 def _greedy_nms(
     boxes: Tensor,
     scores: Tensor,
@@ -74,12 +80,16 @@ def _greedy_nms(
     if n == 0 or max_detections == 0:
         return _empty_result(boxes, max_detections)
     threshold = strict_threshold(iou_threshold, boxes.dtype)
-    lo, hi = boxes[:, :2], boxes[:, 2:]
+    # Coordinates as [2, N] rows (x, y): the per-step arithmetic then broadcasts a [2, 1]
+    # column, which ONNX Runtime runs ~15x faster than a [1, 2] row against [N, 2].
+    lo = boxes[:, :2].t().contiguous()
+    hi = boxes[:, 2:].t().contiguous()
     # The same float operations, in the same order, as torchvision's nms kernel:
     # area = (x2 - x1) * (y2 - y1); inter = max(0, xx2 - xx1) * max(0, yy2 - yy1);
     # iou = inter / (area_kept + area - inter).
-    areas = (hi - lo).prod(dim=1)
-    positions = torch.arange(n, device=boxes.device)
+    size = hi - lo
+    areas = size[0] * size[1]
+    positions = _positions(scores)
     remaining = torch.ones(n, dtype=torch.bool, device=boxes.device)
     lowest = torch.full((), float("-inf"), dtype=scores.dtype, device=scores.device)
     keep: list[Tensor] = []
@@ -93,10 +103,11 @@ def _greedy_nms(
         # With nothing left, argmax is 0 and remaining[0] is False.
         valid.append(remaining.index_select(0, pick))
         keep.append(pick)
-        wh = torch.minimum(hi.index_select(0, pick), hi) - torch.maximum(
-            lo.index_select(0, pick), lo
+        overlap = torch.minimum(hi.index_select(1, pick), hi) - torch.maximum(
+            lo.index_select(1, pick), lo
         )
-        inter = wh.clamp(min=0).prod(dim=1)
+        overlap = torch.relu(overlap)
+        inter = overlap[0] * overlap[1]
         iou = inter / (areas.index_select(0, pick) + areas - inter)
         suppressed = iou > threshold
         if labels is not None:

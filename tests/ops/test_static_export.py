@@ -132,3 +132,23 @@ def test_torchscript_onnx_runs_like_eager(tmp_path: Path) -> None:
     torch.onnx.export(AllOps().eval(), inputs(0), str(path), dynamo=False, opset_version=17)
     assert not all_onnx_ops(onnx.load(str(path))) & FORBIDDEN_ONNX
     assert_same_as_eager(path)
+
+
+def test_unrolled_steps_share_their_constants(tmp_path: Path) -> None:
+    # A constant arange used in every step was copied into the TorchScript-exported graph
+    # once per step (65 MB for 300 steps over 27,000 boxes): the size must not grow with steps.
+    boxes, scores, labels = random_detections(0, 200, grid=False, tied_scores=False)
+
+    def size(steps: int) -> int:
+        class Nms(torch.nn.Module):
+            def forward(self, b: torch.Tensor, s: torch.Tensor, lab: torch.Tensor) -> torch.Tensor:
+                return batched_nms_fixed(b, s, lab, 0.5, steps, strategy="per_class")[0]
+
+        path = tmp_path / f"nms{steps}.onnx"
+        torch.onnx.export(Nms(), (boxes, scores, labels), str(path), dynamo=False, opset_version=17)
+        model = onnx.load(str(path))
+        constants = [a.t for n in model.graph.node if n.op_type == "Constant" for a in n.attribute]
+        return sum(len(t.raw_data) for t in [*model.graph.initializer, *constants])
+
+    growth = size(8) - size(2)
+    assert growth < 200 * 8, growth  # less than one int64 constant of size N in 6 more steps
