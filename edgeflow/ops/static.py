@@ -137,7 +137,9 @@ def nms_fixed(
     kept, higher-ranked box is strictly greater than `iou_threshold`; IoU is computed with
     torchvision's float operations, so decisions match it bit for bit.
 
-    Cost: max_detections unrolled steps, each O(N) (no N x N matrix).
+    Cost: min(max_detections, N) unrolled steps of ~30 elementwise/reduce ops over N values
+    (no N x N matrix). At SSD scale (N = 27,000 candidates, 300 steps): ~9,400 ONNX nodes,
+    0.1-0.4 s per image in onnxruntime on 2 CPU cores.
     """
     _check_boxes(boxes, scores, max_detections)
     return _greedy_nms(boxes, scores, None, iou_threshold, max_detections)
@@ -164,7 +166,8 @@ def batched_nms_fixed(
     `strategy="per_class"` computes IoU on the unshifted boxes and suppresses only within a
     label, as torchvision's per-class path (`_batched_nms_vanilla`, taken on CPU above 1,000
     boxes) does; its kept set equals that path's, and it avoids the precision the shift loses
-    when coordinates times labels are large.
+    when coordinates times labels are large. (That path's final sort is not stable, so among
+    equal scores its order may differ from this one's.)
     """
     _check_boxes(boxes, scores, max_detections)
     if labels.shape != scores.shape:
