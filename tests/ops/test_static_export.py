@@ -29,6 +29,13 @@ FORBIDDEN_ATEN = {
 N, STEPS, SIZE = 24, 4, 10
 
 
+def quiet_torchscript(test: Any) -> Any:
+    """The TorchScript tracer warns about every shape check it turns into a constant (with
+    static shapes that is the point) and announces its own deprecation."""
+    test = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")(test)
+    return pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript")(test)
+
+
 class AllOps(torch.nn.Module):
     """Every static op at once, so one export covers them all."""
 
@@ -127,6 +134,7 @@ def test_dynamo_onnx_runs_like_eager(dynamo_onnx: Path) -> None:
     assert_same_as_eager(dynamo_onnx)
 
 
+@quiet_torchscript
 def test_torchscript_onnx_runs_like_eager(tmp_path: Path) -> None:
     path = tmp_path / "ops.onnx"
     torch.onnx.export(AllOps().eval(), inputs(0), str(path), dynamo=False, opset_version=17)
@@ -134,6 +142,7 @@ def test_torchscript_onnx_runs_like_eager(tmp_path: Path) -> None:
     assert_same_as_eager(path)
 
 
+@quiet_torchscript
 def test_unrolled_steps_share_their_constants(tmp_path: Path) -> None:
     # A constant arange used in every step was copied into the TorchScript-exported graph
     # once per step (65 MB for 300 steps over 27,000 boxes): the size must not grow with steps.
