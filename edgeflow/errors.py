@@ -53,9 +53,12 @@ class StageFailed(EdgeflowError):
 
     exit_code = 1
 
-    def __init__(self, stage: str, reason: str, hint: str | None = None) -> None:
+    def __init__(
+        self, stage: str, reason: str, hint: str | None = None, exit_code: int = 1
+    ) -> None:
         self.stage = stage
         self.reason = reason
+        self.exit_code = exit_code  # 2 when the cause is the user's to fix (e.g. a missing tool)
         super().__init__(f"stage '{stage}' failed: {reason}", hint)
 
 

@@ -55,9 +55,9 @@ def test_multirun_sweep_shares_upstream_stages(tmp_path: Path, capsys) -> None:
     cache = tmp_path / "cache"
     assert main([*args, f"cache_dir={cache}", f"build_dir={tmp_path}/build"]) == 0
     out = capsys.readouterr().out
-    assert out.count("  export     ran") == 1
-    assert out.count("  export     cached") == 1
-    assert out.count("  quantize   ran") == 2
+    assert out.count("  export       ran") == 1
+    assert out.count("  export       cached") == 1
+    assert out.count("  quantize     ran") == 2
     for mode in ("none", "int8"):
         metrics = tmp_path / "build" / "digits_cnn" / f"onnxruntime_micro-{mode}" / "metrics.json"
         assert json.loads(metrics.read_text())["verified"] is True
@@ -91,9 +91,9 @@ def test_weights_that_do_not_fit_fail_the_load_stage(
     text = DEMO_RECIPE.read_text().replace("../models/digits_cnn.pt", str(DEMO_WEIGHTS))
     path = write_recipe(text.replace("init: {num_classes: 10}", "init: {num_classes: 5}"))
     cache = tmp_path / "cache"
-    assert main(["run", f"recipe={path}", f"cache_dir={cache}", f"build_dir={tmp_path}/b"]) == 1
+    assert main(["run", f"recipe={path}", f"cache_dir={cache}", f"build_dir={tmp_path}/b"]) == 2
     captured = capsys.readouterr()
-    assert "  load       failed" in captured.out
+    assert "  load         failed" in captured.out
     assert "stage 'load' failed: weights" in captured.err and "do not fit" in captured.err
     assert "hint: check source.init" in captured.err
     assert not (cache / "load").exists() or not list((cache / "load").glob("*/*"))

@@ -97,7 +97,7 @@ def run_build(
             _report(echo, result, stage.name, "failed", start, key)
             if isinstance(exc, StageFailed):
                 raise
-            raise StageFailed(stage.name, exc.message, exc.hint) from exc
+            raise StageFailed(stage.name, exc.message, exc.hint, exc.exit_code) from exc
         except Exception as exc:
             _report(echo, result, stage.name, "failed", start, key)
             raise StageFailed(
@@ -136,7 +136,7 @@ def _report(
 ) -> None:
     seconds = time.perf_counter() - start
     result.outcomes.append(StageOutcome(stage, status, seconds, key))
-    echo(f"  {stage:<10} {status:<7} {seconds:7.2f} s")
+    echo(f"  {stage:<12} {status:<7} {seconds:7.2f} s")
 
 
 def _publish(build_dir: Path, files: dict[str, Path]) -> None:

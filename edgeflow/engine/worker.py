@@ -38,7 +38,7 @@ def run_isolated(ctx: StageContext) -> None:
         return
     if proc.returncode == USER_ERROR_EXIT and error_file.is_file():
         error = json.loads(error_file.read_text())
-        raise StageFailed(ctx.stage.name, error["message"], error.get("hint"))
+        raise StageFailed(ctx.stage.name, error["message"], error.get("hint"), error["exit_code"])
     tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
     if proc.returncode < 0:
         name = signal.Signals(-proc.returncode).name
@@ -56,7 +56,7 @@ def main(job_path: str) -> int:
     try:
         ctx.stage.run(ctx)
     except EdgeflowError as exc:
-        payload = {"message": exc.message, "hint": exc.hint}
+        payload = {"message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
         (ctx.out_dir / ".error.json").write_text(json.dumps(payload))
         return USER_ERROR_EXIT
     except Exception:

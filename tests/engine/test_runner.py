@@ -11,7 +11,7 @@ from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.engine.stage import Stage, StageContext
 from edgeflow.engine.worker import run_isolated
-from edgeflow.errors import StageFailed
+from edgeflow.errors import MissingDependency, StageFailed
 from edgeflow.recipe import load_recipe
 from tests.conftest import DEMO_RECIPE
 
@@ -61,3 +61,18 @@ def test_native_crash_in_a_worker_is_a_stage_failure(tmp_path: Path) -> None:
     with pytest.raises(StageFailed) as info:
         run_isolated(ctx)
     assert "killed by SIGABRT" in info.value.message
+
+
+def _needs_a_tool(ctx: StageContext) -> None:
+    raise MissingDependency("target tflite", "onnx2tf", "tflite")
+
+
+def test_missing_tool_in_a_worker_keeps_its_message_and_exit_status(tmp_path: Path) -> None:
+    stage = Stage(name="needy", description="needs a tool", run=_needs_a_tool, isolated=True)
+    ctx = StageContext(stage, load_recipe(DEMO_RECIPE), {}, tmp_path)
+    with pytest.raises(StageFailed) as info:
+        run_isolated(ctx)
+    assert info.value.exit_code == 2
+    assert "target tflite needs onnx2tf: install it with pip install 'edgeflow[tflite]'" in str(
+        info.value
+    )
