@@ -1,6 +1,5 @@
 """nms_fixed / batched_nms_fixed against the real torchvision.ops (0.29.1) on random inputs."""
 import sys, time
-sys.path.insert(0, "/work/wt-ops")
 import torch, torchvision
 from torchvision.ops import nms, batched_nms
 from torchvision.ops.boxes import _batched_nms_coordinate_trick, _batched_nms_vanilla

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-sys.path.insert(0, "/work/wt-ops")  # edgeflow.ops.static
 
 import torch
 import torchvision
