@@ -1,7 +1,7 @@
 """nms_fixed / batched_nms_fixed against the real torchvision.ops (0.29.1) on random inputs."""
-import sys, time
+import time
 import torch, torchvision
-from torchvision.ops import nms, batched_nms
+from torchvision.ops import nms
 from torchvision.ops.boxes import _batched_nms_coordinate_trick, _batched_nms_vanilla
 from edgeflow.ops.static import nms_fixed, batched_nms_fixed
 

@@ -2,7 +2,6 @@
 re-randomised so detections are distinct, and deterministic inputs."""
 from __future__ import annotations
 
-import sys
 
 
 import torch
