@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("recipes", nargs="+", metavar="RECIPE", help="recipe name or path")
     sub.add_parser("list", help="list the recipes, targets and pipelines edgeflow can see")
     sub.add_parser("rules", help="list the rewrite rules with their options")
+    pre = sub.add_parser("precheck", help="check any ONNX file against a target, no recipe needed")
+    pre.add_argument("model", type=Path, metavar="MODEL.onnx")
+    pre.add_argument("--target", required=True, help="a target profile name")
+    pre.add_argument("--json", action="store_true", help="print the findings as JSON")
     explain = sub.add_parser(
         "explain", help="why a recipe's model does not trace or export, and which rules help"
     )
@@ -58,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             return _validate(args.recipes)
         if args.command == "list":
             return _list()
+        if args.command == "precheck":
+            return _precheck(args.model, args.target, args.json)
         if args.command == "explain":
             return _explain(args.recipe, args.json)
         if args.command == "rules":
@@ -85,6 +91,34 @@ def _validate(names: list[str]) -> int:
             continue
         print(f"{_shown(loaded.path)}: ok ({loaded.stem} -> {loaded.build_name})")
     return status
+
+
+def _precheck(model_path: Path, target: str, as_json: bool) -> int:
+    import json
+
+    import onnx
+
+    from edgeflow.targets import load_profile
+    from edgeflow.targets.precheck import check, render_table, to_json
+
+    profile = load_profile(target)
+    if not model_path.is_file():
+        raise EdgeflowError(f"model file not found: {model_path}")
+    try:
+        model = onnx.load(str(model_path))
+    except Exception as exc:  # protobuf's DecodeError and friends: not an ONNX file
+        raise EdgeflowError(f"{model_path} is not an ONNX model: {exc}") from exc
+    findings = to_json(check(model, profile))
+    if as_json:
+        print(
+            json.dumps({"target": target, "passed": not findings, "findings": findings}, indent=2)
+        )
+    elif findings:
+        print(f"{model_path} does not fit {target}: {len(findings)} findings\n")
+        print(render_table(findings))
+    else:
+        print(f"{model_path} passes the {target} precheck")
+    return 1 if findings else 0
 
 
 def _explain(name: str, as_json: bool) -> int:

@@ -17,7 +17,7 @@ from filelock import FileLock
 from edgeflow.engine import keys
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.pipeline import load_pipeline
-from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.engine.stage import WARNINGS_FILE, Stage, StageContext
 from edgeflow.engine.worker import run_isolated
 from edgeflow.errors import EdgeflowError, StageFailed
 from edgeflow.recipe import LoadedRecipe
@@ -104,6 +104,9 @@ def run_build(
                 stage.name, f"internal error (a bug, please report it): {exc!r}"
             ) from exc
         _report(echo, result, stage.name, "cached" if cached else "ran", start, key)
+        warnings = entry / WARNINGS_FILE
+        for message in json.loads(warnings.read_text()) if warnings.is_file() else []:
+            echo("  warning: " + message.replace("\n", "\n  "))
         for slot, name in stage.produces.items():
             slots[slot] = Slot(entry / name, f"{stage.name}:{key}:{slot}")
     if all(o.status == "cached" for o in result.outcomes):

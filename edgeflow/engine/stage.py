@@ -11,6 +11,8 @@ from typing import Any
 from edgeflow.recipe import LoadedRecipe
 from edgeflow.targets.profile import TargetProfile
 
+WARNINGS_FILE = ".warnings.json"
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -56,6 +58,12 @@ class StageContext:
         if "target" not in self.stage.reads:
             raise AssertionError(f"stage '{self.stage.name}' uses the target without reading it")
         return self.loaded.profile
+
+    def warn(self, message: str) -> None:
+        """A warning printed with the stage's line, also when the result comes from the cache."""
+        path = self.out_dir / WARNINGS_FILE
+        warnings = json.loads(path.read_text()) if path.is_file() else []
+        path.write_text(json.dumps([*warnings, message]))
 
     def output(self, slot: str) -> Path:
         return self.out_dir / self.stage.produces[slot]

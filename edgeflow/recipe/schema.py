@@ -161,6 +161,10 @@ class Quantization(Strict):
     reduce_range: bool = False
 
 
+class PrecheckOptions(Strict):
+    continue_on_failure: bool = False  # convert anyway and let the real tool decide
+
+
 class Verify(Strict):
     max_abs_diff: float | None = Field(None, ge=0)
     max_accuracy_drop: float | None = Field(0.01, ge=0, le=1)
@@ -214,6 +218,7 @@ class Recipe(Strict):
     evaluation: Evaluation
     quantization: Quantization = Quantization()
     target: TargetRef
+    precheck: PrecheckOptions = PrecheckOptions()
     verify: Verify = Verify()
 
     @model_validator(mode="after")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgeflow.targets.precheck import render_table
+
 
 def render(
     title: str, metrics: dict[str, Any], checks: list[dict[str, Any]], details: dict[str, Any]
@@ -57,9 +59,11 @@ def render(
         lines.append("- rewrite rules: none in the recipe")
     pre = details["precheck"]
     lines.append(
-        f"- precheck: {'passed' if pre['passed'] else 'failed'} against `{pre['target']}`"
+        f"- precheck: {'passed' if pre['passed'] else 'FAILED'} against `{pre['target']}`"
         f" ({len(pre['findings'])} findings)"
     )
+    if pre["findings"]:
+        lines += ["", render_table(pre["findings"]), ""]
     opt = details["optimize"]
     lines.append(f"- optimize: {opt['nodes_before']} -> {opt['nodes_after']} nodes")
     q = details["quantize"]

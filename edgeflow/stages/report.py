@@ -45,5 +45,5 @@ STAGE = Stage(
     optional=("rewrite",),
     produces={"metrics": "metrics.json", "checks": "checks.json", "report": "report.md"},
     reads=("verify", "quantization.mode", "target", "recipe_file"),
-    code=("edgeflow.report.checks", "edgeflow.report.markdown"),
+    code=("edgeflow.report.checks", "edgeflow.report.markdown", "edgeflow.targets.precheck"),
 )

@@ -35,6 +35,8 @@ class TargetProfile(BaseModel):
     quantization: list[Literal["none", "fp16", "int8"]] = ["none", "fp16", "int8"]
     dynamic_shapes: bool = True
     control_flow: bool = True
+    float64: bool = True  # float64 tensors allowed
+    float16: bool = True  # float16 tensors allowed
     operators: list[str] | None = Field(
         None, description="supported ONNX op types (default domain); None means not restricted"
     )

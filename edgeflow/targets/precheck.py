@@ -1,0 +1,129 @@
+"""Check an ONNX model against a target profile before any converter runs.
+
+Every problem is reported, never only the first: one finding per operator (or model-level
+issue) with its count, the reason, the nodes, and the edgeflow rule that would remove it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from edgeflow.targets.profile import TargetProfile
+
+CONTROL_FLOW = ("If", "Loop", "Scan")
+# The rule that removes a finding, by operator (or model-level key).
+SUGGESTED_RULES = {
+    "Erf": "onnx.decompose",
+    "Gelu": "onnx.decompose",
+    "HardSigmoid": "onnx.decompose",
+    "HardSwish": "onnx.decompose",
+    "LayerNormalization": "onnx.decompose",
+    "Softplus": "onnx.decompose",
+    "Mish": "onnx.decompose",
+    "If": "onnx.fold_if",
+    "Loop": "ast.unroll_loops",
+    "Scan": "ast.unroll_loops",
+    "NonZero": "ast.nonzero_to_mask",
+    "NonMaxSuppression": "ast.replace_call",
+    "(float64)": "onnx.cast_float64_to_float32",
+    "(float16)": "quantization.mode: none",
+    "(inputs)": "onnx.fix_shapes",
+    "(opset)": "onnx.convert_opset",
+}
+DOUBLE, FLOAT16 = 11, 10  # onnx.TensorProto data types
+
+
+@dataclass
+class Finding:
+    operator: str
+    reason: str
+    nodes: list[str] = field(default_factory=list)
+    count: int = 0
+    rule: str = ""
+
+    def __post_init__(self) -> None:
+        self.count = self.count or len(self.nodes)
+        self.rule = self.rule or SUGGESTED_RULES.get(self.operator, "")
+
+
+def check(model: Any, profile: TargetProfile) -> list[Finding]:
+    """Every way the model does not fit the profile; empty when it fits."""
+    import onnx
+
+    findings: list[Finding] = []
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except onnx.checker.ValidationError as exc:
+        findings.append(Finding("(model)", f"onnx.checker: {str(exc).splitlines()[0]}"))
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    except Exception as exc:  # onnx raises several types; each is a finding, not a crash
+        findings.append(Finding("(model)", f"shape inference: {str(exc).splitlines()[0]}"))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if not profile.opset.min <= opset <= profile.opset.max:
+        reason = f"opset {opset} is outside the target's {profile.opset.min}..{profile.opset.max}"
+        findings.append(Finding("(opset)", reason, count=1))
+    by_op: dict[str, list[str]] = {}
+    for i, node in enumerate(model.graph.node):
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        by_op.setdefault(key, []).append(node.name or f"#{i}")
+    if profile.operators is not None:
+        for op, nodes in sorted(by_op.items()):
+            if op not in profile.operators:
+                findings.append(Finding(op, f"not supported by {profile.name}", nodes))
+    if not profile.control_flow:
+        for op in CONTROL_FLOW:
+            if op in by_op and (profile.operators is None or op in profile.operators):
+                findings.append(Finding(op, "control flow is not supported", by_op[op]))
+    if not profile.dynamic_shapes:
+        dynamic = [i.name for i in model.graph.input if _is_dynamic(i)]
+        if dynamic:
+            findings.append(Finding("(inputs)", "dynamic input shapes are not supported", dynamic))
+    for dtype, key, allowed in (
+        (DOUBLE, "(float64)", profile.float64),
+        (FLOAT16, "(float16)", profile.float16),
+    ):
+        names = [] if allowed else _tensors_of_type(model, dtype)
+        if names:
+            what = key.strip("()")
+            findings.append(Finding(key, f"{what} tensors are not supported", names))
+    return findings
+
+
+def _is_dynamic(value: Any) -> bool:
+    return any(d.dim_param or d.dim_value <= 0 for d in value.type.tensor_type.shape.dim)
+
+
+def _tensors_of_type(model: Any, dtype: int) -> list[str]:
+    """Initializers, graph values and (after shape inference) intermediates of `dtype`."""
+    import onnx
+
+    with contextlib.suppress(onnx.shape_inference.InferenceError):
+        model = onnx.shape_inference.infer_shapes(model)  # failures are the checker's finding
+    graph = model.graph
+    names = [t.name for t in graph.initializer if t.data_type == dtype]
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        if value.type.tensor_type.elem_type == dtype:
+            names.append(value.name)
+    return sorted(set(names))
+
+
+def op_counts(model: Any) -> dict[str, int]:
+    return dict(Counter(n.op_type for n in model.graph.node))
+
+
+def to_json(findings: list[Finding]) -> list[dict[str, Any]]:
+    return [{**asdict(f), "nodes": f.nodes[:20]} for f in findings]
+
+
+def render_table(findings: list[dict[str, Any]]) -> str:
+    """The findings as a Markdown table: Operator | Count | Reason | Nodes | Suggested rule."""
+    lines = ["| Operator | Count | Reason | Nodes | Suggested rule |", "|---|---|---|---|---|"]
+    for f in findings:
+        nodes = ", ".join(f["nodes"][:5]) + (", ..." if len(f["nodes"]) > 5 else "")
+        rule = f"`{f['rule']}`" if f["rule"] else ""
+        lines.append(f"| {f['operator']} | {f['count']} | {f['reason']} | {nodes} | {rule} |")
+    return "\n".join(lines)
