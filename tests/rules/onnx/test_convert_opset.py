@@ -13,7 +13,7 @@ from edgeflow.errors import EdgeflowError
 from edgeflow.rules.onnx._graph import opset_version
 from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.opset import ConvertOpset
-from edgeflow.stages.precheck import check
+from edgeflow.targets.precheck import check
 from edgeflow.targets.profile import OpsetRange, TargetProfile
 from tests.rules.onnx.helpers import apply, feeds, model, ops, run, specs
 
@@ -67,7 +67,7 @@ def test_gelu_cannot_go_below_opset_20_until_decomposed() -> None:
     assert "onnx.decompose" in (info.value.hint or "")
 
     profile = TargetProfile(name="old", backend="onnxruntime_micro", opset=OpsetRange(max=17))
-    assert [f["operator"] for f in check(m, profile)] == ["(model)"]
+    assert [f.operator for f in check(m, profile)] == ["(opset)"]
     decomposed = apply(Decompose, m).model
     converted = apply(ConvertOpset, decomposed, opset=17).model
     assert check(converted, profile) == [] and "Gelu" not in ops(converted)

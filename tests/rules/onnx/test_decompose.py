@@ -10,7 +10,7 @@ from onnx import helper
 from scipy.special import erf
 
 from edgeflow.rules.onnx.decompose import ERF_MAX_ERROR, GELU_TANH_MAX_ERROR, Decompose
-from edgeflow.stages.precheck import check
+from edgeflow.targets.precheck import check
 from edgeflow.targets.profile import TargetProfile
 from tests.rules.onnx.helpers import apply, model, ops, run
 
@@ -136,7 +136,7 @@ def test_a_target_without_gelu_passes_precheck_after_decomposition() -> None:
         name="mcu", backend="onnxruntime_micro", operators=sorted(BASIC | {"MatMul"})
     )
     m = unary("Gelu", 20)
-    assert [f["operator"] for f in check(m, profile)] == ["Gelu"]
+    assert [f.operator for f in check(m, profile)] == ["Gelu"]
     assert check(apply(Decompose, m).model, profile) == []
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from edgeflow.errors import EdgeflowError
 from edgeflow.rules.onnx.shapes import FixShapes
-from edgeflow.stages.precheck import check
+from edgeflow.targets.precheck import check
 from edgeflow.targets.profile import TargetProfile
 from tests.rules.onnx.helpers import apply, feeds, ops, run, specs
 
@@ -24,8 +24,8 @@ def test_declared_shapes_make_the_graph_static(convbn: onnx.ModelProto) -> None:
     assert dims(convbn.graph.input[0]) == ["batch", 3, 8, 8]
     assert ops(convbn).keys() >= SHAPE_OPS
     findings = check(convbn, STATIC_ONLY)
-    assert [f["reason"] for f in findings] == [
-        "dynamic input shapes are not supported by this target"
+    assert [(f.reason, f.rule) for f in findings] == [
+        ("dynamic input shapes are not supported", "onnx.fix_shapes")
     ]
 
     declared = specs(convbn, {"x": [2, 3, 8, 8]})

@@ -9,7 +9,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from edgeflow.rules.onnx.fold_if import FoldIf
-from edgeflow.stages.precheck import check
+from edgeflow.targets.precheck import check
 from edgeflow.targets.profile import TargetProfile
 from tests.rules.onnx.helpers import apply, feeds, model, ops, run, specs
 
@@ -92,7 +92,7 @@ def test_folding_every_if_satisfies_a_target_without_control_flow() -> None:
     m = clashing_if(True)
     m.graph.node[1].input[0] = "c"  # the sibling's condition becomes constant too
     del m.graph.input[1]
-    assert [f["operator"] for f in check(m, NO_CONTROL_FLOW)] == ["If"]
+    assert [f.operator for f in check(m, NO_CONTROL_FLOW)] == ["If"]
     result = apply(FoldIf, m, [])
     assert "If" not in ops(result.model)
     assert check(result.model, NO_CONTROL_FLOW) == []
@@ -206,7 +206,7 @@ def test_a_scripted_torch_branch_on_the_batch_size() -> None:
     declared = specs(m, {"x": [1, 4]})
     assert not apply(FoldIf, m, declared).changed  # the batch is dynamic: nothing to evaluate
     fixed = apply(FixShapes, m, declared, fold=False).model
-    assert [f["operator"] for f in check(fixed, NO_CONTROL_FLOW)] == ["If"]
+    assert [f.operator for f in check(fixed, NO_CONTROL_FLOW)] == ["If"]
     result = apply(FoldIf, fixed, declared)
     assert {"Mul", "Relu"} <= ops(result.model).keys() and "If" not in ops(result.model)
     assert check(result.model, NO_CONTROL_FLOW) == []
