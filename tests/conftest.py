@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 import textwrap
 from pathlib import Path
 
@@ -28,3 +30,18 @@ def write_recipe(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture(autouse=True)
+def _log_handlers_outlive_captured_streams():
+    """Libraries imported in-process during a test keep the stream pytest captured for that
+    test (TensorFlow's and absl's handlers; absl's even closes it when a later logging.config
+    call, Hydra's, shuts all handlers down). Point them at the real stderr afterwards."""
+    yield
+    real = (sys.__stderr__, sys.__stdout__)
+    for ref in list(logging._handlerList):  # every live handler: shutdown() closes them all
+        handler = ref()
+        if handler is logging.lastResort or type(handler).__module__.startswith("_pytest"):
+            continue  # follows sys.stderr by itself / pytest's own log capture
+        if isinstance(handler, logging.StreamHandler) and handler.stream not in real:
+            handler.stream = sys.__stderr__
