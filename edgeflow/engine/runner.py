@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -158,7 +157,3 @@ def _publish(build_dir: Path, files: dict[str, Path]) -> None:
             os.rename(build_dir, old)
         os.rename(tmp, build_dir)
         shutil.rmtree(old, ignore_errors=True)
-
-
-def print_failure(exc: EdgeflowError) -> None:
-    print(f"error: {exc.render()}", file=sys.stderr)

@@ -23,9 +23,6 @@ from pydantic_core import PydanticCustomError
 from edgeflow.recipe.refs import ImportRef
 from edgeflow.targets.profile import TargetProfile
 
-QUANTIZATION_MODES = ("none", "fp16", "int8")
-DTYPES = ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")
-
 
 def user_error(message: str, hint: str | None = None, at: str = "") -> PydanticCustomError:
     """A validation error the recipe loader prints as it is; `at` relocates it to a dotted key."""
