@@ -83,6 +83,18 @@ def run_module(
         for start in range(0, n, BATCH):
             args = [torch.from_numpy(inputs[s.name][start : start + BATCH]) for s in specs]
             result = module(*args)
-            flat = result if isinstance(result, list | tuple) else [result]
-            chunks.append([t.detach().float().numpy() for t in flat])
+            chunks.append([t.detach().float().numpy() for t in flat_tensors(result)])
     return [np.concatenate([c[i] for c in chunks]) for i in range(len(chunks[0]))]
+
+
+def flat_tensors(result: object) -> list[torch.Tensor]:
+    """A module's outputs as a flat list of tensors, in the order the ONNX exporter uses."""
+    import torch
+
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, dict):
+        return [t for v in result.values() for t in flat_tensors(v)]
+    if isinstance(result, list | tuple):
+        return [t for v in result for t in flat_tensors(v)]
+    return []

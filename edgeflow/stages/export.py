@@ -13,7 +13,7 @@ def run(ctx: StageContext) -> None:
     import torch
 
     from edgeflow.rules.apply import rewritten_module
-    from edgeflow.source import example_inputs
+    from edgeflow.source import example_inputs, flat_tensors
 
     source, options = ctx.recipe.source, ctx.recipe.export
     module, _, _ = rewritten_module(ctx.recipe, ctx.loaded.path.parent)  # as rewrite checked
@@ -22,7 +22,7 @@ def run(ctx: StageContext) -> None:
     args = example_inputs(source.inputs, max(2, dynamic.min) if dynamic else None)
     with torch.inference_mode():
         result = module(*args)
-    n_out = len(result) if isinstance(result, list | tuple) else 1
+    n_out = len(flat_tensors(result))
     input_names = [s.name for s in source.inputs]
     output_names = source.outputs or (
         ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]

@@ -20,7 +20,7 @@ def run(ctx: StageContext) -> None:
     import torch
 
     from edgeflow.rules.apply import rewritten_module
-    from edgeflow.source import build_module, example_inputs
+    from edgeflow.source import build_module, example_inputs, flat_tensors
 
     recipe = ctx.recipe
     module, records, sources = rewritten_module(recipe, ctx.loaded.path.parent)
@@ -30,8 +30,8 @@ def run(ctx: StageContext) -> None:
         (sources_dir / f"{name}.py").write_text(text, encoding="utf-8")
     args = example_inputs(recipe.source.inputs)
     with torch.inference_mode():
-        expected = _flat(build_module(recipe.source)(*args))
-        actual = _flat(module(*args))
+        expected = flat_tensors(build_module(recipe.source)(*args))
+        actual = flat_tensors(module(*args))
     diff = max(
         (float((e.float() - a.float()).abs().max()) for e, a in zip(expected, actual, strict=True)),
         default=0.0,
@@ -52,18 +52,6 @@ def run(ctx: StageContext) -> None:
             "remove rules one at a time to find the one that changes the result",
         )
     ctx.write_json("rewrite", {"rules": records, "max_abs_diff": diff, "numerics_changed_by": []})
-
-
-def _flat(result: object) -> list:
-    import torch
-
-    if isinstance(result, torch.Tensor):
-        return [result]
-    if isinstance(result, dict):
-        return [t for v in result.values() for t in _flat(v)]
-    if isinstance(result, list | tuple):
-        return [t for v in result for t in _flat(v)]
-    return []
 
 
 STAGE = Stage(
