@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     explain.add_argument("recipe", metavar="RECIPE", help="recipe name or path")
     explain.add_argument("--json", action="store_true", help="print a machine-readable list")
+    explain.add_argument(
+        "--no-rewrites",
+        action="store_true",
+        help="diagnose the model as built, without the recipe's rewrites",
+    )
     if argv[:1] == ["run"] and any(a in ("-h", "--help") for a in argv[1:]):
         print(RUN_HELP)
         return 0
@@ -65,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "precheck":
             return _precheck(args.model, args.target, args.json)
         if args.command == "explain":
-            return _explain(args.recipe, args.json)
+            return _explain(args.recipe, args.json, not args.no_rewrites)
         if args.command == "rules":
             from edgeflow.rules.catalogue import render_terminal
 
@@ -121,7 +126,7 @@ def _precheck(model_path: Path, target: str, as_json: bool) -> int:
     return 1 if findings else 0
 
 
-def _explain(name: str, as_json: bool) -> int:
+def _explain(name: str, as_json: bool, rewrites: bool) -> int:
     import json
 
     from edgeflow.explain import explain, render_table, to_json
@@ -130,7 +135,7 @@ def _explain(name: str, as_json: bool) -> int:
     loaded = load_recipe(find_recipe(name))
     if loaded.recipe.source.kind != "pytorch":
         raise EdgeflowError("explain works on PyTorch sources", "source.kind must be pytorch")
-    attempts = explain(loaded.recipe, loaded.path.parent)
+    attempts = explain(loaded.recipe, loaded.path.parent, rewrites)
     print(json.dumps(to_json(attempts), indent=2) if as_json else render_table(attempts))
     return 0 if all(a.ok for a in attempts) else 1
 

@@ -27,3 +27,40 @@ def sklearn_digits(split: str = "train", input_name: str = "image") -> dict[str,
     idx = order[start:stop]
     images = (digits.images[idx] / 16.0).astype(np.float32)[:, None, :, :]
     return {input_name: images, "label": digits.target[idx].astype(np.int64)}
+
+
+# scikit-learn's two sample photographs (china.jpg and flower.jpg, 427 x 640 RGB; reading
+# them needs Pillow). Crops of `size` on a fixed grid of offsets; "test" and "calibration"
+# take different offsets, so the two splits share no crop.
+SAMPLE_IMAGE_SPLITS = {"test": 0, "calibration": 1}
+
+
+def sample_image_crops(
+    split: str = "test",
+    size: tuple[int, int] | list[int] = (320, 320),
+    count: int = 8,
+    input_name: str = "images",
+) -> dict[str, np.ndarray]:
+    """Crops of scikit-learn's sample photographs as {input_name: (count, 3, H, W) float32 in
+    [0, 1]}; no labels (for comparing a detector with its artifact, not for accuracy)."""
+    from sklearn.datasets import load_sample_images
+
+    if split not in SAMPLE_IMAGE_SPLITS:
+        raise ValueError(f"unknown split '{split}' (choose {', '.join(SAMPLE_IMAGE_SPLITS)})")
+    photos = load_sample_images().images
+    height, width = size
+    if height > photos[0].shape[0] or width > photos[0].shape[1]:
+        raise ValueError(f"crops of {height}x{width} do not fit the 427x640 sample photographs")
+    per_photo = -(-count // len(photos))
+    shift = SAMPLE_IMAGE_SPLITS[split]
+    crops = []
+    for i in range(per_photo):
+        for photo in photos:
+            # 2 * per_photo offsets across the free room; test takes the even ones.
+            t = (2 * i + shift) / max(1, 2 * per_photo - 1)
+            top = round(t * (photo.shape[0] - height))
+            left = round(t * (photo.shape[1] - width))
+            crops.append(photo[top : top + height, left : left + width])
+    images = np.stack(crops[:count]).astype(np.float32).transpose(0, 3, 1, 2) / 255.0
+    images = np.ascontiguousarray(images)
+    return {input_name: images}

@@ -15,6 +15,7 @@ import re
 import tempfile
 import traceback
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -68,7 +69,10 @@ HAZARDS: dict[str, tuple[str, list[str]]] = {
     ),
     "Loop": ("a loop exported as Loop", ["ast.unroll_loops"]),
     "Scan": ("a loop exported as Scan", ["ast.unroll_loops"]),
-    "NonMaxSuppression": ("NMS with a data-dependent number of boxes", ["ast.replace_call"]),
+    "NonMaxSuppression": (
+        "NMS with a data-dependent number of boxes",
+        ["ast.replace_call", "ast.replace_method"],
+    ),
 }
 
 
@@ -83,14 +87,17 @@ class Attempt:
     rules: list[str] = field(default_factory=list)
 
 
-def explain(recipe: Any, base_dir: Path) -> list[Attempt]:
-    """Try every capture path on the recipe's model (with its rewrites applied)."""
+def explain(recipe: Any, base_dir: Path, rewrites: bool = True) -> list[Attempt]:
+    """Try every capture path on the recipe's model (with its rewrites applied, unless not)."""
     import torch
 
     from edgeflow.rules.apply import rewritten_module
-    from edgeflow.source import example_inputs
+    from edgeflow.source import build_module, example_inputs
 
-    module, _, _ = rewritten_module(recipe, base_dir)
+    if rewrites:
+        module, _, _ = rewritten_module(recipe, base_dir)
+    else:
+        module = build_module(recipe.source)
     args = example_inputs(recipe.source.inputs)
     user_files = _user_files(module)
     onnx_path = Path(tempfile.mkdtemp()) / "probe.onnx"
@@ -118,7 +125,14 @@ def explain(recipe: Any, base_dir: Path) -> list[Attempt]:
             except Exception as exc:
                 attempts.append(_diagnose(name, exc, user_files))
                 continue
-        baked = [w for w in caught if type(w.message).__name__ == "TracerWarning"]
+        # "Converting a tensor to a Python boolean/integer/float/index": a value fixed at trace
+        # time. Other TracerWarnings (torch.tensor of a constant, ...) do not change results.
+        baked = [
+            w
+            for w in caught
+            if type(w.message).__name__ == "TracerWarning"
+            and str(w.message).startswith("Converting a tensor to a Python")
+        ]
         if baked:
             w = baked[0]
             attempts.append(
@@ -132,7 +146,7 @@ def explain(recipe: Any, base_dir: Path) -> list[Attempt]:
                     ["ast.tensor_if_to_where", "ast.static_item"],
                 )
             )
-        elif name.endswith("(dynamo)"):
+        elif name.startswith("torch.onnx.export"):
             hazards = _graph_hazards(onnx_path, name)
             attempts.extend(hazards or [Attempt(name, ok=True)])
         else:
@@ -145,6 +159,7 @@ def _graph_hazards(path: Path, method: str) -> list[Attempt]:
     import onnx
 
     model = onnx.load(str(path))
+    counts = Counter(node.op_type for node in model.graph.node)
     found: dict[str, Attempt] = {}
     for node in model.graph.node:
         if node.op_type not in HAZARDS or node.op_type in found:
@@ -155,7 +170,7 @@ def _graph_hazards(path: Path, method: str) -> list[Attempt]:
         where = re.findall(r'File "([^"]+)", line (\d+)', trace)
         location = f"{where[-1][0]}:{where[-1][1]}" if where else ""
         code = trace.strip().splitlines()[-1].strip() if where else ""
-        error = f"the exported graph contains {node.op_type}"
+        error = f"the exported graph contains {counts[node.op_type]} {node.op_type}"
         found[node.op_type] = Attempt(
             f"{method}: graph", False, cause, location, code, error, rules
         )

@@ -146,13 +146,9 @@ def _job(cfg: Any) -> None:
         print(f"error: {exc.render()}", file=sys.stderr)
         _exit_codes.append(exc.exit_code)
         return
-    m = result.metrics
-    print(
-        f"  -> {result.build_dir}: accuracy {m['accuracy']['artifact']:.4f} "
-        f"(source {m['accuracy']['source']:.4f}), top-1 agreement {m['agreement']['top1']:.4f}, "
-        f"max abs diff {m['agreement']['max_abs_diff']:.3g}, p50 {m['latency_ms']['p50']:.3f} ms, "
-        f"{m['size_bytes']:,} bytes"
-    )
+    from edgeflow.report.markdown import one_line
+
+    print(f"  -> {result.build_dir}: {one_line(result.metrics)}")
     if result.failed_checks:
         for message in result.failed_checks:
             print(f"error: verification failed: {message}", file=sys.stderr)

@@ -32,6 +32,11 @@ def build_module(source: PyTorchSource) -> torch.nn.Module:
         raise EdgeflowError(
             f"cannot build {ref}({', '.join(source.init)}): {exc}", "fix source.init"
         ) from exc
+    except ModuleNotFoundError as exc:
+        raise EdgeflowError(
+            f"cannot build {ref}: it imports '{exc.name}', which is not installed",
+            f"install the package that provides '{exc.name}' in this environment",
+        ) from exc
     if not isinstance(module, torch.nn.Module):
         raise EdgeflowError(f"{ref} built a {type(module).__name__}, not a torch.nn.Module")
     if source.weights is not None:
@@ -72,10 +77,17 @@ def example_inputs(specs: list[TensorSpec], batch: int | None = None) -> tuple[t
 
 
 def run_module(
-    module: torch.nn.Module, inputs: dict[str, np.ndarray], specs: list[TensorSpec]
+    module: torch.nn.Module,
+    inputs: dict[str, np.ndarray],
+    specs: list[TensorSpec],
+    max_detections: int | None = None,
 ) -> list[np.ndarray]:
-    """Outputs of the module on all samples, computed in batches; one array per output."""
+    """Outputs of the module on all samples, computed in batches; one array per output.
+    With `max_detections`, the module is a detector and its outputs are given in the padded
+    form of `edgeflow.verify.detections` (boxes, scores, labels, valid)."""
     import torch
+
+    from edgeflow.verify.detections import padded
 
     n = len(next(iter(inputs.values())))
     chunks: list[list[np.ndarray]] = []
@@ -83,7 +95,10 @@ def run_module(
         for start in range(0, n, BATCH):
             args = [torch.from_numpy(inputs[s.name][start : start + BATCH]) for s in specs]
             result = module(*args)
-            chunks.append([t.detach().float().numpy() for t in flat_tensors(result)])
+            if max_detections is not None:
+                chunks.append(padded(result, max_detections))
+            else:
+                chunks.append([t.detach().float().numpy() for t in flat_tensors(result)])
     return [np.concatenate([c[i] for c in chunks]) for i in range(len(chunks[0]))]
 
 

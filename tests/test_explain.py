@@ -25,6 +25,16 @@ class Count(torch.nn.Module):
     def forward(self, x):
         n = torch.nonzero(x > 0).shape[0]
         return x * n
+
+
+class Constant(torch.nn.Module):
+    def forward(self, x):
+        return x * torch.tensor(0.5)  # a TracerWarning, but nothing data-dependent
+
+
+class Positive(torch.nn.Module):
+    def forward(self, x):
+        return x[x > 0].sum(0, keepdim=True)
 """
 
 
@@ -33,7 +43,7 @@ def recipe_for(tmp_path: Path, write_recipe):
     (tmp_path / "model.py").write_text(MODEL)
     np.savez(tmp_path / "eval.npz", x=np.ones((4, 1, 4), np.float32), label=np.zeros(4))
 
-    def make(cls: str) -> Path:
+    def make(cls: str, rewrites: str = "") -> Path:
         return write_recipe(
             f"""
             source:
@@ -42,6 +52,7 @@ def recipe_for(tmp_path: Path, write_recipe):
               inputs: [{{name: x, shape: [1, 4]}}]
             evaluation: {{dataset: eval.npz}}
             target: onnxruntime_micro
+            {rewrites}
             """,
             f"{cls.lower()}.yaml",
         )
@@ -74,3 +85,29 @@ def test_nonzero_size_is_explained(recipe_for, tmp_path, capsys) -> None:
 def test_clean_model_explains_nothing(capsys) -> None:
     assert main(["explain", "digits_cnn"]) == 0
     assert "FAILED" not in capsys.readouterr().out
+
+
+def test_torchscript_traces_are_judged_by_what_they_bake_in(recipe_for, capsys) -> None:
+    assert main(["explain", str(recipe_for("Gate")), "--json"]) == 1
+    attempts = {a["method"]: a for a in json.loads(capsys.readouterr().out)}
+    baked = attempts["torch.onnx.export (torchscript)"]
+    assert baked["ok"] is False and "baked in as a constant" in baked["cause"]
+    assert "Converting a tensor to a Python boolean" in baked["error"]
+    assert main(["explain", str(recipe_for("Constant"))]) == 0  # torch.tensor(0.5) is fine
+    capsys.readouterr()
+
+
+def test_graph_hazards_of_both_onnx_exporters_are_counted(recipe_for, capsys) -> None:
+    assert main(["explain", str(recipe_for("Positive")), "--json"]) == 1
+    rows = [a for a in json.loads(capsys.readouterr().out) if a["method"].endswith(": graph")]
+    script = [r for r in rows if r["method"] == "torch.onnx.export (torchscript): graph"]
+    assert script and script[0]["error"] == "the exported graph contains 1 NonZero"
+    assert "ast.nonzero_to_mask" in script[0]["rules"]
+
+
+def test_no_rewrites_shows_what_the_rewrites_fix(recipe_for, capsys) -> None:
+    recipe = recipe_for("Gate", "rewrites: [ast.tensor_if_to_where]")
+    assert main(["explain", str(recipe)]) == 0
+    assert "FAILED" not in capsys.readouterr().out
+    assert main(["explain", str(recipe), "--no-rewrites"]) == 1
+    assert "data-dependent control flow" in capsys.readouterr().out

@@ -123,7 +123,9 @@ class DatasetSpec(Strict):
 
 
 class Evaluation(DatasetSpec):
-    metric: Literal["top1"] = "top1"
+    # top1: classification (needs a 'label' array); detections: boxes/scores/labels compared
+    # as sets with the source model's (see verify.detections)
+    metric: Literal["top1", "detections"] = "top1"
 
 
 class ExportOptions(Strict):
@@ -162,6 +164,16 @@ class PrecheckOptions(Strict):
     continue_on_failure: bool = False  # convert anyway and let the real tool decide
 
 
+class DetectionChecks(Strict):
+    """How detections are compared when evaluation.metric is detections."""
+
+    max_detections: PositiveInt = 100  # rows per image in the padded form; more is an error
+    box_atol: float = Field(1e-3, gt=0)  # per box coordinate, in box_units
+    box_units: Literal["pixels", "relative"] = "relative"  # relative: fraction of the image side
+    score_atol: float = Field(1e-4, ge=0)
+    min_match_rate: float = Field(1.0, ge=0, le=1)  # share of source detections matched
+
+
 class Verify(Strict):
     max_abs_diff: float | None = Field(None, ge=0)
     max_accuracy_drop: float | None = Field(0.01, ge=0, le=1)
@@ -170,6 +182,7 @@ class Verify(Strict):
     max_size_bytes: PositiveInt | None = None
     latency_runs: PositiveInt = 100
     warmup_runs: int = Field(10, ge=0)
+    detections: DetectionChecks = DetectionChecks()
 
 
 def _rewrite_entry(value: Any) -> Any:
@@ -227,3 +240,17 @@ class Recipe(Strict):
                 at="quantization.mode",
             )
         return self
+
+    @model_validator(mode="after")
+    def _detections_have_no_top1(self) -> Recipe:
+        if self.evaluation.metric != "detections":
+            return self
+        for key in ("max_abs_diff", "max_accuracy_drop", "min_top1_agreement"):
+            if key in self.verify.model_fields_set and getattr(self.verify, key) is not None:
+                raise user_error(
+                    "does not apply to evaluation.metric: detections",
+                    "detections are checked by verify.detections (box_atol, score_atol, "
+                    "min_match_rate); remove this key",
+                    at=f"verify.{key}",
+                )
+        return self  # the classifier thresholds' defaults are not checked for detections

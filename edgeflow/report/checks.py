@@ -9,10 +9,19 @@ from edgeflow.recipe.schema import Verify
 
 def check_thresholds(verify: Verify, metrics: dict[str, Any]) -> list[dict[str, Any]]:
     """One entry per threshold set in the recipe: metric, value, threshold, passed, message."""
-    rows = [
-        ("max_abs_diff", metrics["agreement"]["max_abs_diff"], verify.max_abs_diff, "max"),
-        ("max_accuracy_drop", metrics["accuracy"]["drop"], verify.max_accuracy_drop, "max"),
-        ("min_top1_agreement", metrics["agreement"]["top1"], verify.min_top1_agreement, "min"),
+    agreement, accuracy = metrics["agreement"], metrics["accuracy"]
+    if "match_rate" in agreement:  # evaluation.metric: detections
+        rate = verify.detections.min_match_rate
+        rows: list[tuple[str, Any, float | None, str]] = [
+            ("detections.min_match_rate", agreement["match_rate"], rate, "min")
+        ]
+    else:
+        rows = [
+            ("max_abs_diff", agreement["max_abs_diff"], verify.max_abs_diff, "max"),
+            ("max_accuracy_drop", accuracy["drop"], verify.max_accuracy_drop, "max"),
+            ("min_top1_agreement", agreement["top1"], verify.min_top1_agreement, "min"),
+        ]
+    rows += [
         ("max_latency_ms", metrics["latency_ms"]["p50"], verify.max_latency_ms, "max"),
         ("max_size_bytes", metrics["size_bytes"], verify.max_size_bytes, "max"),
     ]

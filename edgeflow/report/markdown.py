@@ -10,7 +10,7 @@ from edgeflow.targets.precheck import render_table
 def render(
     title: str, metrics: dict[str, Any], checks: list[dict[str, Any]], details: dict[str, Any]
 ) -> str:
-    acc, agree, lat = metrics["accuracy"], metrics["agreement"], metrics["latency_ms"]
+    lat = metrics["latency_ms"]
     verdict = "VERIFIED" if metrics["verified"] else "NOT VERIFIED"
     runs = details["verify"]
     lines = [
@@ -21,11 +21,7 @@ def render(
         "",
         "| metric | value |",
         "|---|---|",
-        f"| accuracy, source model | {acc['source']:.4f} |",
-        f"| accuracy, artifact | {acc['artifact']:.4f} |",
-        f"| accuracy drop | {acc['drop'] * 100:+.2f} percentage points |",
-        f"| top-1 agreement with source | {agree['top1']:.4f} |",
-        f"| max abs diff of outputs | {agree['max_abs_diff']:.3g} |",
+        *_agreement_rows(metrics),
         f"| latency p50 / p90 | {lat['p50']:.3f} / {lat['p90']:.3f} ms |",
         f"| artifact size | {metrics['size_bytes']:,} bytes |",
         "",
@@ -41,12 +37,7 @@ def render(
         ]
     else:
         lines.append("No thresholds set in the recipe's `verify:` section.")
-    lines += ["", "## Per output", "", "| output | shape | max abs diff | mean abs diff |"]
-    lines.append("|---|---|---|---|")
-    for o in details["verify"]["agreement"]["outputs"]:
-        lines.append(
-            f"| {o['index']} | {o['shape']} | {o['max_abs_diff']:.3g} | {o['mean_abs_diff']:.3g} |"
-        )
+    lines += ["", *_per_output(details["verify"]["agreement"])]
     lines += ["", "## Stages", ""]
     rules = details.get("rewrite", {}).get("rules", []) + details["rewrite_onnx"]["rules"]
     if rules:
@@ -79,3 +70,59 @@ def render(
     if conv.get("operators"):
         lines.append(f"  - operators in the artifact: {', '.join(conv['operators'])}")
     return "\n".join(lines) + "\n"
+
+
+def one_line(metrics: dict[str, Any]) -> str:
+    """The build's figures in one line, for the terminal."""
+    acc, agree = metrics["accuracy"], metrics["agreement"]
+    if "match_rate" in agree:
+        head = (
+            f"{agree['matched']} of {agree['reference_detections']} detections matched, "
+            f"max box diff {agree['max_box_diff_px']:.3g} px"
+        )
+    else:
+        head = (
+            f"accuracy {acc['artifact']:.4f} (source {acc['source']:.4f}), top-1 agreement "
+            f"{agree['top1']:.4f}, max abs diff {agree['max_abs_diff']:.3g}"
+        )
+    return f"{head}, p50 {metrics['latency_ms']['p50']:.3f} ms, {metrics['size_bytes']:,} bytes"
+
+
+def _agreement_rows(metrics: dict[str, Any]) -> list[str]:
+    acc, agree = metrics["accuracy"], metrics["agreement"]
+    if "match_rate" in agree:
+        return [
+            f"| detections matched (same label, within tolerance) | {agree['matched']} of "
+            f"{agree['reference_detections']} ({agree['match_rate']:.4f}) |",
+            f"| detections, source / artifact | {agree['reference_detections']} / "
+            f"{agree['artifact_detections']} |",
+            f"| max box diff | {agree['max_box_diff_px']:.3g} px "
+            f"({agree['max_box_diff_relative']:.3g} of the image side) |",
+            f"| max score diff | {agree['max_score_diff']:.3g} |",
+        ]
+    return [
+        f"| accuracy, source model | {acc['source']:.4f} |",
+        f"| accuracy, artifact | {acc['artifact']:.4f} |",
+        f"| accuracy drop | {acc['drop'] * 100:+.2f} percentage points |",
+        f"| top-1 agreement with source | {agree['top1']:.4f} |",
+        f"| max abs diff of outputs | {agree['max_abs_diff']:.3g} |",
+    ]
+
+
+def _per_output(agreement: dict[str, Any]) -> list[str]:
+    if "per_image" in agreement:
+        lines = ["## Per image", "", "| image | source | artifact | matched | max box diff |"]
+        lines.append("|---|---|---|---|---|")
+        for i, o in enumerate(agreement["per_image"]):
+            lines.append(
+                f"| {i} | {o['reference']} | {o['artifact']} | {o['matched']} | "
+                f"{o['max_box_diff_px']:.3g} px |"
+            )
+        return lines
+    lines = ["## Per output", "", "| output | shape | max abs diff | mean abs diff |"]
+    lines.append("|---|---|---|---|")
+    for o in agreement["outputs"]:
+        lines.append(
+            f"| {o['index']} | {o['shape']} | {o['max_abs_diff']:.3g} | {o['mean_abs_diff']:.3g} |"
+        )
+    return lines

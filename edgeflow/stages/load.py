@@ -11,10 +11,13 @@ def run(ctx: StageContext) -> None:
     from edgeflow.data import load_samples
     from edgeflow.source import build_module, run_module
 
-    source = ctx.recipe.source
+    recipe = ctx.recipe
+    source = recipe.source
     module = build_module(source)
-    samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation")
-    outputs = run_module(module, samples.inputs, source.inputs)
+    samples = load_samples(recipe.evaluation, source.inputs, "evaluation")
+    detections = recipe.evaluation.metric == "detections"
+    limit = recipe.verify.detections.max_detections if detections else None
+    outputs = run_module(module, samples.inputs, source.inputs, limit)
     parameters = int(sum(p.numel() for p in module.parameters()))
     save_reference(ctx, outputs, str(source.model), len(samples), parameters=parameters)
 
@@ -39,7 +42,7 @@ STAGE = Stage(
     description="Build the PyTorch module, load its weights, record reference outputs.",
     run=run,
     produces={"reference": "reference.npz", "source": "source.json"},
-    reads=("source", "evaluation"),
+    reads=("source", "evaluation", "verify.detections.max_detections"),
     tools=("torch", "numpy"),
-    code=("edgeflow.source", "edgeflow.data", "edgeflow.recipe.refs"),
+    code=("edgeflow.source", "edgeflow.data", "edgeflow.recipe.refs", "edgeflow.verify.detections"),
 )

@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from edgeflow.engine.stage import Stage, StageContext
 
+ACCURACY = ("source", "artifact", "drop")
+AGREEMENT = {
+    "top1": ("top1", "max_abs_diff"),
+    "detections": (
+        "match_rate",
+        "matched",
+        "reference_detections",
+        "artifact_detections",
+        "max_box_diff_px",
+        "max_box_diff_relative",
+        "max_score_diff",
+    ),
+}
 DETAIL_SLOTS = ("verify", "precheck", "optimize", "quantize", "convert", "source", "rewrite_onnx")
 
 
@@ -20,11 +33,8 @@ def run(ctx: StageContext) -> None:
         "target": ctx.profile.name,
         "quantization": ctx.recipe.quantization.mode,
         "verified": False,
-        "accuracy": {k: float(v["accuracy"][k]) for k in ("source", "artifact", "drop")},
-        "agreement": {
-            "top1": float(v["agreement"]["top1"]),
-            "max_abs_diff": float(v["agreement"]["max_abs_diff"]),
-        },
+        "accuracy": {k: float(v["accuracy"][k]) for k in ACCURACY} if v["accuracy"] else None,
+        "agreement": {k: v["agreement"][k] for k in AGREEMENT[v.get("metric", "top1")]},
         "latency_ms": {k: float(v["latency_ms"][k]) for k in ("p50", "p90")},
         "size_bytes": int(v["size_bytes"]),
     }

@@ -30,12 +30,17 @@ def run(ctx: StageContext) -> None:
         (sources_dir / f"{name}.py").write_text(text, encoding="utf-8")
     args = example_inputs(recipe.source.inputs)
     with torch.inference_mode():
-        expected = flat_tensors(build_module(recipe.source)(*args))
-        actual = flat_tensors(module(*args))
-    diff = max(
-        (float((e.float() - a.float()).abs().max()) for e, a in zip(expected, actual, strict=True)),
-        default=0.0,
+        expected_raw = build_module(recipe.source)(*args)
+        actual_raw = module(*args)
+    if recipe.evaluation.metric == "detections":
+        _check_detections(ctx, records, expected_raw, actual_raw)
+        return
+    expected, actual = flat_tensors(expected_raw), flat_tensors(actual_raw)
+    same_shapes = len(expected) == len(actual) and all(
+        e.shape == a.shape for e, a in zip(expected, actual, strict=False)
     )
+    diffs = [(e.float() - a.float()).abs().max() for e, a in zip(expected, actual, strict=False)]
+    diff = max((float(d) for d in diffs), default=0.0) if same_shapes else None
     tolerances = [spec.rule().tolerance(spec.options) for spec in recipe.rewrites]
     if any(t is None for t in tolerances):
         deliberate = [s.name for s, t in zip(recipe.rewrites, tolerances, strict=True) if t is None]
@@ -45,13 +50,43 @@ def run(ctx: StageContext) -> None:
         )
         return
     allowed = TOLERANCE + sum(t for t in tolerances if t is not None)
-    if len(expected) != len(actual) or diff > allowed:
+    if diff is None or diff > allowed:
+        what = "different outputs" if diff is None else f"max abs diff {diff:.3g}"
         raise EdgeflowError(
-            f"the rewritten module computes something else: max abs diff {diff:.3g} "
+            f"the rewritten module computes something else: {what} "
             f"on the declared input shapes (rules: {', '.join(r['rule'] for r in records)})",
             "remove rules one at a time to find the one that changes the result",
         )
     ctx.write_json("rewrite", {"rules": records, "max_abs_diff": diff, "numerics_changed_by": []})
+
+
+def _check_detections(ctx: StageContext, records: list, expected: object, actual: object) -> None:
+    """A detector may change its output form (list of dicts -> padded tensors) on purpose:
+    compare the detections themselves, with the recipe's detection tolerances."""
+    from edgeflow.verify.detections import compare, padded
+
+    checks = ctx.recipe.verify.detections
+    limit = checks.max_detections
+    try:
+        result = compare(
+            padded(expected, limit),
+            padded(actual, limit),
+            tuple(ctx.recipe.source.inputs[0].shape[-2:]),
+            checks.box_atol,
+            checks.box_units,
+            checks.score_atol,
+        )
+    except ValueError as exc:
+        raise EdgeflowError(f"the rewritten detector's outputs: {exc}") from exc
+    summary = {k: v for k, v in result.items() if k != "per_image"}
+    ctx.write_json("rewrite", {"rules": records, "detections": summary, "numerics_changed_by": []})
+    if result["match_rate"] < checks.min_match_rate or result["count_mismatch_images"]:
+        raise EdgeflowError(
+            f"the rewritten detector finds other detections than the source on the declared "
+            f"input: {result['matched']} of {result['reference_detections']} matched, "
+            f"{result['artifact_detections']} returned",
+            "remove rules one at a time to find the one that changes the result",
+        )
 
 
 STAGE = Stage(
@@ -59,8 +94,13 @@ STAGE = Stage(
     description="Apply ast.* and fx.* rules; record their changes; check numerical equality.",
     run=run,
     produces={"rewrite": "rewrite.json", "sources": "rewritten"},
-    reads=("source", "rewrites"),
+    reads=("source", "rewrites", "evaluation.metric", "verify.detections"),
     tools=("torch",),
-    code=("edgeflow.rules.apply", "edgeflow.rules.base", "edgeflow.source"),
+    code=(
+        "edgeflow.rules.apply",
+        "edgeflow.rules.base",
+        "edgeflow.source",
+        "edgeflow.verify.detections",
+    ),
     isolated=True,
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 
@@ -18,8 +19,9 @@ def run(ctx: StageContext) -> None:
     from edgeflow.verify.runners import batching, deployment_batch, latency_ms, run_all
 
     recipe, profile = ctx.recipe, ctx.profile
+    detections = recipe.evaluation.metric == "detections"
     samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
-    if samples.labels is None:
+    if samples.labels is None and not detections:
         raise EdgeflowError(
             f"evaluation dataset {recipe.evaluation.dataset} has no 'label' array",
             "top-1 accuracy needs labels: return a 'label' array from the dataset",
@@ -30,25 +32,29 @@ def run(ctx: StageContext) -> None:
     runner = backend(profile).open_runner(ctx.inputs["artifact"], convert_info)
     outputs = run_all(runner, samples, *batching(recipe.source))
     try:
-        agreement = compare_outputs(reference, outputs)
+        if detections:
+            agreement = _compare_detections(recipe, reference, outputs)
+        else:
+            agreement = compare_outputs(reference, outputs)
     except ValueError as exc:
         raise EdgeflowError(f"the artifact's outputs do not match the source's: {exc}") from exc
     feeds, _ = next(samples.batches(deployment_batch(recipe.source), fixed=True))
     runs = recipe.verify.latency_runs
     times = latency_ms(runner, feeds, recipe.verify.warmup_runs, runs)
     extra = runner.extra_metrics() if hasattr(runner, "extra_metrics") else {}
-    source_acc = top1_accuracy(reference[0], samples.labels)
-    artifact_acc = top1_accuracy(outputs[0], samples.labels)
+    accuracy = None  # detections are compared with the source model, in "agreement"
+    if samples.labels is not None and not detections:
+        source_acc = top1_accuracy(reference[0], samples.labels)
+        artifact_acc = top1_accuracy(outputs[0], samples.labels)
+        drop = source_acc - artifact_acc
+        accuracy = {"source": source_acc, "artifact": artifact_acc, "drop": drop}
     ctx.write_json(
         "verify",
         {
             "runtime": profile.backend,
             "samples": len(samples),
-            "accuracy": {
-                "source": source_acc,
-                "artifact": artifact_acc,
-                "drop": source_acc - artifact_acc,
-            },
+            "metric": recipe.evaluation.metric,
+            "accuracy": accuracy,
             "agreement": agreement,
             "latency_ms": {
                 "p50": percentile(times, 50),
@@ -59,6 +65,22 @@ def run(ctx: StageContext) -> None:
             "size_bytes": convert_info["size_bytes"],
             "extra": extra,
         },
+    )
+
+
+def _compare_detections(
+    recipe: Any, reference: list[np.ndarray], outputs: list[np.ndarray]
+) -> dict[str, Any]:
+    from edgeflow.verify.detections import compare, from_arrays
+
+    checks = recipe.verify.detections
+    return compare(
+        reference,
+        from_arrays(outputs, checks.max_detections),
+        tuple(recipe.source.inputs[0].shape[-2:]),
+        checks.box_atol,
+        checks.box_units,
+        checks.score_atol,
     )
 
 
@@ -74,8 +96,15 @@ STAGE = Stage(
         "source.dynamic_batch",
         "verify.latency_runs",
         "verify.warmup_runs",
+        "verify.detections",
         "target",
     ),
     tools=(*RUNTIMES, "numpy"),
-    code=("edgeflow.data", "edgeflow.verify.compare", "edgeflow.verify.runners", *BACKEND_CODE),
+    code=(
+        "edgeflow.data",
+        "edgeflow.verify.compare",
+        "edgeflow.verify.detections",
+        "edgeflow.verify.runners",
+        *BACKEND_CODE,
+    ),
 )

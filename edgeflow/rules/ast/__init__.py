@@ -12,6 +12,7 @@ from edgeflow.rules.ast.calls import ReplaceCall
 from edgeflow.rules.ast.float64 import Float64ToFloat32
 from edgeflow.rules.ast.item import StaticItem
 from edgeflow.rules.ast.loops import UnrollLoops
+from edgeflow.rules.ast.methods import ReplaceMethod
 from edgeflow.rules.ast.nonzero import NonzeroToMask
 from edgeflow.rules.ast.shapes import SpecializeShapes
 from edgeflow.rules.ast.tensor_if import TensorIfToWhere
@@ -24,4 +25,5 @@ RULES: tuple[type[Any], ...] = (
     StaticItem,
     Float64ToFloat32,
     ReplaceCall,
+    ReplaceMethod,
 )

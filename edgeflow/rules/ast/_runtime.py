@@ -41,7 +41,9 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     if not isinstance(cond, torch.Tensor | Proxy):
         return a if cond else b
     tensors = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-    if tensors and (a.shape != b.shape or a.dtype != b.dtype):
+    # Checked when the rewrite stage runs the module eagerly; not under the TorchScript
+    # tracer, where comparing traced sizes would only add warnings to the export.
+    if tensors and not torch.jit.is_tracing() and (a.shape != b.shape or a.dtype != b.dtype):
         raise EdgeflowError(
             f"ast.tensor_if_to_where: the branches give {a.dtype}{list(a.shape)} and "
             f"{b.dtype}{list(b.shape)}; torch.where would broadcast or promote them",

@@ -22,6 +22,7 @@ import copy
 import hashlib
 import inspect
 import linecache
+import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -284,8 +285,7 @@ def _compile(method: Method, text: str, rule: str) -> types.FunctionType:
     code = compile(full, filename, "exec")
     linecache.cache[filename] = (len(full), None, full.splitlines(True), filename)
     inner = _code_named(code, tree.name)
-    namespace = dict(fn.__globals__)
-    namespace.update(method.inject)
+    namespace = _namespace(fn, method.inject, digest)
     cells = dict(zip(freevars, fn.__closure__ or (), strict=True))
     closure = tuple(cells[name] for name in inner.co_freevars)
     new = types.FunctionType(inner, namespace, fn.__name__, fn.__defaults__, closure or None)
@@ -299,6 +299,20 @@ def _compile(method: Method, text: str, rule: str) -> types.FunctionType:
     new.__edgeflow_source__ = text + "\n"  # type: ignore[attr-defined]
     new.__edgeflow_rules__ = (*getattr(fn, "__edgeflow_rules__", ()), rule)  # type: ignore[attr-defined]
     return new
+
+
+def _namespace(fn: types.FunctionType, inject: dict[str, Any], digest: str) -> dict[str, Any]:
+    """The rewritten function's globals: the original's plus the injected names, as the
+    namespace of a module registered in sys.modules. torch.export (strict) resolves globals
+    through `sys.modules[__name__]`, so a bare dict would hide the injected names from it,
+    and writing them into the user's own module would change that module."""
+    name = f"{fn.__globals__.get('__name__', 'edgeflow')}.__edgeflow_{digest}__"
+    module = sys.modules.get(name) or types.ModuleType(name)
+    module.__dict__.update(fn.__globals__)
+    module.__dict__.update(inject)
+    module.__dict__["__name__"] = name
+    sys.modules[name] = module
+    return module.__dict__
 
 
 def _code_named(code: types.CodeType, name: str) -> types.CodeType:

@@ -72,7 +72,7 @@ class ReplaceCall(AstRule):
         return None  # the replacement may compute something else on purpose (padded outputs)
 
 
-def load(path: str, key: str) -> Any:
+def load(path: str, key: str, rule: str = "ast.replace_call", must_call: bool = True) -> Any:
     """The object an import path names; EdgeflowError when it cannot be imported."""
     module, sep, attr = path.partition(":")
     names = attr.split(".") if sep else []
@@ -88,11 +88,11 @@ def load(path: str, key: str) -> Any:
             obj = getattr(obj, name)
     except (ImportError, AttributeError) as exc:
         raise EdgeflowError(
-            f"ast.replace_call: cannot import {key} '{path}': {exc}",
+            f"{rule}: cannot import {key} '{path}': {exc}",
             f"check the '{key}' path, and that its package is installed",
         ) from exc
-    if not callable(obj):
-        raise EdgeflowError(f"ast.replace_call: {key} '{path}' is not callable")
+    if must_call and not callable(obj):
+        raise EdgeflowError(f"{rule}: {key} '{path}' is not callable")
     return obj
 
 
