@@ -44,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("model", type=Path, metavar="MODEL.onnx")
     pre.add_argument("--target", required=True, help="a target profile name")
     pre.add_argument("--json", action="store_true", help="print the findings as JSON")
+    pre.add_argument("--board", help="a memory preset of the target (default: its default)")
+    pre.add_argument(
+        "--quantization",
+        choices=("none", "fp16", "int8"),
+        default="none",
+        help="the mode the memory estimate assumes (default: none)",
+    )
     explain = sub.add_parser(
         "explain", help="why a recipe's model does not trace or export, and which rules help"
     )
@@ -68,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "list":
             return _list()
         if args.command == "precheck":
-            return _precheck(args.model, args.target, args.json)
+            return _precheck(args.model, args.target, args.json, args.board, args.quantization)
         if args.command == "explain":
             return _explain(args.recipe, args.json, not args.no_rewrites)
         if args.command == "rules":
@@ -98,31 +105,36 @@ def _validate(names: list[str]) -> int:
     return status
 
 
-def _precheck(model_path: Path, target: str, as_json: bool) -> int:
+def _precheck(
+    model_path: Path, target: str, as_json: bool, board: str | None, quantization: str
+) -> int:
     import json
 
     import onnx
 
     from edgeflow.targets import load_profile
-    from edgeflow.targets.precheck import check, render_table, to_json
+    from edgeflow.targets.precheck import check, check_memory, memory_line, render_table, to_json
 
     profile = load_profile(target)
+    profile.board(board)  # an unknown board is an error before the model is read
     if not model_path.is_file():
         raise EdgeflowError(f"model file not found: {model_path}")
     try:
         model = onnx.load(str(model_path))
     except Exception as exc:  # protobuf's DecodeError and friends: not an ONNX file
         raise EdgeflowError(f"{model_path} is not an ONNX model: {exc}") from exc
-    findings = to_json(check(model, profile))
+    memory, too_big = check_memory(model, profile, quantization, board)
+    findings = to_json(check(model, profile) + too_big)
     if as_json:
-        print(
-            json.dumps({"target": target, "passed": not findings, "findings": findings}, indent=2)
-        )
-    elif findings:
+        result = {"target": target, "passed": not findings, "findings": findings, "memory": memory}
+        print(json.dumps(result, indent=2))
+        return 1 if findings else 0
+    if findings:
         print(f"{model_path} does not fit {target}: {len(findings)} findings\n")
-        print(render_table(findings))
+        print(render_table(findings) + "\n")
     else:
         print(f"{model_path} passes the {target} precheck")
+    print(memory_line(memory))
     return 1 if findings else 0
 
 

@@ -146,10 +146,9 @@ def explain(recipe: Any, base_dir: Path, rewrites: bool = True) -> list[Attempt]
                     ["ast.tensor_if_to_where", "ast.static_item"],
                 )
             )
-        elif name.startswith("torch.onnx.export"):
-            hazards = _graph_hazards(onnx_path, name)
-            attempts.extend(hazards or [Attempt(name, ok=True)])
-        else:
+        hazards = _graph_hazards(onnx_path, name) if name.startswith("torch.onnx.export") else []
+        attempts.extend(hazards)
+        if not baked and not hazards:
             attempts.append(Attempt(name, ok=True))
     return attempts
 

@@ -85,4 +85,24 @@ def load_recipe(
                 )
             ]
         )
+    board = recipe.precheck.board
+    if board is not None and board not in profile.boards:
+        from edgeflow.recipe.suggest import did_you_mean
+
+        section: Any = tree.get("precheck")
+        has_board = isinstance(section, dict) and "board" in section
+        line, col = section.lc.value("board") if has_board else tree.lc.key("target")
+        where = display_path(path) if "precheck.board" not in overrides else "<command line>"
+        raise RecipeError(
+            [
+                Problem(
+                    where,
+                    line + 1,
+                    col + 1,
+                    "precheck.board",
+                    f"target '{profile.name}' has no board '{board}'",
+                    did_you_mean(board, list(profile.boards)) or "this target defines no boards",
+                )
+            ]
+        )
     return LoadedRecipe(path=path, recipe=recipe, profile=profile)

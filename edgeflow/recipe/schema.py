@@ -162,6 +162,7 @@ class Quantization(Strict):
 
 class PrecheckOptions(Strict):
     continue_on_failure: bool = False  # convert anyway and let the real tool decide
+    board: str | None = None  # a memory preset of the target profile; default: its default_board
 
 
 class DetectionChecks(Strict):

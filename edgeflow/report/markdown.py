@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeflow.targets.precheck import render_table
+from edgeflow.targets.precheck import memory_line, render_table
 
 
 def render(
@@ -53,6 +53,14 @@ def render(
         f"- precheck: {'passed' if pre['passed'] else 'FAILED'} against `{pre['target']}`"
         f" ({len(pre['findings'])} findings)"
     )
+    if pre.get("memory"):
+        lines.append(f"  - {memory_line(pre['memory'])}")
+        if "arena_predicted_bytes" in metrics:
+            predicted, measured = metrics["arena_predicted_bytes"], metrics["arena_bytes"]
+            lines.append(
+                f"  - arena predicted {predicted:,} B, measured {measured:,} B "
+                f"({(predicted - measured) / measured:+.1%})"
+            )
     if pre["findings"]:
         lines += ["", render_table(pre["findings"]), ""]
     opt = details["optimize"]

@@ -13,10 +13,12 @@ from edgeflow.errors import EdgeflowError
 def run(ctx: StageContext) -> None:
     import onnx
 
-    from edgeflow.targets.precheck import check, op_counts, render_table, to_json
+    from edgeflow.targets.precheck import check, check_memory, op_counts, render_table, to_json
 
     model = onnx.load(str(ctx.inputs["onnx"]))
-    findings = to_json(check(model, ctx.profile))
+    mode, board = ctx.recipe.quantization.mode, ctx.recipe.precheck.board
+    memory, too_big = check_memory(model, ctx.profile, mode, board)
+    findings = to_json(check(model, ctx.profile) + too_big)
     passed = not findings
     ctx.write_json(
         "precheck",
@@ -24,6 +26,7 @@ def run(ctx: StageContext) -> None:
             "target": ctx.profile.name,
             "passed": passed,
             "findings": findings,
+            "memory": memory,
             "ops": op_counts(model),
         },
     )
@@ -46,7 +49,7 @@ STAGE = Stage(
     run=run,
     consumes=("onnx",),
     produces={"precheck": "precheck.json"},
-    reads=("target", "precheck"),
+    reads=("target", "precheck", "quantization.mode"),
     tools=("onnx",),
-    code=("edgeflow.targets.precheck", "edgeflow.targets.profile"),
+    code=("edgeflow.targets.precheck", "edgeflow.targets.profile", "edgeflow.targets.memory"),
 )

@@ -39,6 +39,9 @@ def run(ctx: StageContext) -> None:
         "size_bytes": int(v["size_bytes"]),
     }
     metrics.update(v.get("extra", {}))  # target-specific figures, e.g. arena_bytes
+    memory = details["precheck"].get("memory")
+    if memory and "arena_bytes" in metrics:  # the precheck's prediction next to the measurement
+        metrics["arena_predicted_bytes"] = int(memory["arena_bytes"])
     checks = check_thresholds(ctx.recipe.verify, metrics)
     metrics["verified"] = all(c["passed"] for c in checks)
     ctx.write_json("metrics", metrics)

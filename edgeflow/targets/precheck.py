@@ -78,6 +78,11 @@ def check(model: Any, profile: TargetProfile) -> list[Finding]:
         for op in CONTROL_FLOW:
             if op in by_op and (profile.operators is None or op in profile.operators):
                 findings.append(Finding(op, "control flow is not supported", by_op[op]))
+    if profile.max_rank is not None:
+        deep = _tensors_above_rank(model, profile.max_rank)
+        if deep:
+            reason = f"tensors of rank above {profile.max_rank}, the most its kernels take"
+            findings.append(Finding("(rank)", reason, deep))
     if not profile.dynamic_shapes:
         dynamic = [i.name for i in model.graph.input if _is_dynamic(i)]
         if dynamic:
@@ -111,6 +116,56 @@ def _tensors_of_type(model: Any, dtype: int) -> list[str]:
     return sorted(set(names))
 
 
+def _tensors_above_rank(model: Any, rank: int) -> list[str]:
+    import onnx
+
+    with contextlib.suppress(Exception):  # failures are the checker's finding
+        model = onnx.shape_inference.infer_shapes(model)
+    graph = model.graph
+    values = (*graph.input, *graph.output, *graph.value_info)
+    names = [v.name for v in values if len(v.type.tensor_type.shape.dim) > rank]
+    names += [t.name for t in graph.initializer if len(t.dims) > rank]
+    return sorted(set(names))
+
+
+def check_memory(
+    model: Any, profile: TargetProfile, quantization: str = "none", board: str | None = None
+) -> tuple[dict[str, Any], list[Finding]]:
+    """The memory estimate (see edgeflow.targets.memory) against the board's budgets."""
+    from edgeflow.targets.memory import estimate
+
+    est = estimate(model, quantization, profile.backend)
+    chosen = profile.board(board)
+    name, limits = chosen if chosen else (None, None)
+    summary: dict[str, Any] = {
+        "quantization": quantization,
+        "weights_bytes": est.weights_bytes,
+        "activations_bytes": est.activations_bytes,
+        "overhead_bytes": est.overhead_bytes,
+        "arena_bytes": est.arena_bytes,
+        "peak_node": est.peak_node,
+        "unknown_sizes": est.unknown[:20],
+        "board": name,
+        "ram_bytes": limits.ram_bytes if limits else None,
+        "flash_bytes": limits.flash_bytes if limits else None,
+    }
+    findings = []
+    smaller = "quantization.mode: int8" if quantization != "int8" else ""
+    if limits and limits.ram_bytes and est.arena_bytes > limits.ram_bytes:
+        reason = (
+            f"needs a {est.arena_bytes:,}-byte arena (activations peak at {est.peak_node}); "
+            f"board {name} has {limits.ram_bytes:,} bytes of RAM"
+        )
+        findings.append(Finding("(ram)", reason, count=1, rule=smaller))
+    if limits and limits.flash_bytes and est.weights_bytes > limits.flash_bytes:
+        reason = (
+            f"{est.weights_bytes:,} bytes of weights at {quantization}; board {name} has "
+            f"{limits.flash_bytes:,} bytes of flash"
+        )
+        findings.append(Finding("(flash)", reason, count=1, rule=smaller))
+    return summary, findings
+
+
 def op_counts(model: Any) -> dict[str, int]:
     return dict(Counter(n.op_type for n in model.graph.node))
 
@@ -127,3 +182,18 @@ def render_table(findings: list[dict[str, Any]]) -> str:
         rule = f"`{f['rule']}`" if f["rule"] else ""
         lines.append(f"| {f['operator']} | {f['count']} | {f['reason']} | {nodes} | {rule} |")
     return "\n".join(lines)
+
+
+def memory_line(memory: dict[str, Any]) -> str:
+    """The memory estimate in one line, with the board's budgets."""
+    text = (
+        f"memory at {memory['quantization']}: weights {memory['weights_bytes']:,} B, "
+        f"arena {memory['arena_bytes']:,} B (activations {memory['activations_bytes']:,} B, "
+        f"peak at {memory['peak_node']})"
+    )
+    if memory["board"]:
+        ram, flash = (
+            f"{memory[k]:,} B" if memory[k] else "unlimited" for k in ("ram_bytes", "flash_bytes")
+        )
+        text += f"; board {memory['board']}: RAM {ram}, flash {flash}"
+    return text

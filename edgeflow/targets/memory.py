@@ -1,0 +1,228 @@
+"""Memory estimate of an ONNX model on a target, before any converter runs.
+
+- weights: the bytes of every initializer (and Constant node) at the chosen quantization:
+  int8 stores float weights in 1 byte (biases of Conv/Gemm stay 4-byte int32), fp16 in 2;
+- activations: every other tensor lives from the node that produces it (graph inputs: from
+  the start) to its last consumer (graph outputs: to the end), in the graph's execution order;
+  buffers are placed greedily, largest first, at the lowest 16-byte aligned offset that no
+  buffer alive at the same time overlaps (the plan of TFLite Micro's GreedyMemoryPlanner).
+  The arena is the end of the highest buffer. Activations are 1 byte per element for int8,
+  2 for fp16, else the tensor's own element size. An activation (Relu, Clip) right after the
+  Conv/Gemm/MatMul/Add that alone feeds it is fused by converters: it gets no buffer.
+- tflite_micro adds the runtime's persistent allocations (`TFLM_*`: the sizes TFLM's
+  RecordingMicroAllocator reports per tensor, node and quantized channel) to the arena.
+
+Shapes come from ONNX shape inference on the declared inputs; a tensor whose size is unknown
+(a dynamic dimension) is counted as 0 bytes and listed in `unknown`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+ALIGN = 16
+FUSED_ACTIVATIONS = {"Relu", "Clip", "LeakyRelu"}
+FUSES_INTO = {"Conv", "Gemm", "MatMul", "Add", "ConvTranspose"}
+BIAS_INPUT = {"Conv": 2, "Gemm": 2, "ConvTranspose": 2}
+# TFLite Micro's persistent ("tail") allocations, from its RecordingMicroAllocator report for
+# tflite-micro 0.dev20261023182759: TfLiteEvalTensor 24 B per tensor, NodeAndRegistration 64 B
+# per node, a persistent TfLiteTensor 64 B per graph input/output, 8 B per output channel of a
+# quantized Conv/Gemm (multiplier + shift), ~72 B of op data per node, ~700 B for the
+# interpreter's own structures.
+TFLM_TENSOR, TFLM_NODE, TFLM_IO, TFLM_CHANNEL, TFLM_OPDATA, TFLM_FIXED = 24, 64, 64, 8, 72, 700
+
+
+@dataclass
+class MemoryEstimate:
+    weights_bytes: int
+    activations_bytes: int  # the greedy arena plan of the activations
+    overhead_bytes: int  # the runtime's own persistent allocations (tflite_micro)
+    peak_node: str  # the node at which the most activation bytes are alive
+    unknown: list[str] = field(default_factory=list)  # tensors of unknown size
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.activations_bytes + self.overhead_bytes
+
+
+def estimate(model: Any, quantization: str = "none", backend: str = "") -> MemoryEstimate:
+    """Weights and peak activation memory of `model` (an onnx.ModelProto)."""
+    import onnx
+
+    with contextlib.suppress(Exception):  # a failure is the precheck's own finding
+        model = onnx.shape_inference.infer_shapes(model)
+    graph = model.graph
+    sizes, unknown = _sizes(model, quantization)
+    weights = _weights(graph, quantization)
+    constants = {t.name for t in graph.initializer}
+    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    aliases = _fused(graph)
+    first, last = _lifetimes(graph, constants, aliases)
+    plan = greedy_plan({t: sizes.get(t, 0) for t in first}, first, last)
+    peak_node = _peak(graph, sizes, first, last)
+    overhead = _tflm_overhead(graph, quantization, aliases) if backend == "tflite_micro" else 0
+    return MemoryEstimate(weights, plan, overhead, peak_node, sorted(set(unknown) & set(first)))
+
+
+def greedy_plan(sizes: dict[str, int], first: dict[str, int], last: dict[str, int]) -> int:
+    """Bytes of an arena holding every buffer, placed largest first at the lowest aligned
+    offset that does not overlap a buffer alive at the same time."""
+    import numpy as np
+
+    order = sorted((n for n in sizes if sizes[n] > 0), key=lambda n: (-sizes[n], first[n], n))
+    offsets = np.zeros(len(order), np.int64)
+    ends = np.zeros(len(order), np.int64)
+    starts_at = np.array([first[n] for n in order], np.int64)
+    ends_at = np.array([last[n] for n in order], np.int64)
+    for k, name in enumerate(order):
+        size = _aligned(sizes[name])
+        alive = (starts_at[:k] <= last[name]) & (first[name] <= ends_at[:k])
+        offset = 0
+        placed = zip(offsets[:k][alive].tolist(), ends[:k][alive].tolist(), strict=True)
+        for start, end in sorted(placed):
+            if offset + size <= start:
+                break
+            offset = max(offset, end)
+        offsets[k], ends[k] = offset, offset + size
+    return int(ends.max()) if len(order) else 0
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _element_bytes(elem_type: int, quantization: str) -> int:
+    import onnx
+
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    floating = dtype.kind == "f"
+    if floating and quantization == "int8":
+        return 1
+    if floating and quantization == "fp16":
+        return 2
+    return int(dtype.itemsize)
+
+
+def _sizes(model: Any, quantization: str) -> tuple[dict[str, int], list[str]]:
+    graph = model.graph
+    sizes: dict[str, int] = {}
+    unknown: list[str] = []
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        t = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+        if not t.HasField("shape") or any(d < 0 for d in dims) or not t.elem_type:
+            unknown.append(value.name)
+            continue
+        count = 1
+        for d in dims:
+            count *= d
+        sizes[value.name] = count * _element_bytes(t.elem_type, quantization)
+    return sizes, unknown
+
+
+def _weights(graph: Any, quantization: str) -> int:
+    import numpy as np
+    import onnx
+
+    biases = {
+        node.input[BIAS_INPUT[node.op_type]]
+        for node in graph.node
+        if node.op_type in BIAS_INPUT and len(node.input) > BIAS_INPUT[node.op_type]
+    }
+    tensors = list(graph.initializer)
+    tensors += [
+        a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
+    ]
+    total = 0
+    for t in tensors:
+        count = int(np.prod(t.dims)) if len(t.dims) else 1
+        element = _element_bytes(t.data_type, quantization)
+        if t.name in biases and quantization == "int8":
+            element = 4  # int32 biases
+        total += count * (element if t.data_type != onnx.TensorProto.STRING else 0)
+    return total
+
+
+def _fused(graph: Any) -> dict[str, str]:
+    """Outputs of activations that a converter fuses into their producer -> that producer's
+    output (they share its buffer)."""
+    producer = {o: n for n in graph.node for o in n.output}
+    consumers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers[name] = consumers.get(name, 0) + 1
+    aliases = {}
+    for node in graph.node:
+        if node.op_type not in FUSED_ACTIVATIONS or not node.input:
+            continue
+        source = producer.get(node.input[0])
+        if source is not None and source.op_type in FUSES_INTO and consumers[node.input[0]] == 1:
+            aliases[node.input[0]] = node.output[0]  # the producer writes the fused result
+    return aliases
+
+
+def _lifetimes(
+    graph: Any, constants: set[str], aliases: dict[str, str]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """First and last node index of every activation buffer (fused ones merged)."""
+    end = len(graph.node)
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+
+    def buffer(name: str) -> str:
+        return aliases.get(name, name)
+
+    for value in graph.input:
+        if value.name not in constants:
+            first[value.name] = last[value.name] = 0
+    for i, node in enumerate(graph.node):
+        for name in node.input:
+            if name and name not in constants and buffer(name) in first:
+                last[buffer(name)] = max(last[buffer(name)], i)
+        for name in node.output:
+            if name and name not in constants:
+                first.setdefault(buffer(name), i)
+                last[buffer(name)] = max(last.get(buffer(name), i), i)
+    for value in graph.output:
+        if buffer(value.name) in last:
+            last[buffer(value.name)] = end
+    return first, last
+
+
+def _peak(graph: Any, sizes: dict[str, int], first: dict[str, int], last: dict[str, int]) -> str:
+    """The node at which the most activation bytes are alive (a sweep over lifetimes)."""
+    change = [0] * (len(graph.node) + 2)
+    for name in first:
+        change[first[name]] += sizes.get(name, 0)
+        change[last[name] + 1] -= sizes.get(name, 0)
+    best, where, alive = -1, "", 0
+    for i, node in enumerate(graph.node):
+        alive += change[i]
+        if alive > best:
+            best, where = alive, node.name or f"#{i} {node.op_type}"
+    return where
+
+
+def _tflm_overhead(graph: Any, quantization: str, aliases: dict[str, str]) -> int:
+    """TFLite Micro's persistent allocations for this graph (see the TFLM_* constants)."""
+    nodes = [
+        n for n in graph.node if n.op_type != "Constant" and n.output[0] not in aliases.values()
+    ]
+    tensors = {name for n in nodes for name in (*n.input, *n.output) if name}
+    channels = 0
+    if quantization == "int8":
+        dims = {t.name: list(t.dims) for t in graph.initializer}
+        for n in nodes:
+            if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.input) > 1 and n.input[1] in dims:
+                shape = dims[n.input[1]]
+                channels += shape[0] if n.op_type == "Conv" else shape[-1]
+    io = len(graph.input) + len(graph.output)
+    return (
+        TFLM_TENSOR * len(tensors)
+        + (TFLM_NODE + TFLM_OPDATA) * len(nodes)
+        + TFLM_IO * io
+        + TFLM_CHANNEL * channels
+        + TFLM_FIXED
+    )
