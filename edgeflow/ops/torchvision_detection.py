@@ -49,7 +49,7 @@ def ssd_postprocess(
 
     per_image = [
         _one_image(ssd, bbox_regression[b], cls_logits[b])
-        for b in range(bbox_regression.shape[0])  # the batch size is declared: unrolled
+        for b in range(ssd._edgeflow_batch)  # the declared batch size: unrolled
     ]
     boxes, scores, labels, valid = (torch.stack(parts) for parts in zip(*per_image, strict=True))
     return boxes, scores, labels, valid
@@ -65,7 +65,8 @@ def _one_image(ssd: Any, regression: Tensor, logits: Tensor) -> tuple[Tensor, ..
     boxes = ssd.box_coder.decode_single(regression, ssd._edgeflow_anchors)
     boxes = box_ops.clip_boxes_to_image(boxes, ssd._edgeflow_image_size)
     scores = F.softmax(logits, dim=-1)
-    num_anchors, num_classes = scores.shape
+    # Python ints from prepare_ssd, not from traced shapes: tracers record no branch on them.
+    num_anchors, num_classes = ssd._edgeflow_anchors_count, ssd._edgeflow_classes
     threshold = float(ssd.score_thresh)
     # Per class, eager does `score[score > thresh]` then topk(min(k, count)): the same top
     # candidates come out of a static topk over scores masked to -inf, plus a validity mask.
@@ -152,8 +153,12 @@ def prepare_ssd(ssd: Any, ctx: RewriteContext) -> None:
         features = ssd.backbone((dummy - mean) / std)
         features = list(features.values()) if isinstance(features, dict) else [features]
         anchors = ssd.anchor_generator(ImageList(dummy, [size]), features)[0]
+        classes = int(ssd.head(features)["cls_logits"].shape[-1])
     ssd.register_buffer("_edgeflow_anchors", anchors, persistent=False)
     ssd._edgeflow_image_size = size
+    ssd._edgeflow_batch = int(ctx.inputs[0].shape[0])
+    ssd._edgeflow_anchors_count = int(anchors.shape[0])
+    ssd._edgeflow_classes = classes
 
 
 SSD_FORWARD = Replacement(

@@ -56,7 +56,7 @@ def check(model: Any, profile: TargetProfile) -> list[Finding]:
     findings: list[Finding] = []
     try:
         onnx.checker.check_model(model, full_check=True)
-    except onnx.checker.ValidationError as exc:
+    except Exception as exc:  # ValidationError, or InferenceError from the full check
         findings.append(Finding("(model)", f"onnx.checker: {str(exc).splitlines()[0]}"))
     try:
         onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
@@ -71,9 +71,7 @@ def check(model: Any, profile: TargetProfile) -> list[Finding]:
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         by_op.setdefault(key, []).append(node.name or f"#{i}")
     if profile.operators is not None:
-        for op, nodes in sorted(by_op.items()):
-            if op not in profile.operators:
-                findings.append(Finding(op, f"not supported by {profile.name}", nodes))
+        findings += _operator_findings(model, profile)
     if not profile.control_flow:
         for op in CONTROL_FLOW:
             if op in by_op and (profile.operators is None or op in profile.operators):
@@ -114,6 +112,82 @@ def _tensors_of_type(model: Any, dtype: int) -> list[str]:
         if value.type.tensor_type.elem_type == dtype:
             names.append(value.name)
     return sorted(set(names))
+
+
+def _operator_findings(model: Any, profile: TargetProfile) -> list[Finding]:
+    """Per node: is the op supported, in this version, for this input type, and do its
+    attributes and inputs pass the profile's named checkers?"""
+    import onnx
+    from onnx import numpy_helper
+
+    from edgeflow.targets.checkers import CHECKERS, Node
+
+    assert profile.operators is not None
+    with contextlib.suppress(Exception):  # failures are the checker's finding
+        model = onnx.shape_inference.infer_shapes(model)
+    graph = model.graph
+    types: dict[str, int] = {t.name: t.data_type for t in graph.initializer}
+    ranks: dict[str, int] = {t.name: len(t.dims) for t in graph.initializer}
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        t = value.type.tensor_type
+        if t.elem_type:
+            types[value.name] = t.elem_type
+        if t.HasField("shape"):
+            ranks[value.name] = len(t.shape.dim)
+    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+    groups: dict[tuple[str, str], Finding] = {}
+
+    def add(op: str, key: str, reason: str, node_name: str, rule: str = "") -> None:
+        finding = groups.setdefault((op, key), Finding(op, reason, rule=rule))
+        finding.nodes.append(node_name)
+        finding.count = len(finding.nodes)
+
+    for i, node in enumerate(graph.node):
+        name = node.name or f"#{i}"
+        domain = node.domain or "ai.onnx"
+        op = node.op_type if domain == "ai.onnx" else f"{node.domain}.{node.op_type}"
+        spec = profile.operators.get(op)
+        if spec is None:
+            add(op, "", f"not supported by {profile.name}", name)
+            continue
+        since = _schema_version(node.op_type, opsets.get(domain, 0), node.domain)
+        dtypes = spec.dtypes
+        if spec.kernels is not None and since is not None:
+            kernels = [k for k in spec.kernels if k.since <= since <= (k.until or since)]
+            if not kernels:
+                have = ", ".join(f"{k.since}-{k.until or ''}" for k in spec.kernels)
+                why = f"no kernel for version {since} of {op} (has versions {have})"
+                add(op, "version", why, name, "onnx.convert_opset")
+                continue
+            if all(k.dtypes is not None for k in kernels):
+                dtypes = sorted({d for k in kernels for d in k.dtypes or []})
+        dtype = types.get(node.input[0]) if node.input and node.input[0] else None
+        if dtypes is not None and dtype is not None:
+            type_name = onnx.TensorProto.DataType.Name(dtype).lower()
+            fallback = profile.dtype_fallbacks.get(type_name)
+            if type_name not in dtypes and fallback not in dtypes:
+                why = f"no kernel for {type_name} inputs (takes {', '.join(dtypes)})"
+                rule = SUGGESTED_RULES["(float64)"] if type_name == "double" else ""
+                add(op, f"dtype {type_name}", why, name, rule)
+        for check in spec.checks:
+            problem = CHECKERS[check](Node(node, constants, ranks))
+            if problem is not None:
+                add(op, check, f"{check}: {problem}", name)
+    return list(groups.values())
+
+
+def _schema_version(op: str, opset: int, domain: str) -> int | None:
+    """since_version of the schema a node of this opset resolves to; None when unknown."""
+    import onnx
+
+    try:
+        return int(onnx.defs.get_schema(op, opset, domain).since_version)
+    except onnx.defs.SchemaError:
+        return None
 
 
 def _tensors_above_rank(model: Any, rank: int) -> list[str]:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 BACKENDS = ("onnxruntime_micro", "tflite", "tflite_micro")
 
@@ -19,6 +27,63 @@ class OpsetRange(BaseModel):
         if self.min > self.max:
             raise ValueError(f"opset.min ({self.min}) is above opset.max ({self.max})")
         return self
+
+
+class Kernel(BaseModel):
+    """The runtime has a kernel for versions `since`..`until` of the op's schema."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    since: int = Field(ge=1)
+    until: int | None = None  # None: every later version
+    dtypes: list[str] | None = None  # of the first input; None: not restricted
+    expanded: bool = False  # no kernel: the runtime runs the op's ONNX function body instead
+
+    @field_validator("dtypes")
+    @classmethod
+    def _known_dtypes(cls, dtypes: list[str] | None) -> list[str] | None:
+        return _check_dtypes(dtypes)
+
+
+class OperatorSpec(BaseModel):
+    """What the runtime takes of one operator; an empty spec means: any version, any type."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kernels: list[Kernel] | None = None  # None: every version
+    dtypes: list[str] | None = None  # of the first input, whatever the version
+    checks: list[str] = []  # names of edgeflow.targets.checkers.CHECKERS
+    note: str = ""  # restrictions the source states that no checker encodes (not checked)
+
+    @field_validator("dtypes")
+    @classmethod
+    def _known_dtypes(cls, dtypes: list[str] | None) -> list[str] | None:
+        return _check_dtypes(dtypes)
+
+    @field_validator("checks")
+    @classmethod
+    def _known_checkers(cls, checks: list[str]) -> list[str]:
+        from edgeflow.recipe.suggest import did_you_mean
+        from edgeflow.targets.checkers import CHECKERS
+
+        for name in checks:
+            if name not in CHECKERS:
+                raise ValueError(f"unknown checker '{name}'; {did_you_mean(name, CHECKERS)}")
+        return checks
+
+
+def _check_dtypes(dtypes: list[str] | None) -> list[str] | None:
+    """Element types by their ONNX names, lower case (float, int64, float8e4m3fn, ...)."""
+    import onnx
+
+    known = [n.lower() for n, _ in onnx.TensorProto.DataType.items() if n != "UNDEFINED"]
+    for name in dtypes or []:
+        if name not in known:
+            raise ValueError(f"unknown dtype '{name}' (valid: {', '.join(known)})")
+    return dtypes
+
+
+def _operator_list(value: Any) -> Any:
+    """`operators: [Conv, Relu]` is short for `{Conv: {}, Relu: {}}`."""
+    return {name: {} for name in value} if isinstance(value, list) else value
 
 
 class Board(BaseModel):
@@ -46,9 +111,10 @@ class TargetProfile(BaseModel):
     control_flow: bool = True
     float64: bool = True  # float64 tensors allowed
     float16: bool = True  # float16 tensors allowed
-    operators: list[str] | None = Field(
-        None, description="supported ONNX op types (default domain); None means not restricted"
-    )
+    # Supported op types (`domain.Op` outside the default domain); None: not restricted.
+    operators: Annotated[dict[str, OperatorSpec] | None, BeforeValidator(_operator_list)] = None
+    # An input type the runtime computes in another when a kernel lacks it ({float16: float}).
+    dtype_fallbacks: dict[str, str] = {}
     max_rank: PositiveInt | None = None  # the largest tensor rank the runtime's kernels take
     boards: dict[str, Board] = {}  # memory presets, chosen with --board / precheck.board
     default_board: str | None = None  # the board checked when none is chosen

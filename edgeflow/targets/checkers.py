@@ -1,0 +1,97 @@
+"""Named constraint checkers: a target profile lists them per operator
+(`operators: {Conv: {checks: [dilations_one]}}`), the precheck runs them on every node of that
+op type. A checker returns None when the node is fine, else the reason in words. A profile can
+name only checkers in CHECKERS: a typo is an error when the profile loads.
+
+To add one: write `def name(node: Node) -> str | None` below and add it to CHECKERS; say in
+docs/targets.md which runtime limit it encodes and where that limit is documented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Node:
+    """One ONNX node with what checkers need to know about its graph."""
+
+    proto: Any  # onnx.NodeProto
+    constants: dict[str, Any]  # initializer / Constant outputs -> numpy arrays
+    ranks: dict[str, int]  # tensor -> rank, where shape inference knows it
+
+    def attribute(self, name: str, default: Any = None) -> Any:
+        import onnx
+
+        for a in self.proto.attribute:
+            if a.name == name:
+                return onnx.helper.get_attribute_value(a)
+        return default
+
+    def input(self, i: int) -> str:
+        return self.proto.input[i] if i < len(self.proto.input) else ""
+
+
+def dilations_one(node: Node) -> str | None:
+    dilations = node.attribute("dilations") or []
+    return None if all(d == 1 for d in dilations) else f"dilations {list(dilations)} (needs 1)"
+
+
+def groups_one(node: Node) -> str | None:
+    groups = node.attribute("group", 1)
+    return None if groups == 1 else f"grouped convolution (group={groups})"
+
+
+def constant_inputs(node: Node) -> str | None:
+    """Every input after the data input is a constant (pads, axes, scales, shapes, ...)."""
+    dynamic = [name for name in node.proto.input[1:] if name and name not in node.constants]
+    return None if not dynamic else f"inputs {', '.join(dynamic)} are computed, not constants"
+
+
+def constant_axes(node: Node) -> str | None:
+    """An `axes` input, where the op has one, is a constant."""
+    import onnx
+
+    try:
+        names = [i.name for i in onnx.defs.get_schema(node.proto.op_type).inputs]
+    except onnx.defs.SchemaError:
+        return None
+    if "axes" not in names:
+        return None
+    axes = node.input(names.index("axes"))
+    return None if not axes or axes in node.constants else f"axes ({axes}) is computed"
+
+
+def axis_last(node: Node) -> str | None:
+    axis = node.attribute("axis", -1)
+    rank = node.ranks.get(node.input(0))
+    if axis == -1 or (rank is not None and axis == rank - 1):
+        return None
+    return f"axis {axis} (needs the last axis)"
+
+
+def zero_point_zero(node: Node) -> str | None:
+    """QuantizeLinear / DequantizeLinear with zero point 0 (symmetric quantization)."""
+    zero = node.constants.get(node.input(2))
+    if not node.input(2) or (zero is not None and not zero.any()):
+        return None
+    return "zero point is not 0 (needs symmetric quantization)"
+
+
+def rank_at_most_4(node: Node) -> str | None:
+    names = [n for n in (*node.proto.input, *node.proto.output) if n]
+    deep = [f"{n} ({node.ranks[n]}-D)" for n in names if node.ranks.get(n, 0) > 4]
+    return None if not deep else f"tensors above 4-D: {', '.join(deep)}"
+
+
+CHECKERS: dict[str, Callable[[Node], str | None]] = {
+    "dilations_one": dilations_one,
+    "groups_one": groups_one,
+    "constant_inputs": constant_inputs,
+    "constant_axes": constant_axes,
+    "axis_last": axis_last,
+    "zero_point_zero": zero_point_zero,
+    "rank_at_most_4": rank_at_most_4,
+}
