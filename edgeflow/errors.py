@@ -68,6 +68,12 @@ class VerificationFailed(EdgeflowError):
     exit_code = 1
 
 
+class ToolCrashed(EdgeflowError):
+    """A native tool (a converter or runtime) crashed or aborted; reported with its own text."""
+
+    exit_code = 1
+
+
 class MissingDependency(EdgeflowError):
     """An optional tool is not installed."""
 

@@ -126,12 +126,15 @@ def explain(recipe: Any, base_dir: Path, rewrites: bool = True) -> list[Attempt]
                 attempts.append(_diagnose(name, exc, user_files))
                 continue
         # "Converting a tensor to a Python boolean/integer/float/index": a value fixed at trace
-        # time. Other TracerWarnings (torch.tensor of a constant, ...) do not change results.
+        # time. Other TracerWarnings (torch.tensor of a constant, ...) do not change results,
+        # nor does a decision on shapes when every input shape is declared static.
+        static = recipe.source.dynamic_batch is None
         baked = [
             w
             for w in caught
             if type(w.message).__name__ == "TracerWarning"
             and str(w.message).startswith("Converting a tensor to a Python")
+            and not (static and _shape_only(_source_line(w.filename, w.lineno)))
         ]
         if baked:
             w = baked[0]
@@ -151,6 +154,15 @@ def explain(recipe: Any, base_dir: Path, rewrites: bool = True) -> list[Attempt]
         if not baked and not hazards:
             attempts.append(Attempt(name, ok=True))
     return attempts
+
+
+SHAPE_ONLY = re.compile(r"\.shape\b|\.dim\(\)|\.size\(|\blen\(|\.ndim\b")
+VALUE_READS = re.compile(r"\.(item|sum|any|all|max|min|mean|numel|tolist)\(")
+
+
+def _shape_only(code: str) -> bool:
+    """A line that decides on tensor shapes only (a heuristic on its text)."""
+    return bool(SHAPE_ONLY.search(code)) and not VALUE_READS.search(code)
 
 
 def _graph_hazards(path: Path, method: str) -> list[Attempt]:

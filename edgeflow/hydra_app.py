@@ -154,6 +154,9 @@ def _job(cfg: Any) -> None:
             print(f"error: verification failed: {message}", file=sys.stderr)
         print(f"  the artifact is kept for inspection in {result.build_dir}", file=sys.stderr)
         _exit_codes.append(1)
+    elif result.metrics.get("not_verified"):
+        print(f"  not verified: {result.metrics['not_verified']}")
+        _exit_codes.append(0)  # built as asked; metrics.json says verified: false
     else:
         print("  verified: every threshold in the recipe holds")
         _exit_codes.append(0)

@@ -32,6 +32,13 @@ class Constant(torch.nn.Module):
         return x * torch.tensor(0.5)  # a TracerWarning, but nothing data-dependent
 
 
+class ShapeChecked(torch.nn.Module):
+    def forward(self, x):
+        if x.dim() != 2 or x.shape[-1] != 4:  # decided by shapes: fine for static shapes
+            raise ValueError("x must be [N, 4]")
+        return x * 2
+
+
 class Positive(torch.nn.Module):
     def forward(self, x):
         return x[x > 0].sum(0, keepdim=True)
@@ -111,3 +118,10 @@ def test_no_rewrites_shows_what_the_rewrites_fix(recipe_for, capsys) -> None:
     assert "FAILED" not in capsys.readouterr().out
     assert main(["explain", str(recipe), "--no-rewrites"]) == 1
     assert "data-dependent control flow" in capsys.readouterr().out
+
+
+def test_shape_checks_are_not_baked_branches_for_static_shapes(recipe_for, capsys) -> None:
+    main(["explain", str(recipe_for("ShapeChecked")), "--json"])
+    attempts = {a["method"]: a for a in json.loads(capsys.readouterr().out)}
+    assert attempts["torch.onnx.export (torchscript)"]["ok"] is True  # traced: shapes static
+    assert attempts["torch.fx.symbolic_trace"]["rules"] == ["ast.specialize_shapes"]

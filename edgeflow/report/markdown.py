@@ -10,6 +10,8 @@ from edgeflow.targets.precheck import memory_line, render_table
 def render(
     title: str, metrics: dict[str, Any], checks: list[dict[str, Any]], details: dict[str, Any]
 ) -> str:
+    if metrics.get("not_verified"):
+        return _not_verified(title, metrics, details)
     lat = metrics["latency_ms"]
     verdict = "VERIFIED" if metrics["verified"] else "NOT VERIFIED"
     runs = details["verify"]
@@ -38,51 +40,15 @@ def render(
     else:
         lines.append("No thresholds set in the recipe's `verify:` section.")
     lines += ["", *_per_output(details["verify"]["agreement"])]
-    lines += ["", "## Stages", ""]
-    rules = details.get("rewrite", {}).get("rules", []) + details["rewrite_onnx"]["rules"]
-    if rules:
-        lines.append("- rewrite rules, in order:")
-        for r in rules:
-            state = "changed" if r["changed"] else "no change"
-            why = f": {'; '.join(r['reasons'])}" if r["reasons"] else ""
-            lines.append(f"  - `{r['rule']}`: {state}, {r['matches']} matches{why}")
-    else:
-        lines.append("- rewrite rules: none in the recipe")
-    pre = details["precheck"]
-    lines.append(
-        f"- precheck: {'passed' if pre['passed'] else 'FAILED'} against `{pre['target']}`"
-        f" ({len(pre['findings'])} findings)"
-    )
-    if pre.get("memory"):
-        lines.append(f"  - {memory_line(pre['memory'])}")
-        if "arena_predicted_bytes" in metrics:
-            predicted, measured = metrics["arena_predicted_bytes"], metrics["arena_bytes"]
-            lines.append(
-                f"  - arena predicted {predicted:,} B, measured {measured:,} B "
-                f"({(predicted - measured) / measured:+.1%})"
-            )
-    if pre["findings"]:
-        lines += ["", render_table(pre["findings"]), ""]
-    opt = details["optimize"]
-    lines.append(f"- optimize: {opt['nodes_before']} -> {opt['nodes_after']} nodes")
-    q = details["quantize"]
-    extra = ", ".join(
-        f"{k}={q[k]}" for k in ("per_channel", "symmetric", "method", "reduce_range") if k in q
-    )
-    calib = (
-        f", {q['calibration_samples']} calibration samples" if "calibration_samples" in q else ""
-    )
-    lines.append(f"- quantize: mode {q['mode']}{', ' + extra if extra else ''}{calib}")
-    conv = details["convert"]
-    lines.append(f"- convert: {', '.join(conv['files'])}")
-    if conv.get("operators"):
-        lines.append(f"  - operators in the artifact: {', '.join(conv['operators'])}")
+    lines += _stages(metrics, details)
     return "\n".join(lines) + "\n"
 
 
 def one_line(metrics: dict[str, Any]) -> str:
     """The build's figures in one line, for the terminal."""
     acc, agree = metrics["accuracy"], metrics["agreement"]
+    if metrics.get("not_verified"):
+        return f"NOT VERIFIED ({metrics['not_verified']}), {metrics['size_bytes']:,} bytes"
     if "match_rate" in agree:
         head = (
             f"{agree['matched']} of {agree['reference_detections']} detections matched, "
@@ -133,4 +99,66 @@ def _per_output(agreement: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {o['index']} | {o['shape']} | {o['max_abs_diff']:.3g} | {o['mean_abs_diff']:.3g} |"
         )
+    return lines
+
+
+def _not_verified(title: str, metrics: dict[str, Any], details: dict[str, Any]) -> str:
+    lines = [
+        f"# {title}",
+        "",
+        f"**NOT VERIFIED**: {metrics['not_verified']}. The artifact was built "
+        f"({metrics['size_bytes']:,} bytes) but not run in `{metrics['target']}`'s runtime, so "
+        "nothing was compared with the source model.",
+        *_stages(metrics, details),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
+    lines = ["", "## Stages", ""]
+    rules = details.get("rewrite", {}).get("rules", []) + details["rewrite_onnx"]["rules"]
+    if rules:
+        lines.append("- rewrite rules, in order:")
+        for r in rules:
+            state = "changed" if r["changed"] else "no change"
+            why = f": {'; '.join(r['reasons'])}" if r["reasons"] else ""
+            lines.append(f"  - `{r['rule']}`: {state}, {r['matches']} matches{why}")
+    else:
+        lines.append("- rewrite rules: none in the recipe")
+    pre = details["precheck"]
+    lines.append(
+        f"- precheck: {'passed' if pre['passed'] else 'FAILED'} against `{pre['target']}`"
+        f" ({len(pre['findings'])} findings)"
+    )
+    if pre.get("memory"):
+        lines.append(f"  - {memory_line(pre['memory'])}")
+        if "arena_predicted_bytes" in metrics:
+            predicted, measured = metrics["arena_predicted_bytes"], metrics["arena_bytes"]
+            lines.append(
+                f"  - arena predicted {predicted:,} B, measured {measured:,} B "
+                f"({(predicted - measured) / measured:+.1%})"
+            )
+    if pre["findings"]:
+        lines += ["", render_table(pre["findings"]), ""]
+    opt = details["optimize"]
+    lines.append(f"- optimize: {opt['nodes_before']} -> {opt['nodes_after']} nodes")
+    q = details["quantize"]
+    extra = ", ".join(
+        f"{k}={q[k]}" for k in ("per_channel", "symmetric", "method", "reduce_range") if k in q
+    )
+    calib = (
+        f", {q['calibration_samples']} calibration samples" if "calibration_samples" in q else ""
+    )
+    imposed = ", ".join(f"{k}={v}" for k, v in q.get("imposed_by_target", {}).items())
+    by_target = f" (set by the target: {imposed})" if imposed else ""
+    lines.append(f"- quantize: mode {q['mode']}{', ' + extra if extra else ''}{calib}{by_target}")
+    conv = details["convert"]
+    lines.append(f"- convert: {', '.join(conv['files'])}")
+    if conv.get("int8"):  # a converter that quantizes itself (onnx2tf)
+        settings = ", ".join(f"{k}={v}" for k, v in conv["int8"].items() if k == "per_channel")
+        imposed = ", ".join(f"{k}={v}" for k, v in conv.get("imposed_by_target", {}).items())
+        by_target = f" (set by the target: {imposed})" if imposed else ""
+        lines.append(f"  - int8 by the converter: {settings}{by_target}")
+    if conv.get("operators"):
+        lines.append(f"  - operators in the artifact: {', '.join(conv['operators'])}")
     return lines

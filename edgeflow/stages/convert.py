@@ -35,11 +35,16 @@ def run(ctx: StageContext) -> None:
         onnx=ctx.inputs["onnx"],
         out_dir=artifact_dir,
         profile=ctx.profile,
-        quantization=recipe.quantization,
+        quantization=ctx.profile.quantization_for(recipe.quantization),
         inputs=list(recipe.source.inputs),
         calibration=calibration,
     )
     info = module.convert(job)
+    if recipe.quantization.mode == "int8":
+        imposed = {
+            k: v for k, v in ctx.profile.int8.items() if getattr(recipe.quantization, k) != v
+        }
+        info["imposed_by_target"] = imposed
     info["target"] = ctx.profile.name
     info["size_bytes"] = (artifact_dir / info["artifact"]).stat().st_size
     ctx.output("convert").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

@@ -48,7 +48,8 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     from edgeflow.data import load_samples
     from edgeflow.verify.runners import batching
 
-    q, recipe = ctx.recipe.quantization, ctx.recipe
+    recipe = ctx.recipe
+    q = ctx.profile.quantization_for(recipe.quantization)
     samples = load_samples(recipe.calibration, recipe.source.inputs, "calibration")
 
     class Reader(CalibrationDataReader):
@@ -73,7 +74,9 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         extra_options={"ActivationSymmetric": q.symmetric, "WeightSymmetric": True},
     )
     prepared.unlink()
+    imposed = {k: v for k, v in ctx.profile.int8.items() if getattr(recipe.quantization, k) != v}
     return {
+        "imposed_by_target": imposed,
         "per_channel": q.per_channel,
         "symmetric": q.symmetric,
         "method": q.method,

@@ -28,6 +28,9 @@ def run(ctx: StageContext) -> None:
         slot: ctx.read_json(slot) for slot in (*DETAIL_SLOTS, "rewrite") if slot in ctx.inputs
     }
     v = details["verify"]
+    if v.get("not_verified"):
+        _not_verified(ctx, v, details)
+        return
     metrics = {
         "recipe": ctx.recipe_file,
         "target": ctx.profile.name,
@@ -48,6 +51,27 @@ def run(ctx: StageContext) -> None:
     ctx.write_json("checks", checks)
     title = f"{ctx.recipe_file} -> {ctx.profile.name}-{ctx.recipe.quantization.mode}"
     ctx.output("report").write_text(render(title, metrics, checks, details), encoding="utf-8")
+
+
+def _not_verified(ctx: StageContext, v: dict, details: dict) -> None:
+    """The artifact could not run here: metrics say verified: false and why; no checks."""
+    from edgeflow.report.markdown import render
+
+    metrics = {
+        "recipe": ctx.recipe_file,
+        "target": ctx.profile.name,
+        "quantization": ctx.recipe.quantization.mode,
+        "verified": False,
+        "not_verified": v["not_verified"],
+        "accuracy": None,
+        "agreement": None,
+        "latency_ms": None,
+        "size_bytes": int(v["size_bytes"]),
+    }
+    ctx.write_json("metrics", metrics)
+    ctx.write_json("checks", [])
+    title = f"{ctx.recipe_file} -> {ctx.profile.name}-{ctx.recipe.quantization.mode}"
+    ctx.output("report").write_text(render(title, metrics, [], details), encoding="utf-8")
 
 
 STAGE = Stage(

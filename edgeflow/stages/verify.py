@@ -10,6 +10,7 @@ import numpy as np
 from edgeflow.engine.stage import Stage, StageContext
 from edgeflow.errors import EdgeflowError
 from edgeflow.stages.convert import BACKEND_CODE, RUNTIMES
+from edgeflow.targets.base import NotVerified
 
 
 def run(ctx: StageContext) -> None:
@@ -29,7 +30,24 @@ def run(ctx: StageContext) -> None:
     with np.load(ctx.inputs["reference"]) as ref:
         reference = [ref[f"arr_{i}"] for i in range(len(ref.files))]
     convert_info = json.loads(ctx.inputs["convert"].read_text())
-    runner = backend(profile).open_runner(ctx.inputs["artifact"], convert_info)
+    try:
+        runner = backend(profile).open_runner(ctx.inputs["artifact"], convert_info)
+    except NotVerified as exc:  # the runtime cannot run here: say so, compare nothing
+        ctx.write_json(
+            "verify",
+            {
+                "runtime": profile.backend,
+                "samples": len(samples),
+                "metric": recipe.evaluation.metric,
+                "not_verified": str(exc),
+                "accuracy": None,
+                "agreement": None,
+                "latency_ms": None,
+                "size_bytes": convert_info["size_bytes"],
+                "extra": {},
+            },
+        )
+        return
     outputs = run_all(runner, samples, *batching(recipe.source))
     try:
         if detections:

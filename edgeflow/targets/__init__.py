@@ -41,4 +41,12 @@ def backend(profile: TargetProfile) -> ModuleType:
         from edgeflow.targets import tflite_micro
 
         return tflite_micro
+    if profile.backend == "armnn":
+        from edgeflow.targets import armnn
+
+        return armnn
+    if profile.backend == "tensorrt":
+        from edgeflow.targets import tensorrt
+
+        return tensorrt
     raise AssertionError(f"no backend module for '{profile.backend}'")

@@ -6,7 +6,9 @@ A backend module defines:
 - `convert(job: ConvertJob) -> dict`: write the artifact into `job.out_dir`; return at least
   {"artifact": main file name, "files": [every file written]}.
 - `open_runner(artifact_dir: Path, info: dict) -> Runner`: the artifact in its real runtime
-  (`run(feeds) -> outputs`; optionally `extra_metrics() -> dict`, e.g. {"arena_bytes": n}).
+  (`run(feeds) -> outputs`; optionally `extra_metrics() -> dict`, e.g. {"arena_bytes": n}),
+  or raise `NotVerified(reason)` when that runtime cannot run here (TensorRT without a GPU):
+  the build then reports verified: false with the reason, and compares nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ if TYPE_CHECKING:
     from edgeflow.data import Samples
     from edgeflow.recipe.schema import Quantization, TensorSpec
     from edgeflow.targets.profile import TargetProfile
+
+
+class NotVerified(Exception):
+    """The artifact's runtime cannot run on this machine; the message says why."""
 
 
 @dataclass(frozen=True)

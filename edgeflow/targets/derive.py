@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,7 @@ def tensorrt_operators(markdown: str) -> tuple[str, dict[str, dict[str, Any]]]:
     """(the header sentence on versions, {op: {dtypes, checks, note}}) from operators.md."""
     header = next(
         (line.strip() for line in markdown.splitlines() if "supports operators" in line), ""
-    )
+    ).split(". ")[0]
     ops: dict[str, dict[str, Any]] = {}
     in_table = False
     for line in markdown.splitlines():
@@ -162,7 +163,11 @@ def tensorrt_operators(markdown: str) -> tuple[str, dict[str, dict[str, Any]]]:
         )
         restriction = cells[3].replace("<br />", " ").strip() if len(cells) > 3 else ""
         checks = sorted({c for text, c in TRT_CHECKERS.items() if text in restriction})
-        ops[cells[0]] = {"dtypes": dtypes or None, "checks": checks, "note": restriction}
+        unchecked = restriction
+        for text in TRT_CHECKERS:  # what a checker encodes is no longer a note
+            unchecked = re.sub(rf"[^.]*{re.escape(text)}[^.]*\.?", "", unchecked)
+        note = unchecked.strip(" .")
+        ops[cells[0]] = {"dtypes": dtypes or None, "checks": checks, "note": note}
     return header, ops
 
 

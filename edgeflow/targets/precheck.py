@@ -45,7 +45,7 @@ class Finding:
     rule: str = ""
 
     def __post_init__(self) -> None:
-        self.count = self.count or len(self.nodes)
+        self.count = self.count or len(self.nodes) or 1
         self.rule = self.rule or SUGGESTED_RULES.get(self.operator, "")
 
 

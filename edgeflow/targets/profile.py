@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-BACKENDS = ("onnxruntime_micro", "tflite", "tflite_micro")
+BACKENDS = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn", "tensorrt")
 
 
 class OpsetRange(BaseModel):
@@ -102,7 +102,7 @@ class TargetProfile(BaseModel):
 
     name: str
     description: str = ""
-    backend: Literal["onnxruntime_micro", "tflite", "tflite_micro"]
+    backend: Literal["onnxruntime_micro", "tflite", "tflite_micro", "armnn", "tensorrt"]
     source: str = Field("", description="where the support data comes from, with versions")
     artifact: str = Field("", description="what the build produces")
     opset: OpsetRange = OpsetRange()
@@ -113,11 +113,29 @@ class TargetProfile(BaseModel):
     float16: bool = True  # float16 tensors allowed
     # Supported op types (`domain.Op` outside the default domain); None: not restricted.
     operators: Annotated[dict[str, OperatorSpec] | None, BeforeValidator(_operator_list)] = None
+    # int8 settings the runtime requires, applied over the recipe's (and reported), e.g.
+    # {symmetric: true} for TensorRT's zero-point-0 QDQ or {per_channel: false}.
+    int8: dict[str, bool] = {}
     # An input type the runtime computes in another when a kernel lacks it ({float16: float}).
     dtype_fallbacks: dict[str, str] = {}
     max_rank: PositiveInt | None = None  # the largest tensor rank the runtime's kernels take
     boards: dict[str, Board] = {}  # memory presets, chosen with --board / precheck.board
     default_board: str | None = None  # the board checked when none is chosen
+
+    @field_validator("int8")
+    @classmethod
+    def _int8_settings(cls, settings: dict[str, bool]) -> dict[str, bool]:
+        allowed = ("per_channel", "symmetric", "reduce_range")
+        for key in settings:
+            if key not in allowed:
+                raise ValueError(f"int8 can set {', '.join(allowed)} (got '{key}')")
+        return settings
+
+    def quantization_for(self, quantization: Any) -> Any:
+        """The recipe's quantization with the int8 settings this target requires."""
+        if quantization.mode != "int8" or not self.int8:
+            return quantization
+        return quantization.model_copy(update=self.int8)
 
     @model_validator(mode="after")
     def _default_board_exists(self) -> TargetProfile:

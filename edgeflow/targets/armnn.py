@@ -1,0 +1,150 @@
+"""armnn: a .tflite model run by Arm NN's TfLite parser on its CpuRef backend.
+
+Conversion is the tflite target's (onnx2tf), with the int8 settings Arm NN takes: per-tensor
+(the profile sets `int8: {per_channel: false}`; Arm NN aborts the process on per-channel int8
+fully-connected layers). The artifact runs in Debian's Arm NN (python3-pyarmnn,
+libarmnn-cpuref-backend22, libarmnntfliteparser22), which is built for the system Python, not
+edgeflow's: `_armnn_worker.py` runs under that interpreter (EDGEFLOW_ARMNN_PYTHON, default
+/usr/bin/python3) in its own process, fed over a pipe. When Arm NN aborts, the pipe closes and
+the stage fails with Arm NN's own message and the signal, instead of taking the pipeline down.
+Arm NN is also seen to compute some graphs wrongly without an error (grouped convolutions):
+verify compares every output with the source model, as for every target.
+
+Latency figures include the pipe transfer of inputs and outputs (an .npz each way).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeflow.errors import EdgeflowError, ToolCrashed
+from edgeflow.targets import _onnx2tf
+from edgeflow.targets._tflite_io import Quant, TfliteRunner
+from edgeflow.targets.base import ConvertJob
+
+TARGET = "armnn"
+QUANTIZES_ITSELF = True  # onnx2tf calibrates int8 itself, as for tflite
+WORKER = Path(__file__).with_name("_armnn_worker.py")
+BACKEND = "CpuRef"
+PACKAGES = "python3-pyarmnn libarmnn-cpuref-backend22 libarmnntfliteparser22"
+INSTALL = f"install Arm NN with: apt-get update && apt-get install -y {PACKAGES}"
+
+
+def convert(job: ConvertJob) -> dict[str, Any]:
+    """Write model.tflite, as the tflite target does, with Arm NN's int8 settings."""
+    return _onnx2tf.convert(job, TARGET)
+
+
+def open_runner(artifact_dir: Path, info: dict[str, Any]) -> ArmnnRunner:
+    return ArmnnRunner(artifact_dir / info["artifact"], info["io"])
+
+
+def python() -> str:
+    return os.environ.get("EDGEFLOW_ARMNN_PYTHON", "/usr/bin/python3")
+
+
+class ArmnnRunner(TfliteRunner):
+    """The artifact in Arm NN (CpuRef), behind a pipe to a worker process."""
+
+    def __init__(self, path: Path, io_layout: dict[str, Any]) -> None:
+        if not Path(python()).is_file():
+            raise EdgeflowError(f"no Python at {python()} to run Arm NN in", INSTALL)
+        self.errors = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
+        self.proc = subprocess.Popen(
+            [python(), str(WORKER), str(path), BACKEND],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+        )
+        received = self._receive()
+        if received is None:
+            raise self._failure("loading the model")
+        meta = json.loads(str(received[0]))
+        self.version = meta["version"]
+        quant = [
+            [Quant(np.dtype(t["dtype"]), t["scale"], t["zero_point"]) for t in meta[side]]
+            for side in ("inputs", "outputs")
+        ]
+        super().__init__(io_layout, quant[0], quant[1])
+        self.feeds: dict[int, np.ndarray] = {}
+        self.results: list[np.ndarray] = []
+
+    def _set(self, pos: int, data: np.ndarray) -> None:
+        self.feeds[pos] = data
+
+    def _invoke(self) -> None:
+        self._send([self.feeds[i] for i in range(len(self.inputs))])
+        results = self._receive()
+        if results is None:
+            raise self._failure("running the model")
+        self.results = results
+
+    def _get(self, pos: int) -> np.ndarray:
+        return self.results[pos]
+
+    def extra_metrics(self) -> dict[str, Any]:
+        return {"armnn_version": self.version, "armnn_backend": BACKEND}
+
+    def _send(self, arrays: list[np.ndarray]) -> None:
+        buf = io.BytesIO()
+        np.savez(buf, *arrays)
+        body = buf.getvalue()
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(struct.pack("<Q", len(body)) + body)
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise self._failure("receiving the inputs") from None
+
+    def _receive(self) -> list[np.ndarray] | None:
+        assert self.proc.stdout is not None
+        head = self.proc.stdout.read(8)
+        if len(head) < 8:
+            return None
+        (size,) = struct.unpack("<Q", head)
+        with np.load(io.BytesIO(self.proc.stdout.read(size))) as data:
+            if "meta" in data.files:
+                return [data["meta"]]
+            return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+    def _failure(self, doing: str) -> EdgeflowError:  # ToolCrashed unless pyarmnn is missing
+        """Arm NN ended the worker: its message, and how it ended."""
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.errors.seek(0)
+        text = self.errors.read().decode(errors="replace")
+        lines = [ln for ln in text.splitlines() if "does not support" not in ln]
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        hint = (
+            INSTALL
+            if "No module named 'pyarmnn'" in text
+            else (
+                "Arm NN lacks or mishandles an operator of this graph; see the armnn target in "
+                "docs/targets.md (per-tensor int8, known failures)"
+            )
+        )
+        tail = "\n".join(lines[-15:]) or "(no message)"
+        kind = EdgeflowError if "No module named 'pyarmnn'" in text else ToolCrashed
+        return kind(f"Arm NN failed while {doing} ({how}):\n{tail}", hint)
+
+    def __del__(self) -> None:
+        proc = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -1,0 +1,74 @@
+"""The armnn target: the digits demo through Arm NN (CpuRef) in a worker process; Arm NN's
+aborts become reported failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edgeflow.cli import main
+from edgeflow.errors import EdgeflowError
+from edgeflow.targets.armnn import INSTALL, ArmnnRunner, python
+from tests.conftest import DEMO_RECIPE, DEMO_WEIGHTS
+from tests.targets.conftest import needs_tflite
+
+
+def _pyarmnn_missing() -> str | None:
+    try:
+        done = subprocess.run([python(), "-c", "import pyarmnn"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no {python()}: {exc}"
+    return None if done.returncode == 0 else f"pyarmnn is not installed: {INSTALL}"
+
+
+needs_armnn = pytest.mark.skipif(_pyarmnn_missing() is not None, reason=f"{_pyarmnn_missing()}")
+
+
+def test_without_the_system_python_the_error_says_how_to_install(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("EDGEFLOW_ARMNN_PYTHON", str(tmp_path / "no-python"))
+    with pytest.raises(EdgeflowError, match=r"no Python at .*no-python") as info:
+        ArmnnRunner(tmp_path / "model.tflite", {"inputs": [], "outputs": []})
+    assert "apt-get install -y python3-pyarmnn" in (info.value.hint or "")
+
+
+@pytest.mark.slow
+@needs_tflite
+@needs_armnn
+@pytest.mark.usefixtures("offline_env")
+@pytest.mark.parametrize("mode", ["none", "int8"])
+def test_digits_demo_is_verified_in_armnn(mode: str, tmp_path: Path, shared_cache: Path) -> None:
+    args = ["run", "recipe=digits_cnn", "target=armnn", f"quantization={mode}"]
+    assert main([*args, f"cache_dir={shared_cache}", f"build_dir={tmp_path}"]) == 0
+    out = tmp_path / "digits_cnn" / f"armnn-{mode}"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["verified"] is True and metrics["armnn_version"] == "22.0.0"
+    assert metrics["agreement"]["top1"] >= 0.98 and metrics["accuracy"]["drop"] <= 0.01
+    if mode == "none":
+        assert metrics["agreement"]["max_abs_diff"] <= 1e-4
+    else:
+        report = (out / "report.md").read_text()
+        assert "per_channel=False" in report and "(set by the target: per_channel=False)" in report
+
+
+@pytest.mark.slow
+@needs_tflite
+@needs_armnn
+@pytest.mark.usefixtures("offline_env")
+def test_an_arm_nn_abort_is_a_reported_stage_failure(
+    tmp_path: Path, shared_cache: Path, write_recipe, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """Per-channel int8 fully-connected layers make Arm NN 22.0 abort the process."""
+    text = DEMO_RECIPE.read_text().replace("../models/digits_cnn.pt", str(DEMO_WEIGHTS))
+    inline = (
+        "target:\n  name: armnn_per_channel\n  backend: armnn\n"
+        "  quantization: [none, int8]\n  dynamic_shapes: false\n"
+    )
+    path = write_recipe(text.replace("target: onnxruntime_micro\n", inline))
+    args = ["run", f"recipe={path}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "stage 'verify' failed: Arm NN failed while loading the model (killed by SIGABRT)" in err
+    assert "GetBiasTypeFromWeightsType" in err  # Arm NN's own assertion text
