@@ -76,8 +76,10 @@ def _greedy_nms(
     max_detections: int,
 ) -> tuple[Tensor, Tensor]:
     """Greedy NMS unrolled max_detections times; boxes of different labels never suppress."""
+    # Decisions on shapes name the shape on their own line: `edgeflow explain` tells them
+    # from decisions on values by their text.
     n = boxes.shape[0]
-    if n == 0 or max_detections == 0:
+    if boxes.shape[0] == 0 or max_detections == 0:
         return _empty_result(boxes, max_detections)
     threshold = strict_threshold(iou_threshold, boxes.dtype)
     # Coordinates as [2, N] rows (x, y): the per-step arithmetic then broadcasts a [2, 1]
@@ -116,8 +118,8 @@ def _greedy_nms(
     keep_t = torch.cat(keep)
     valid_t = torch.cat(valid)
     keep_t = torch.where(valid_t, keep_t, torch.full_like(keep_t, -1))
-    pad = max_detections - keep_t.shape[0]
-    if pad > 0:
+    if keep_t.shape[0] < max_detections:
+        pad = max_detections - keep_t.shape[0]
         keep_t = torch.cat([keep_t, keep_t.new_full((pad,), -1)])
         valid_t = torch.cat([valid_t, valid_t.new_zeros(pad)])
     return keep_t, valid_t
@@ -195,7 +197,7 @@ def _first_true(flat_mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
     keys = torch.where(flat_mask, positions, positions + count)
     smallest = torch.topk(keys, k, largest=False, sorted=True).indices
     valid = flat_mask.index_select(0, smallest)
-    if k < size:
+    if flat_mask.shape[0] < size:
         pad = size - k
         smallest = torch.cat([smallest, smallest.new_zeros(pad)])
         valid = torch.cat([valid, valid.new_zeros(pad)])

@@ -85,6 +85,27 @@ def load_recipe(
                 )
             ]
         )
+    if recipe.quantization.method == "qat" and profile.backend in (
+        "tflite",
+        "tflite_micro",
+        "armnn",
+    ):
+        node = tree.get("quantization")
+        has_method = isinstance(node, dict) and "method" in node
+        line, col = node.lc.value("method") if has_method else tree.lc.key("target")
+        raise RecipeError(
+            [
+                Problem(
+                    display_path(path),
+                    line + 1,
+                    col + 1,
+                    "quantization.method",
+                    f"target '{profile.name}' cannot take a QAT model's own scales: its "
+                    "converter (onnx2tf) calibrates again",
+                    "use onnxruntime_micro or tensorrt, which run the exported Q/DQ as it is",
+                )
+            ]
+        )
     board = recipe.precheck.board
     if board is not None and board not in profile.boards:
         from edgeflow.recipe.suggest import did_you_mean

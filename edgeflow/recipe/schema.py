@@ -155,7 +155,8 @@ class Quantization(Strict):
     mode: Literal["none", "fp16", "int8"] = "none"
     per_channel: bool = True
     symmetric: bool = False
-    method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    # qat: the model carries its own scales (fake-quantize modules, see ast.freeze_fake_quant)
+    method: Literal["minmax", "entropy", "percentile", "qat"] = "minmax"
     # 7-bit weights: avoids int16 saturation in x86 AVX2 (non-VNNI) u8s8 kernels; see docs.
     reduce_range: bool = False
 
@@ -234,7 +235,8 @@ class Recipe(Strict):
 
     @model_validator(mode="after")
     def _calibration_for_int8(self) -> Recipe:
-        if self.quantization.mode == "int8" and self.calibration is None:
+        q = self.quantization
+        if q.mode == "int8" and q.method != "qat" and self.calibration is None:
             raise user_error(
                 "int8 quantization needs a calibration dataset",
                 "add calibration: {dataset: ..., split: ..., samples: 256}",

@@ -149,6 +149,11 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
     calib = (
         f", {q['calibration_samples']} calibration samples" if "calibration_samples" in q else ""
     )
+    if q.get("qat"):
+        calib = (
+            f", the QAT model's own scales ({q['weights_folded_to_int8']} weight tensors "
+            "stored as int8), no calibration"
+        )
     imposed = ", ".join(f"{k}={v}" for k, v in q.get("imposed_by_target", {}).items())
     by_target = f" (set by the target: {imposed})" if imposed else ""
     lines.append(f"- quantize: mode {q['mode']}{', ' + extra if extra else ''}{calib}{by_target}")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.errors import EdgeflowError
 
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 
@@ -28,6 +29,8 @@ def run(ctx: StageContext) -> None:
 
         model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
         onnx.save(model, str(dst))
+    elif q.method == "qat":
+        info.update(_from_qat(src, dst))
     else:
         info.update(_int8(ctx, src, dst))
     ops = Counter(n.op_type for n in onnx.load(str(dst)).graph.node)
@@ -83,6 +86,52 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "reduce_range": q.reduce_range,
         "calibration_samples": len(samples),
     }
+
+
+def _from_qat(src: Path, dst: Path) -> dict[str, Any]:
+    """The exported Q/DQ of a QAT model, as it is, with quantized weights stored as int8:
+    every node computed from constants alone (a weight's QuantizeLinear, the clamp of a 7-bit
+    range, a transpose) becomes the initializer it computes, evaluated with onnx's reference
+    implementation; DequantizeLinear stays, so the weights stay int8."""
+    import onnx
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    model = onnx.load(str(src))
+    graph = model.graph
+    if not any(n.op_type == "QuantizeLinear" for n in graph.node):
+        raise EdgeflowError(
+            "quantization.method qat needs a model exported with QuantizeLinear/"
+            "DequantizeLinear (a QAT model's fake-quantize modules); this one has none",
+            "add ast.freeze_fake_quant to the recipe's rewrites, or use method minmax",
+        )
+    opsets = list(model.opset_import)
+    consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    folded = 0
+    for node in list(graph.node):
+        if node.op_type == "DequantizeLinear" or not all(i in consts for i in node.input if i):
+            continue
+        single = onnx.helper.make_model(
+            onnx.helper.make_graph(
+                [node],
+                "fold",
+                [onnx.helper.make_tensor_value_info(i, 0, None) for i in node.input if i],
+                [onnx.helper.make_tensor_value_info(o, 0, None) for o in node.output],
+            ),
+            opset_imports=opsets,
+        )
+        values = ReferenceEvaluator(single).run(None, {i: consts[i] for i in node.input if i})
+        for name, value in zip(node.output, values, strict=True):
+            consts[name] = value
+            graph.initializer.append(numpy_helper.from_array(value, name))
+        graph.node.remove(node)
+        folded += node.op_type == "QuantizeLinear"
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    for init in list(graph.initializer):
+        if init.name not in used:
+            graph.initializer.remove(init)
+    onnx.save(model, str(dst))
+    return {"qat": True, "weights_folded_to_int8": folded}
 
 
 STAGE = Stage(

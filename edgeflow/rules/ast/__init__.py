@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeflow.rules.ast.calls import ReplaceCall
+from edgeflow.rules.ast.fake_quant import FreezeFakeQuant
 from edgeflow.rules.ast.float64 import Float64ToFloat32
 from edgeflow.rules.ast.item import StaticItem
 from edgeflow.rules.ast.loops import UnrollLoops
@@ -26,4 +27,5 @@ RULES: tuple[type[Any], ...] = (
     Float64ToFloat32,
     ReplaceCall,
     ReplaceMethod,
+    FreezeFakeQuant,
 )
