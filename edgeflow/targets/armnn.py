@@ -58,7 +58,10 @@ class ArmnnRunner(TfliteRunner):
 
     def __init__(self, path: Path, io_layout: dict[str, Any]) -> None:
         if not Path(python()).is_file():
-            raise EdgeflowError(f"no Python at {python()} to run Arm NN in", INSTALL)
+            raise EdgeflowError(
+                f"target armnn needs Debian's Python with pyarmnn; no Python at {python()}",
+                INSTALL,
+            )
         self.errors = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
         self.proc = subprocess.Popen(
             [python(), str(WORKER), str(path), BACKEND],
@@ -117,7 +120,7 @@ class ArmnnRunner(TfliteRunner):
                 return [data["meta"]]
             return [data[f"arr_{i}"] for i in range(len(data.files))]
 
-    def _failure(self, doing: str) -> EdgeflowError:  # ToolCrashed unless pyarmnn is missing
+    def _failure(self, doing: str) -> EdgeflowError:
         """Arm NN ended the worker: its message, and how it ended."""
         try:
             code = self.proc.wait(timeout=30)
@@ -126,19 +129,16 @@ class ArmnnRunner(TfliteRunner):
             code = self.proc.wait()
         self.errors.seek(0)
         text = self.errors.read().decode(errors="replace")
+        if "No module named 'pyarmnn'" in text:
+            return EdgeflowError(f"target armnn needs pyarmnn ({python()}): {INSTALL}")
         lines = [ln for ln in text.splitlines() if "does not support" not in ln]
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-        hint = (
-            INSTALL
-            if "No module named 'pyarmnn'" in text
-            else (
-                "Arm NN lacks or mishandles an operator of this graph; see the armnn target in "
-                "docs/targets.md (per-tensor int8, known failures)"
-            )
-        )
         tail = "\n".join(lines[-15:]) or "(no message)"
-        kind = EdgeflowError if "No module named 'pyarmnn'" in text else ToolCrashed
-        return kind(f"Arm NN failed while {doing} ({how}):\n{tail}", hint)
+        return ToolCrashed(
+            f"Arm NN failed while {doing} ({how}):\n{tail}",
+            "Arm NN lacks or mishandles an operator of this graph; see the armnn target in "
+            "docs/targets.md (per-tensor int8, known failures)",
+        )
 
     def __del__(self) -> None:
         proc = getattr(self, "proc", None)

@@ -29,7 +29,7 @@ needs_armnn = pytest.mark.skipif(_pyarmnn_missing() is not None, reason=f"{_pyar
 
 def test_without_the_system_python_the_error_says_how_to_install(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("EDGEFLOW_ARMNN_PYTHON", str(tmp_path / "no-python"))
-    with pytest.raises(EdgeflowError, match=r"no Python at .*no-python") as info:
+    with pytest.raises(EdgeflowError, match=r"target armnn needs .*no Python at .*no-py") as info:
         ArmnnRunner(tmp_path / "model.tflite", {"inputs": [], "outputs": []})
     assert "apt-get install -y python3-pyarmnn" in (info.value.hint or "")
 
@@ -72,3 +72,13 @@ def test_an_arm_nn_abort_is_a_reported_stage_failure(
     err = capsys.readouterr().err
     assert "stage 'verify' failed: Arm NN failed while loading the model (killed by SIGABRT)" in err
     assert "GetBiasTypeFromWeightsType" in err  # Arm NN's own assertion text
+
+
+def test_a_python_without_pyarmnn_gets_the_install_command(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    monkeypatch.setenv("EDGEFLOW_ARMNN_PYTHON", sys.executable)  # edgeflow's: no pyarmnn
+    with pytest.raises(EdgeflowError, match="target armnn needs pyarmnn") as info:
+        ArmnnRunner(tmp_path / "model.tflite", {"inputs": [], "outputs": []})
+    assert info.value.exit_code == 2
+    assert "apt-get install -y python3-pyarmnn" in info.value.message
