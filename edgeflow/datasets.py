@@ -15,8 +15,11 @@ DIGITS_SPLITS = {"test": (0, 360), "calibration": (360, 540), "train": (540, 179
 DIGITS_SEED = 0
 
 
-def sklearn_digits(split: str = "train", input_name: str = "image") -> dict[str, np.ndarray]:
-    """scikit-learn's digits as {input_name: (N, 1, 8, 8) float32, 'label': (N,) int64}."""
+def sklearn_digits(
+    split: str = "train", input_name: str = "image", scale: int = 1
+) -> dict[str, np.ndarray]:
+    """scikit-learn's digits as {input_name: (N, 1, 8*scale, 8*scale) float32, 'label': (N,)
+    int64}; `scale` > 1 enlarges each pixel to a scale x scale block (nearest neighbour)."""
     from sklearn.datasets import load_digits
 
     if split not in DIGITS_SPLITS:
@@ -26,6 +29,8 @@ def sklearn_digits(split: str = "train", input_name: str = "image") -> dict[str,
     start, stop = DIGITS_SPLITS[split]
     idx = order[start:stop]
     images = (digits.images[idx] / 16.0).astype(np.float32)[:, None, :, :]
+    if scale > 1:
+        images = np.ascontiguousarray(images.repeat(scale, axis=2).repeat(scale, axis=3))
     return {input_name: images, "label": digits.target[idx].astype(np.int64)}
 
 

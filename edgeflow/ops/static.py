@@ -96,7 +96,7 @@ def _greedy_nms(
     lowest = torch.full((), float("-inf"), dtype=scores.dtype, device=scores.device)
     keep: list[Tensor] = []
     valid: list[Tensor] = []
-    for _ in range(min(max_detections, n)):
+    for _ in range(min(max_detections, boxes.shape[0])):
         # The next kept box: the highest remaining score, the lowest index among ties (what a
         # stable descending sort visits first). Comparing with `best` keeps -inf scores.
         best = torch.where(remaining, scores, lowest).max()
@@ -191,7 +191,7 @@ def batched_nms_fixed(
 def _first_true(flat_mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
     """Flat indices of the first `size` True entries in order, padded; and their validity."""
     count = flat_mask.shape[0]
-    k = min(size, count)
+    k = min(size, flat_mask.shape[0])
     positions = torch.arange(count, device=flat_mask.device)
     # True entries keep their position as key, False ones sort after every True one.
     keys = torch.where(flat_mask, positions, positions + count)

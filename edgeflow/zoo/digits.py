@@ -39,6 +39,58 @@ class DigitsCNN(nn.Module):
         return self.classifier(torch.flatten(self.features(image), 1))
 
 
+class SqueezeExcite(nn.Module):
+    """Channel attention as in MobileNetV3: global pool, 1x1 reduce, ReLU, 1x1 expand,
+    hard sigmoid, scale."""
+
+    def __init__(self, channels: int, reduced: int) -> None:
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, reduced, 1)
+        self.expand = nn.Conv2d(reduced, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = nn.functional.adaptive_avg_pool2d(x, 1)
+        w = nn.functional.hardsigmoid(self.expand(torch.relu(self.reduce(w))))
+        return x * w
+
+
+def separable(cin: int, cout: int, stride: int, se: bool) -> nn.Sequential:
+    """Depthwise 3x3 (BN, hard swish), optional squeeze-excite, pointwise 1x1 (BN)."""
+    layers: list[nn.Module] = [
+        nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False),
+        nn.BatchNorm2d(cin),
+        nn.Hardswish(),
+    ]
+    if se:
+        layers.append(SqueezeExcite(cin, max(8, cin // 4)))
+    layers += [nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers)
+
+
+class DigitsMobileNet(nn.Module):
+    """A MobileNetV3-style network for the digits enlarged to 32x32: a stem, depthwise-separable
+    blocks with hard swish, squeeze-excite (hard sigmoid) and a residual, global pooling and a
+    classifier: the operators the small demo does not use (~20k parameters)."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(1, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish()
+        )
+        self.block1 = separable(16, 16, 1, se=True)  # residual
+        self.block2 = separable(16, 32, 2, se=False)
+        self.block3 = separable(32, 48, 2, se=True)
+        self.head = nn.Sequential(nn.Conv2d(48, 96, 1), nn.Hardswish())
+        self.classifier = nn.Linear(96, num_classes)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        x = self.stem(image)
+        x = x + self.block1(x)
+        x = self.block3(self.block2(x))
+        x = self.head(x)
+        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
 def act_fake_quant() -> nn.Module:
     """int8 per-tensor affine fake quantization of activations, observed with a moving average."""
     from torch.ao.quantization import FakeQuantize, MovingAverageMinMaxObserver
@@ -154,15 +206,17 @@ def train_qat(
     return float(np.mean(float_pred == labels)), float(np.mean(qat_pred == labels))
 
 
-def train(out: Path, seed: int = 0, epochs: int = 15, lr: float = 3e-3) -> float:
-    """Train on the 'train' split, save the state_dict, return accuracy on the 'test' split."""
+def train(out: Path, seed: int = 0, epochs: int = 15, lr: float = 3e-3, arch: str = "cnn") -> float:
+    """Train on the 'train' split, save the state_dict, return accuracy on the 'test' split.
+    arch: "cnn" (DigitsCNN, 8x8) or "mobilenet" (DigitsMobileNet, digits enlarged to 32x32)."""
     from edgeflow.datasets import sklearn_digits
 
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
-    train_set, test_set = sklearn_digits("train"), sklearn_digits("test")
+    scale = 4 if arch == "mobilenet" else 1
+    train_set, test_set = sklearn_digits("train", scale=scale), sklearn_digits("test", scale=scale)
     x, y = torch.from_numpy(train_set["image"]), torch.from_numpy(train_set["label"])
-    model = DigitsCNN()
+    model: nn.Module = DigitsMobileNet() if arch == "mobilenet" else DigitsCNN()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)
     gen = torch.Generator().manual_seed(seed)
@@ -189,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--qat-from", type=Path, help="fine-tune these float weights with QAT (DigitsQAT)"
     )
+    parser.add_argument("--arch", choices=["cnn", "mobilenet"], default="cnn")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     torch.set_num_threads(1)  # bit-for-bit reproducible weights on any core count
@@ -196,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         float_acc, acc = train_qat(args.qat_from, args.out, args.seed, args.epochs)
         print(f"float model: test top-1 {float_acc:.4f}")
     else:
-        acc = train(args.out, args.seed, args.epochs)
+        acc = train(args.out, args.seed, args.epochs, arch=args.arch)
     print(f"trained {args.out} in {time.perf_counter() - start:.1f} s: test top-1 {acc:.4f}")
     return 0
 

@@ -1,0 +1,51 @@
+"""The larger demo (MobileNetV3-style, digits at 32x32) through the targets: what they do
+with hard swish, squeeze-excite, depthwise convolutions and a residual."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeflow.cli import main
+from tests.targets.conftest import needs_tflite
+from tests.targets.test_armnn import needs_armnn
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("offline_env")]
+
+
+def build(tmp_path: Path, cache: Path, target: str, mode: str) -> tuple[int, dict]:
+    args = ["run", "recipe=digits_mobilenet", f"target={target}", f"quantization={mode}"]
+    code = main([*args, f"cache_dir={cache}", f"build_dir={tmp_path}"])
+    out = tmp_path / "digits_mobilenet" / f"{target}-{mode}"
+    return code, json.loads((out / "metrics.json").read_text())
+
+
+def test_onnxruntime_micro_int8(tmp_path: Path, shared_cache: Path) -> None:
+    code, metrics = build(tmp_path, shared_cache, "onnxruntime_micro", "int8")
+    assert code == 0 and metrics["verified"]
+    assert metrics["accuracy"]["source"] >= 0.96  # measured 0.9778
+    assert metrics["accuracy"]["drop"] <= 0.01 and metrics["agreement"]["top1"] >= 0.98
+
+
+@needs_tflite
+def test_tflite_micro_int8_with_the_decomposed_hard_activations(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    code, metrics = build(tmp_path, shared_cache, "tflite_micro", "int8")
+    assert code == 0 and metrics["verified"]
+    assert metrics["agreement"]["top1"] >= 0.98
+    measured, predicted = metrics["arena_bytes"], metrics["arena_predicted_bytes"]
+    assert abs(predicted - measured) / measured <= 0.25  # measured +24% (22,400 B)
+
+
+@needs_tflite
+@needs_armnn
+def test_armnn_int8_is_silently_wrong_and_the_build_says_so(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    """Arm NN 22.0 runs this per-tensor int8 graph without an error, wrongly."""
+    code, metrics = build(tmp_path, shared_cache, "armnn", "int8")
+    assert code == 1 and metrics["verified"] is False
+    assert metrics["accuracy"]["drop"] > 0.1  # measured 0.9778 -> 0.5889
