@@ -14,8 +14,6 @@ from pydantic import (
     model_validator,
 )
 
-BACKENDS = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn", "tensorrt")
-
 
 class OpsetRange(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
