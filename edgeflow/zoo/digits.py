@@ -165,6 +165,29 @@ class DigitsQAT(nn.Module):
         return qat
 
 
+def fit(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    epochs: int,
+    lr: float,
+    seed: int,
+    cosine: bool,
+) -> None:
+    """Adam on shuffled mini-batches of 64 (fixed seed), optionally with a cosine schedule."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs) if cosine else None
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        model.train()
+        for idx in torch.randperm(len(x), generator=gen).split(64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+        if sched is not None:
+            sched.step()
+
+
 def train_qat(
     float_weights: Path, out: Path, seed: int = 0, epochs: int = 3, lr: float = 3e-4
 ) -> tuple[float, float]:
@@ -187,14 +210,7 @@ def train_qat(
     with torch.no_grad():
         model.train()
         model(x)  # observers first see the whole training set
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        model.train()
-        for idx in torch.randperm(len(x), generator=gen).split(64):
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
+    fit(model, x, y, epochs, lr, seed, cosine=False)
     model.apply(disable_observer)
     model.eval()
     with torch.no_grad():
@@ -217,16 +233,7 @@ def train(out: Path, seed: int = 0, epochs: int = 15, lr: float = 3e-3, arch: st
     train_set, test_set = sklearn_digits("train", scale=scale), sklearn_digits("test", scale=scale)
     x, y = torch.from_numpy(train_set["image"]), torch.from_numpy(train_set["label"])
     model: nn.Module = DigitsMobileNet() if arch == "mobilenet" else DigitsCNN()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        model.train()
-        for idx in torch.randperm(len(x), generator=gen).split(64):
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
-        sched.step()
+    fit(model, x, y, epochs, lr, seed, cosine=True)
     model.eval()
     with torch.no_grad():
         pred = model(torch.from_numpy(test_set["image"])).argmax(1).numpy()
