@@ -69,61 +69,47 @@ def load_recipe(
         recipe = recipe.model_copy(update={"rewrites": specs})
     target = recipe.target
     profile = target if isinstance(target, TargetProfile) else load_profile(target, cwd)
-    if recipe.quantization.mode not in profile.quantization:
-        node: Any = tree.get("quantization")
-        has_mode = isinstance(node, dict) and "mode" in node
-        line, col = node.lc.value("mode") if has_mode else tree.lc.key("target")
-        raise RecipeError(
-            [
-                Problem(
-                    display_path(path),
-                    line + 1,
-                    col + 1,
-                    "quantization.mode",
-                    f"target '{profile.name}' does not support mode '{recipe.quantization.mode}'",
-                    f"choose one of {', '.join(profile.quantization)}",
-                )
-            ]
+    q = recipe.quantization
+    if q.mode not in profile.quantization:
+        raise _conflict(
+            tree,
+            path,
+            overrides,
+            "quantization.mode",
+            f"target '{profile.name}' does not support mode '{q.mode}'",
+            f"choose one of {', '.join(profile.quantization)}",
         )
-    if recipe.quantization.method == "qat" and profile.backend in (
-        "tflite",
-        "tflite_micro",
-        "armnn",
-    ):
-        node = tree.get("quantization")
-        has_method = isinstance(node, dict) and "method" in node
-        line, col = node.lc.value("method") if has_method else tree.lc.key("target")
-        raise RecipeError(
-            [
-                Problem(
-                    display_path(path),
-                    line + 1,
-                    col + 1,
-                    "quantization.method",
-                    f"target '{profile.name}' cannot take a QAT model's own scales: its "
-                    "converter (onnx2tf) calibrates again",
-                    "use onnxruntime_micro or tensorrt, which run the exported Q/DQ as it is",
-                )
-            ]
+    if q.method == "qat" and profile.backend in ("tflite", "tflite_micro", "armnn"):
+        raise _conflict(
+            tree,
+            path,
+            overrides,
+            "quantization.method",
+            f"target '{profile.name}' cannot take a QAT model's own scales: its converter "
+            "(onnx2tf) calibrates again",
+            "use onnxruntime_micro or tensorrt, which run the exported Q/DQ as it is",
         )
     board = recipe.precheck.board
     if board is not None and board not in profile.boards:
-        from edgeflow.recipe.suggest import did_you_mean
-
-        section: Any = tree.get("precheck")
-        has_board = isinstance(section, dict) and "board" in section
-        line, col = section.lc.value("board") if has_board else tree.lc.key("target")
-        where = display_path(path) if "precheck.board" not in overrides else "<command line>"
-        raise RecipeError(
-            [
-                Problem(
-                    where,
-                    line + 1,
-                    col + 1,
-                    "precheck.board",
-                    f"target '{profile.name}' has no board '{board}'",
-                    did_you_mean(board, list(profile.boards)) or "this target defines no boards",
-                )
-            ]
+        raise _conflict(
+            tree,
+            path,
+            overrides,
+            "precheck.board",
+            f"target '{profile.name}' has no board '{board}'",
+            did_you_mean(board, list(profile.boards)) or "this target defines no boards",
         )
     return LoadedRecipe(path=path, recipe=recipe, profile=profile)
+
+
+def _conflict(
+    tree: Any, path: Path, overrides: Mapping[str, Any], key: str, message: str, hint: str
+) -> RecipeError:
+    """A recipe value the resolved target does not allow, located at the value (or, when the
+    recipe does not set it, at `target:`); a command-line override is named as such."""
+    section, _, name = key.partition(".")
+    node: Any = tree.get(section)
+    has_key = isinstance(node, dict) and name in node
+    line, col = node.lc.value(name) if has_key else tree.lc.key("target")
+    where = "<command line>" if key in overrides else display_path(path)
+    return RecipeError([Problem(where, line + 1, col + 1, key, message, hint)])
