@@ -62,6 +62,9 @@ def check(model: Any, profile: TargetProfile) -> list[Finding]:
         onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as exc:  # onnx raises several types; each is a finding, not a crash
         findings.append(Finding("(model)", f"shape inference: {str(exc).splitlines()[0]}"))
+    inferred = model  # shapes and types of intermediates, for the checks below; once
+    with contextlib.suppress(Exception):  # a failure is the finding above: go on without
+        inferred = onnx.shape_inference.infer_shapes(model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if not profile.opset.min <= opset <= profile.opset.max:
         reason = f"opset {opset} is outside the target's {profile.opset.min}..{profile.opset.max}"
@@ -71,13 +74,13 @@ def check(model: Any, profile: TargetProfile) -> list[Finding]:
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         by_op.setdefault(key, []).append(node.name or f"#{i}")
     if profile.operators is not None:
-        findings += _operator_findings(model, profile)
+        findings += _operator_findings(inferred, profile)
     if not profile.control_flow:
         for op in CONTROL_FLOW:
             if op in by_op and (profile.operators is None or op in profile.operators):
                 findings.append(Finding(op, "control flow is not supported", by_op[op]))
     if profile.max_rank is not None:
-        deep = _tensors_above_rank(model, profile.max_rank)
+        deep = _tensors_above_rank(inferred, profile.max_rank)
         if deep:
             reason = f"tensors of rank above {profile.max_rank}, the most its kernels take"
             findings.append(Finding("(rank)", reason, deep))
@@ -89,7 +92,7 @@ def check(model: Any, profile: TargetProfile) -> list[Finding]:
         (DOUBLE, "(float64)", profile.float64),
         (FLOAT16, "(float16)", profile.float16),
     ):
-        names = [] if allowed else _tensors_of_type(model, dtype)
+        names = [] if allowed else _tensors_of_type(inferred, dtype)
         if names:
             what = key.strip("()")
             findings.append(Finding(key, f"{what} tensors are not supported", names))
@@ -101,11 +104,7 @@ def _is_dynamic(value: Any) -> bool:
 
 
 def _tensors_of_type(model: Any, dtype: int) -> list[str]:
-    """Initializers, graph values and (after shape inference) intermediates of `dtype`."""
-    import onnx
-
-    with contextlib.suppress(onnx.shape_inference.InferenceError):
-        model = onnx.shape_inference.infer_shapes(model)  # failures are the checker's finding
+    """Initializers, graph values and (shape-inferred) intermediates of `dtype`."""
     graph = model.graph
     names = [t.name for t in graph.initializer if t.data_type == dtype]
     for value in (*graph.input, *graph.output, *graph.value_info):
@@ -115,16 +114,14 @@ def _tensors_of_type(model: Any, dtype: int) -> list[str]:
 
 
 def _operator_findings(model: Any, profile: TargetProfile) -> list[Finding]:
-    """Per node: is the op supported, in this version, for this input type, and do its
-    attributes and inputs pass the profile's named checkers?"""
+    """Per node of a shape-inferred model: is the op supported, in this version, for this
+    input type, and do its attributes and inputs pass the profile's named checkers?"""
     import onnx
     from onnx import numpy_helper
 
     from edgeflow.targets.checkers import CHECKERS, Node
 
     assert profile.operators is not None
-    with contextlib.suppress(Exception):  # failures are the checker's finding
-        model = onnx.shape_inference.infer_shapes(model)
     graph = model.graph
     types: dict[str, int] = {t.name: t.data_type for t in graph.initializer}
     ranks: dict[str, int] = {t.name: len(t.dims) for t in graph.initializer}
@@ -191,10 +188,7 @@ def _schema_version(op: str, opset: int, domain: str) -> int | None:
 
 
 def _tensors_above_rank(model: Any, rank: int) -> list[str]:
-    import onnx
-
-    with contextlib.suppress(Exception):  # failures are the checker's finding
-        model = onnx.shape_inference.infer_shapes(model)
+    """Tensors of a shape-inferred model above `rank`."""
     graph = model.graph
     values = (*graph.input, *graph.output, *graph.value_info)
     names = [v.name for v in values if len(v.type.tensor_type.shape.dim) > rank]
