@@ -113,7 +113,14 @@ def _precheck(
     import onnx
 
     from edgeflow.targets import load_profile
-    from edgeflow.targets.precheck import check, check_memory, memory_line, render_table, to_json
+    from edgeflow.targets.precheck import (
+        check,
+        check_memory,
+        errors,
+        memory_line,
+        render_table,
+        to_json,
+    )
 
     profile = load_profile(target)
     profile.board(board)  # an unknown board is an error before the model is read
@@ -124,18 +131,20 @@ def _precheck(
     except Exception as exc:  # protobuf's DecodeError and friends: not an ONNX file
         raise EdgeflowError(f"{model_path} is not an ONNX model: {exc}") from exc
     memory, too_big = check_memory(model, profile, quantization, board)
-    findings = to_json(check(model, profile) + too_big)
+    findings = to_json(check(model, profile, quantization) + too_big)
+    failed = errors(findings)
     if as_json:
-        result = {"target": target, "passed": not findings, "findings": findings, "memory": memory}
+        result = {"target": target, "passed": not failed, "findings": findings, "memory": memory}
         print(json.dumps(result, indent=2))
-        return 1 if findings else 0
-    if findings:
-        print(f"{model_path} does not fit {target}: {len(findings)} findings\n")
-        print(render_table(findings) + "\n")
+        return 1 if failed else 0
+    if failed:
+        print(f"{model_path} does not fit {target}: {len(failed)} findings\n")
     else:
         print(f"{model_path} passes the {target} precheck")
+    if findings:
+        print(render_table(findings) + "\n")
     print(memory_line(memory))
-    return 1 if findings else 0
+    return 1 if failed else 0
 
 
 def _explain(name: str, as_json: bool, rewrites: bool) -> int:

@@ -13,13 +13,20 @@ from edgeflow.errors import EdgeflowError
 def run(ctx: StageContext) -> None:
     import onnx
 
-    from edgeflow.targets.precheck import check, check_memory, op_counts, render_table, to_json
+    from edgeflow.targets.precheck import (
+        check,
+        check_memory,
+        errors,
+        op_counts,
+        render_table,
+        to_json,
+    )
 
     model = onnx.load(str(ctx.inputs["onnx"]))
     mode, board = ctx.recipe.quantization.mode, ctx.recipe.precheck.board
     memory, too_big = check_memory(model, ctx.profile, mode, board)
-    findings = to_json(check(model, ctx.profile) + too_big)
-    passed = not findings
+    findings = to_json(check(model, ctx.profile, mode) + too_big)
+    passed = not errors(findings)
     ctx.write_json(
         "precheck",
         {
@@ -31,6 +38,8 @@ def run(ctx: StageContext) -> None:
         },
     )
     if passed:
+        if findings:
+            ctx.warn(f"precheck warnings for {ctx.profile.name}:\n{render_table(findings)}")
         return
     summary = f"the model does not pass the {ctx.profile.name} precheck:\n{render_table(findings)}"
     if ctx.recipe.precheck.continue_on_failure:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from edgeflow import resources
 from edgeflow.errors import EdgeflowError
-from edgeflow.recipe.loader import read_yaml, validate
+from edgeflow.recipe.loader import plain, read_yaml, validate
 from edgeflow.recipe.suggest import did_you_mean
-from edgeflow.targets.profile import TargetProfile
+from edgeflow.targets.profile import TargetProfile, _operator_list
 
 
 def load_profile(name: str, cwd: Path | None = None) -> TargetProfile:
@@ -18,13 +19,57 @@ def load_profile(name: str, cwd: Path | None = None) -> TargetProfile:
     if name not in known:
         raise EdgeflowError(f"unknown target '{name}'", did_you_mean(name, known))
     path = known[name]
-    profile = validate(TargetProfile, read_yaml(path), path)
+    tree = read_yaml(path)
+    data = _extended(name, path, plain(tree), cwd, [path])
+    profile = validate(TargetProfile, tree, path, data=data)
     if profile.name != name:
         raise EdgeflowError(
             f"{path}: name: '{profile.name}' does not match the file name '{name}'",
             f"rename the file or set name: {name}",
         )
     return profile
+
+
+# Keys whose entries an extending profile adds to (or replaces one by one) instead of replacing.
+MERGED = ("operators", "boards", "int8", "dtype_fallbacks")
+
+
+def _extended(
+    name: str, path: Path, data: dict[str, Any], cwd: Path | None, seen: list[Path]
+) -> dict[str, Any]:
+    """The profile's data over the profile it `extends:` (recursively). `extends` may name
+    the built-in the file shadows (same name) or any other visible profile; `name` defaults
+    to the file's. Entries of operators, boards, int8 and dtype_fallbacks are merged."""
+    base_name = data.pop("extends", None)
+    if base_name is None:
+        return data
+    data.setdefault("name", name)
+    known = resources.available("targets", cwd)
+    if base_name == name:  # extend the built-in this file shadows
+        base_path = resources.builtin_dir("targets") / f"{name}.yaml"
+        if not base_path.is_file() or base_path in seen:
+            raise EdgeflowError(
+                f"{path}: extends: '{base_name}' names the file itself; there is no built-in "
+                f"target of that name",
+                did_you_mean(base_name, known),
+            )
+    elif base_name in known:
+        base_path = known[base_name]
+    else:
+        raise EdgeflowError(
+            f"{path}: extends: unknown target '{base_name}'", did_you_mean(base_name, known)
+        )
+    if base_path in seen:
+        chain = " -> ".join(str(p) for p in [*seen, base_path])
+        raise EdgeflowError(f"profiles extend each other in a loop: {chain}")
+    base = _extended(base_name, base_path, plain(read_yaml(base_path)), cwd, [*seen, base_path])
+    merged = {**base, **data}
+    for key in MERGED:
+        if key == "operators":  # `[Conv, Relu]` is short for `{Conv: {}, Relu: {}}`
+            base[key], data[key] = _operator_list(base.get(key)), _operator_list(data.get(key))
+        if isinstance(base.get(key), dict) and isinstance(data.get(key), dict):
+            merged[key] = {**base[key], **data[key]}
+    return merged
 
 
 def backend(profile: TargetProfile) -> ModuleType:

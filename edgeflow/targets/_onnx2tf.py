@@ -66,6 +66,34 @@ def require(module: str, target: str) -> ModuleType:
 def convert(job: ConvertJob, target: str) -> dict[str, Any]:
     """Convert job.onnx with onnx2tf into job.out_dir/model.tflite; return the convert info."""
     mode, q = job.quantization.mode, job.quantization
+    with outputs(job, target) as (out, seconds):
+        produced = out / f"model_{SUFFIX[mode]}.tflite"
+        shutil.copyfile(produced, job.out_dir / ARTIFACT)
+        layout = io_layout(job.onnx, job.out_dir / ARTIFACT, out / "model_float32.tflite", target)
+    info: dict[str, Any] = {
+        "artifact": ARTIFACT,
+        "files": [ARTIFACT],
+        "converter": f"onnx2tf {_version('onnx2tf')}, tensorflow {_version('tensorflow')}",
+        "convert_seconds": round(seconds, 3),
+        "operators": operators(job.out_dir / ARTIFACT, target),
+        "io": layout,
+    }
+    if mode == "int8":
+        info["int8"] = {
+            "per_channel": q.per_channel,
+            "calibration_samples": _usable(job),
+            "scheme": "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O",
+            "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k)],
+        }
+    return info
+
+
+@contextlib.contextmanager
+def outputs(job: ConvertJob, target: str) -> Iterator[tuple[Path, float]]:
+    """Run onnx2tf on a copy of job.onnx; yield (its output folder, seconds) while the folder
+    exists. It holds model_float32.tflite, and in int8 mode model_full_integer_quant.tflite
+    (checked: onnx2tf only warns when the int8 conversion fails)."""
+    mode, q = job.quantization.mode, job.quantization
     if mode == "int8" and q.method != "minmax":
         raise EdgeflowError(
             f"target {target}: quantization.method '{q.method}' is not available: the TFLite "
@@ -96,26 +124,7 @@ def convert(job: ConvertJob, target: str) -> dict[str, Any]:
                 f"its log ends:\n{_tail(log)}",
                 "int8 fails when an operator has no int8 kernel; see docs/debugging.md",
             )
-        shutil.copyfile(produced, job.out_dir / ARTIFACT)
-        layout = io_layout(
-            job.onnx, job.out_dir / ARTIFACT, work / "out" / "model_float32.tflite", target
-        )
-    info: dict[str, Any] = {
-        "artifact": ARTIFACT,
-        "files": [ARTIFACT],
-        "converter": f"onnx2tf {_version('onnx2tf')}, tensorflow {_version('tensorflow')}",
-        "convert_seconds": round(seconds, 3),
-        "operators": operators(job.out_dir / ARTIFACT, target),
-        "io": layout,
-    }
-    if mode == "int8":
-        info["int8"] = {
-            "per_channel": q.per_channel,
-            "calibration_samples": _usable(job),
-            "scheme": "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O",
-            "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k)],
-        }
-    return info
+        yield work / "out", seconds
 
 
 def _run_onnx2tf(
@@ -251,6 +260,8 @@ def io_layout(onnx_path: Path, artifact: Path, float32: Path, target: str) -> di
     for k, (name, dims) in enumerate(onnx_out):
         pos = order[k]
         shape = tuple(int(d) for d in out_details[pos]["shape"])
+        if len(shape) != len(dims):
+            raise EdgeflowError(f"output '{name}': .tflite shape {shape} vs ONNX {dims}")
         identity, to_nchw = tuple(range(len(dims))), inverse(channel_last(len(dims)))
         fits = [
             list(p)

@@ -8,6 +8,7 @@ compares float values in the source model's layout with the source model's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -82,7 +83,8 @@ class CStderr:
         self.file = tempfile.TemporaryFile()  # noqa: SIM115
 
     def __enter__(self) -> CStderr:
-        sys.stderr.flush()
+        with contextlib.suppress(ValueError, OSError):  # a replaced, closed sys.stderr
+            sys.stderr.flush()
         self.file.seek(0)
         self.file.truncate()
         self.saved = os.dup(2)

@@ -44,6 +44,19 @@ def groups_one(node: Node) -> str | None:
     return None if groups == 1 else f"grouped convolution (group={groups})"
 
 
+def not_grouped(node: Node) -> str | None:
+    """A Conv with group 1, or a depthwise one (group = input channels): not in between."""
+    groups, weight = node.attribute("group", 1), node.constants.get(node.input(1))
+    if groups == 1 or (weight is not None and weight.shape[1] == 1):
+        return None
+    return f"grouped convolution (group={groups}, not depthwise)"
+
+
+def has_bias(node: Node) -> str | None:
+    """A Gemm (or Conv) with its bias input."""
+    return None if node.input(2) else "no bias input (C)"
+
+
 def constant_inputs(node: Node) -> str | None:
     """Every input after the data input is a constant (pads, axes, scales, shapes, ...)."""
     dynamic = [name for name in node.proto.input[1:] if name and name not in node.constants]
@@ -86,12 +99,66 @@ def rank_at_most_4(node: Node) -> str | None:
     return None if not deep else f"tensors above 4-D: {', '.join(deep)}"
 
 
+def rank_at_most_5(node: Node) -> str | None:
+    names = [n for n in (*node.proto.input, *node.proto.output) if n]
+    deep = [f"{n} ({node.ranks[n]}-D)" for n in names if node.ranks.get(n, 0) > 5]
+    return None if not deep else f"tensors above 5-D: {', '.join(deep)}"
+
+
+def not_depthwise(node: Node) -> str | None:
+    """A Conv whose group equals its input channels (one filter per channel)."""
+    groups, weight = node.attribute("group", 1), node.constants.get(node.input(1))
+    if groups > 1 and (weight is None or weight.shape[1] == 1):
+        return f"depthwise convolution (group={groups})"
+    return None
+
+
+def pads_zero(node: Node) -> str | None:
+    pads = node.attribute("pads") or []
+    if any(pads) or node.attribute("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID"):
+        return f"padded pooling (pads {list(pads)})"
+    return None
+
+
+def pad_constant(node: Node) -> str | None:
+    mode = node.attribute("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    return None if mode == "constant" else f"pad mode '{mode}' (needs constant)"
+
+
+def resize_nearest(node: Node) -> str | None:
+    mode = node.attribute("mode", b"nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    return None if mode == "nearest" else f"resize mode '{mode}' (needs nearest)"
+
+
+def slice_one_axis(node: Node) -> str | None:
+    """A Slice along one axis (its starts input holds one value)."""
+    starts = node.constants.get(node.input(1))
+    if starts is not None and starts.size > 1:
+        return f"slices {starts.size} axes at once (needs one Slice per axis)"
+    return None
+
+
+def cast_not_to_int64(node: Node) -> str | None:
+    return "casts to int64" if node.attribute("to") == 7 else None  # TensorProto.INT64
+
+
 CHECKERS: dict[str, Callable[[Node], str | None]] = {
     "dilations_one": dilations_one,
     "groups_one": groups_one,
+    "not_grouped": not_grouped,
+    "has_bias": has_bias,
     "constant_inputs": constant_inputs,
     "constant_axes": constant_axes,
     "axis_last": axis_last,
     "zero_point_zero": zero_point_zero,
     "rank_at_most_4": rank_at_most_4,
+    "rank_at_most_5": rank_at_most_5,
+    "not_depthwise": not_depthwise,
+    "pads_zero": pads_zero,
+    "pad_constant": pad_constant,
+    "resize_nearest": resize_nearest,
+    "cast_not_to_int64": cast_not_to_int64,
+    "slice_one_axis": slice_one_axis,
 }

@@ -3,6 +3,8 @@
     python -m edgeflow.targets.derive onnxruntime_micro           # print the operators section
     python -m edgeflow.targets.derive onnxruntime_micro --write   # replace it in targets/
     python -m edgeflow.targets.derive tensorrt --operators-md operators.md --write
+    python -m edgeflow.targets.derive tflite_family --write        # tflite, tflite_micro, armnn
+    python -m edgeflow.targets.derive tflite_family --verdicts v.json --write   # keep/reuse
 
 onnxruntime_micro: the kernels onnxruntime registers for its CPU execution provider
 (`get_all_opkernel_def()`), one entry per op and version range, with the types its kernel
@@ -10,6 +12,15 @@ takes for the op's first input (the type constraint that input uses in the op's 
 `get_all_operator_schema()`). A reduced ("minimal") build contains a subset of exactly these
 kernels, chosen from the model itself. tests/targets/test_operators.py fails when the file
 and the installed onnxruntime disagree.
+
+tflite, tflite_micro, armnn: measured. Every probe graph of edgeflow.targets.probes (one per
+ONNX operator, plus variants) is converted with onnx2tf and run in the real runtime, float32
+and int8 (edgeflow.targets.trial); an operator is listed when its probe ran and matched
+onnxruntime, with the modes it ran in, the TFLite builtins it became, and the checkers of the
+variants that failed. Operators that did not run are listed in a comment with the reason. The
+header names the versions measured; tests/targets/test_operators.py fails when the installed
+tools differ. One run measures all three (about 10 minutes):
+    python -m edgeflow.targets.derive tflite_family --write
 
 tensorrt: TensorRT cannot run here, so its list comes from the published support matrix,
 onnx/onnx-tensorrt's docs/operators.md (give the file; nothing is downloaded): the supported
@@ -190,6 +201,194 @@ def render_tensorrt(header: str, ops: dict[str, dict[str, Any]], source: str) ->
     return "\n".join(lines) + "\n"
 
 
+FAMILY = ("tflite", "tflite_micro", "armnn")
+MEASURED_MODES = ("none", "int8")
+
+
+def measure_probes(progress: Any = None) -> tuple[list[Any], dict[str, Any]]:
+    """Every probe through onnx2tf and the three TFLite-family runtimes: (probes, verdicts)."""
+    from edgeflow.targets.probes import probes
+    from edgeflow.targets.trial import Trial, run_trials
+
+    cases = probes()
+    trials = [Trial(c.name, c.model.SerializeToString(), c.feeds) for c in cases]
+    return cases, run_trials(trials, FAMILY, MEASURED_MODES, progress)
+
+
+def family_operators(
+    target: str, cases: list[Any], verdicts: dict[str, Any], offered: list[str]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """({op: {dtypes, quantization, checks, inaccurate, note}} for the ops whose probes ran,
+    {op: why not} for the others.
+
+    Per op: its first probe is the float32 one that decides the quantization modes; its other
+    probes without a checker try other input types (dtypes: those that ran, float32 included);
+    its probes with a checker are variants, whose failure adds the checker. An int8 result
+    that runs but is off (stage compare) is recorded as `inaccurate`. Modes not measured
+    (fp16 on tflite: float16 weights, float32 kernels) follow float32.
+    """
+    import onnx
+
+    def verdict(case: Any, mode: str) -> Any:
+        return verdicts[case.name].get(f"{target}/{mode}")
+
+    def dtype(case: Any) -> str:
+        """The type of the first input of the probe's `op` node, as the precheck sees it."""
+        graph = onnx.shape_inference.infer_shapes(case.model).graph
+        node = next(n for n in graph.node if n.op_type == case.op)
+        values = (*graph.input, *graph.value_info)
+        first = next(v for v in values if v.name == node.input[0]).type.tensor_type.elem_type
+        return str(onnx.TensorProto.DataType.Name(first).lower())
+
+    by_op: dict[str, list[Any]] = {}
+    for case in cases:
+        by_op.setdefault(case.op, []).append(case)
+    ops: dict[str, dict[str, Any]] = {}
+    missing: dict[str, str] = {}
+    for op, group in by_op.items():
+        plain = [c for c in group if not c.checker]
+        main, first = plain[0], verdict(plain[0], "none")
+        dtypes = sorted({dtype(c) for c in plain if verdict(c, "none").runs})
+        if not dtypes:
+            missing[op] = _why(first)
+            continue
+        # An int8 result that runs but is off is a warning (it depends on the scales the
+        # converter picks around the op), not a missing mode.
+        numeric = verdict(main, "int8") is not None and verdict(main, "int8").stage == "compare"
+        runs = {m: verdict(main, m).runs for m in MEASURED_MODES if verdict(main, m)}
+        if numeric:
+            runs["int8"] = True
+        modes = [m for m in offered if runs.get(m, runs["none"])] if first.runs else offered
+        notes = [" ".join(first.builtins)]
+        if first.runs and "int8" in offered and not runs.get("int8", True):
+            notes.append(f"int8: {_why(verdict(main, 'int8'))}")
+        inaccurate = {"int8": _why(verdict(main, "int8"))} if numeric and first.runs else {}
+        notes += [
+            f"{c.name}: {_why(verdict(c, 'none'))}" for c in plain if not verdict(c, "none").runs
+        ]
+        checks = []
+        for variant in (c for c in group if c.checker):
+            failed = [
+                verdict(variant, m)
+                for m in modes
+                if verdict(variant, m) is not None and not verdict(variant, m).runs
+            ]
+            if failed:
+                checks.append(variant.checker)
+                notes.append(f"{variant.name}: {_why(failed[0])}")
+        ops[op] = {
+            "dtypes": dtypes,
+            "quantization": modes if modes != offered else None,
+            "checks": sorted(set(checks)),
+            "inaccurate": inaccurate,
+            "note": "; ".join(n for n in notes if n),
+        }
+    return ops, missing
+
+
+def _why(verdict: Any) -> str:
+    """Stage, TFLite builtins and the runtime's own last words (its reason after `...`)."""
+    builtins = f" [{' '.join(verdict.builtins)}]" if verdict.builtins else ""
+    reason = verdict.reason.rsplit(" ... ", 1)[-1]
+    text = f"{verdict.stage}{builtins}: {reason}"[:200]
+    return "".join(c if c.isprintable() else "?" for c in text)  # Arm NN prints raw opcodes
+
+
+def family_versions(target: str) -> str:
+    """The tool versions a measured profile depends on, as its header states them."""
+    import importlib.metadata as meta
+
+    def version(dist: str) -> str:
+        try:
+            return meta.version(dist)
+        except meta.PackageNotFoundError:
+            return "not installed"
+
+    tools = f"onnx2tf {version('onnx2tf')}, tensorflow {version('tensorflow')}"
+    if target == "tflite":
+        return f"{tools}, ai-edge-litert {version('ai-edge-litert')}"
+    if target == "tflite_micro":
+        return f"{tools}, tflite-micro {version('tflite-micro')}"
+    return f"{tools}, Arm NN {_armnn_version()} (CpuRef)"
+
+
+def _armnn_version() -> str:
+    import subprocess
+
+    from edgeflow.targets.armnn import python
+
+    try:
+        run = subprocess.run(
+            [python(), "-c", "import pyarmnn; print(pyarmnn.ARMNN_VERSION)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "not installed"
+    return run.stdout.strip()
+
+
+def runtime_kernels(target: str) -> list[str]:
+    """What the runtime binary itself registers: TFLite Micro's Register_* kernels, Arm NN's
+    TfLite parser functions (Parse*); empty for LiteRT (it registers every builtin)."""
+    import subprocess
+
+    if target == "tflite_micro":
+        import tflite_micro
+
+        library = Path(tflite_micro.__file__).parent / "python/tflite_micro/_runtime.so"
+        pattern = r"Register_([A-Z0-9_]+)"
+    elif target == "armnn":
+        library = Path("/usr/lib/x86_64-linux-gnu/libarmnnTfLiteParser.so.22")
+        pattern = r"TfLiteParser::Parse([A-Za-z0-9]+)\("
+    else:
+        return []
+    try:
+        symbols = subprocess.run(
+            ["nm", "-DC", str(library)], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return sorted(set(re.findall(pattern, symbols)))
+
+
+def render_family(
+    target: str, ops: dict[str, dict[str, Any]], missing: dict[str, str], probes: int
+) -> str:
+    kernels = runtime_kernels(target)
+    what = {"tflite_micro": "registered kernels", "armnn": "TfLite parser functions"}
+    lines = [
+        f"{MARKER} tflite_family --write`: do not edit below ---",
+        f"# Measured with {family_versions(target)}:",
+        f"# {probes} probe graphs (edgeflow/targets/probes.py) converted with onnx2tf and run,",
+        "# float32 and int8, against onnxruntime. Listed: the operators whose probes ran, with",
+        "# the input types and modes they ran in, the TFLite builtins they became (note), and",
+        "# the checker of each variant probe that failed. quantization absent: every mode the",
+        "# target offers.",
+    ]
+    if kernels:
+        lines.append(f"# The runtime's {what[target]} ({len(kernels)}): {' '.join(kernels)}")
+    lines.append("operators:")
+    for op in sorted(ops):
+        spec = ops[op]
+        parts = [f"dtypes: [{', '.join(spec['dtypes'])}]"]
+        if spec["checks"]:
+            parts.append(f"checks: [{', '.join(spec['checks'])}]")
+        if spec["quantization"]:
+            parts.append(f"quantization: [{', '.join(spec['quantization'])}]")
+        if spec["inaccurate"]:
+            pairs = ", ".join(f"{m}: {json.dumps(t)}" for m, t in spec["inaccurate"].items())
+            parts.append(f"inaccurate: {{{pairs}}}")
+        if spec["note"]:
+            parts.append(f"note: {json.dumps(spec['note'])}")
+        lines.append(f"  {op}: {{{', '.join(parts)}}}")
+    lines.append(f"# Not supported ({len(missing)}): the probe failed")
+    lines += [f"#   {op}: {why}" for op, why in sorted(missing.items())]
+    return "\n".join(lines) + "\n"
+
+
 def profile_path(target: str) -> Path:
     path = resources.builtin_dir("targets") / f"{target}.yaml"
     if not path.is_file():
@@ -205,11 +404,18 @@ def with_operators(text: str, section: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edgeflow.targets.derive")
-    parser.add_argument("target", choices=["onnxruntime_micro", "tensorrt"])
+    parser.add_argument("target", choices=["onnxruntime_micro", "tensorrt", "tflite_family"])
     parser.add_argument("--write", action="store_true", help="update targets/<target>.yaml")
     parser.add_argument("--operators-md", type=Path, help="onnx-tensorrt's docs/operators.md")
     parser.add_argument("--source", default="onnx/onnx-tensorrt docs/operators.md")
+    parser.add_argument(
+        "--verdicts",
+        type=Path,
+        help="tflite_family: save the measured verdicts here, or reuse them if the file exists",
+    )
     args = parser.parse_args(argv)
+    if args.target == "tflite_family":
+        return _derive_family(args.write, args.verdicts)
     if args.target == "tensorrt":
         if args.operators_md is None:
             parser.error("tensorrt needs --operators-md (onnx-tensorrt's docs/operators.md)")
@@ -223,6 +429,41 @@ def main(argv: list[str] | None = None) -> int:
     path = profile_path(args.target)
     path.write_text(with_operators(path.read_text(encoding="utf-8"), section), encoding="utf-8")
     print(f"wrote {path}")
+    return 0
+
+
+def _derive_family(write: bool, saved: Path | None) -> int:
+    """Measure the probes once (or read the verdicts saved by an earlier run), then write (or
+    print) the three profiles' operator lists."""
+    from edgeflow.targets import load_profile
+    from edgeflow.targets.probes import probes
+    from edgeflow.targets.trial import Verdict
+
+    def progress(name: str, found: dict[str, Any]) -> None:
+        marks = " ".join(f"{k}:{'ok' if v.runs else v.stage}" for k, v in found.items())
+        print(f"  {name:24} {marks}", file=sys.stderr, flush=True)
+
+    if saved is not None and saved.is_file():
+        cases = probes()
+        raw = json.loads(saved.read_text(encoding="utf-8"))
+        verdicts = {n: {k: Verdict(**v) for k, v in found.items()} for n, found in raw.items()}
+        if set(verdicts) != {c.name for c in cases}:
+            raise SystemExit(f"{saved} holds verdicts for other probes: delete it to measure")
+    else:
+        cases, verdicts = measure_probes(progress)
+        if saved is not None:
+            found = {n: {k: v.to_json() for k, v in f.items()} for n, f in verdicts.items()}
+            saved.write_text(json.dumps(found, indent=1), encoding="utf-8")
+    for target in FAMILY:
+        offered = [str(m) for m in load_profile(target).quantization]
+        ops, missing = family_operators(target, cases, verdicts, offered)
+        section = render_family(target, ops, missing, len(cases))
+        if not write:
+            sys.stdout.write(section)
+            continue
+        path = profile_path(target)
+        path.write_text(with_operators(path.read_text(encoding="utf-8"), section), encoding="utf-8")
+        print(f"wrote {path}: {len(ops)} operators, {len(missing)} not supported")
     return 0
 
 

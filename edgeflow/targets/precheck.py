@@ -43,14 +43,18 @@ class Finding:
     nodes: list[str] = field(default_factory=list)
     count: int = 0
     rule: str = ""
+    # error: the target cannot take this; warning: it runs, but was measured inaccurate in
+    # some graphs (verify will tell), so it does not fail the precheck
+    severity: str = "error"
 
     def __post_init__(self) -> None:
         self.count = self.count or len(self.nodes) or 1
         self.rule = self.rule or SUGGESTED_RULES.get(self.operator, "")
 
 
-def check(model: Any, profile: TargetProfile) -> list[Finding]:
-    """Every way the model does not fit the profile; empty when it fits."""
+def check(model: Any, profile: TargetProfile, quantization: str = "none") -> list[Finding]:
+    """Every way the model does not fit the profile when built in this quantization mode;
+    empty when it fits."""
     import onnx
 
     findings: list[Finding] = []
@@ -74,7 +78,7 @@ def check(model: Any, profile: TargetProfile) -> list[Finding]:
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         by_op.setdefault(key, []).append(node.name or f"#{i}")
     if profile.operators is not None:
-        findings += _operator_findings(inferred, profile)
+        findings += _operator_findings(inferred, profile, quantization)
     if not profile.control_flow:
         for op in CONTROL_FLOW:
             if op in by_op and (profile.operators is None or op in profile.operators):
@@ -113,9 +117,10 @@ def _tensors_of_type(model: Any, dtype: int) -> list[str]:
     return sorted(set(names))
 
 
-def _operator_findings(model: Any, profile: TargetProfile) -> list[Finding]:
+def _operator_findings(model: Any, profile: TargetProfile, quantization: str) -> list[Finding]:
     """Per node of a shape-inferred model: is the op supported, in this version, for this
-    input type, and do its attributes and inputs pass the profile's named checkers?"""
+    input type and quantization mode, and do its attributes and inputs pass the profile's
+    named checkers?"""
     import onnx
     from onnx import numpy_helper
 
@@ -151,6 +156,15 @@ def _operator_findings(model: Any, profile: TargetProfile) -> list[Finding]:
         if spec is None:
             add(op, "", f"not supported by {profile.name}", name)
             continue
+        if spec.quantization is not None and quantization not in spec.quantization:
+            modes = ", ".join(spec.quantization)
+            why = f"not supported in quantization mode {quantization} (only {modes})"
+            add(op, "quantization", why, name, SUGGESTED_RULES.get(op, ""))
+        if quantization in spec.inaccurate:
+            why = f"{quantization} may be inaccurate: {spec.inaccurate[quantization]}"
+            groups.setdefault((op, "inaccurate"), Finding(op, why, severity="warning"))
+            groups[(op, "inaccurate")].nodes.append(name)
+            groups[(op, "inaccurate")].count = len(groups[(op, "inaccurate")].nodes)
         since = _schema_version(node.op_type, opsets.get(domain, 0), node.domain)
         dtypes = spec.dtypes
         if spec.kernels is not None and since is not None:
@@ -234,6 +248,11 @@ def check_memory(
     return summary, findings
 
 
+def errors(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The findings that fail the precheck (warnings do not)."""
+    return [f for f in findings if f.get("severity", "error") == "error"]
+
+
 def op_counts(model: Any) -> dict[str, int]:
     return dict(Counter(n.op_type for n in model.graph.node))
 
@@ -248,7 +267,8 @@ def render_table(findings: list[dict[str, Any]]) -> str:
     for f in findings:
         nodes = ", ".join(f["nodes"][:5]) + (", ..." if len(f["nodes"]) > 5 else "")
         rule = f"`{f['rule']}`" if f["rule"] else ""
-        lines.append(f"| {f['operator']} | {f['count']} | {f['reason']} | {nodes} | {rule} |")
+        reason = f"(warning) {f['reason']}" if f.get("severity") == "warning" else f["reason"]
+        lines.append(f"| {f['operator']} | {f['count']} | {reason} | {nodes} | {rule} |")
     return "\n".join(lines)
 
 

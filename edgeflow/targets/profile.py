@@ -49,6 +49,11 @@ class OperatorSpec(BaseModel):
     kernels: list[Kernel] | None = None  # None: every version
     dtypes: list[str] | None = None  # of the first input, whatever the version
     checks: list[str] = []  # names of edgeflow.targets.checkers.CHECKERS
+    # The quantization modes the runtime runs this op in; None: every mode the target offers.
+    quantization: list[Literal["none", "fp16", "int8"]] | None = None
+    # Modes in which the op runs but was measured inaccurate (on a probe): mode -> what was
+    # seen. A warning in the precheck, not a failure: it depends on the graph around the op.
+    inaccurate: dict[Literal["none", "fp16", "int8"], str] = {}
     note: str = ""  # restrictions the source states that no checker encodes (not checked)
 
     @field_validator("dtypes")

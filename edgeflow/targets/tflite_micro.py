@@ -78,16 +78,48 @@ def measure_arena(model: bytes) -> tuple[int, int]:
     found = _TOTAL.search(err.text())
     del interp
     recorded = int(found.group(1)) if found else 0
-    low, high = 0, recorded or ARENA_LIMIT
-    if _load(model, high, err) is None:  # the recorded total should allocate; else search up
-        low, high = high, ARENA_LIMIT
-    while high - low > 1:  # invariant: `high` allocates, `low` does not (or is 0)
-        mid = (low + high) // 2
-        if _load(model, mid, err) is None:
-            low = mid
-        else:
-            high = mid
-    return high, recorded
+    # The recorded total usually allocates, but not always (kernels that take temporary
+    # buffers in Prepare); loading with too small an arena can crash: the search tries it.
+    return _search(model, recorded), recorded
+
+
+def _search(model: bytes, guess: int) -> int:
+    """The smallest arena that allocates, starting from a guess (below it when it allocates,
+    doubling up when not). Too small an arena can crash TFLM, so the attempts run in a
+    child process (_arena_search.py); a size that kills it counts as one that does not
+    allocate, and the search goes on in a new child."""
+    import subprocess
+    import sys
+    import tempfile
+
+    script = Path(__file__).with_name("_arena_search.py")
+    low, high = 0, 0  # low does not allocate; high does (0: none known yet)
+    with tempfile.TemporaryDirectory(prefix="edgeflow-arena-") as tmp:
+        path = Path(tmp) / "model.tflite"
+        path.write_bytes(model)
+        for _ in range(64):  # each crash raises `low`: a few restarts at most
+            run = subprocess.run(
+                # -P: not this folder on sys.path (its tflite_micro.py would shadow the package)
+                [sys.executable, "-P", str(script), str(path), str(low), str(high), str(guess)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            crashed_at = None
+            for line in run.stdout.split():
+                word, _, size = line.partition(":")
+                if word == "min":
+                    return int(size)
+                crashed_at = int(size) if word == "try" else None  # a try with no answer
+                if word == "fail":
+                    low = max(low, int(size))
+                elif word == "ok":
+                    high = int(size) if high <= 0 else min(high, int(size))
+            if crashed_at is not None:
+                low = max(low, crashed_at)
+            if high > 0 and (run.returncode == 0 or high - low <= 1):
+                return high
+    raise EdgeflowError(f"TFLite Micro: no arena size found between {low:,} and {high:,} bytes")
 
 
 class MicroRunner(TfliteRunner):

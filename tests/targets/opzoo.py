@@ -8,87 +8,18 @@ int64 and int8 (QDQ and integer ops), including types and versions a runtime has
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
-import onnx
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-NP = {
-    T.FLOAT: np.float32,
-    T.DOUBLE: np.float64,
-    T.INT64: np.int64,
-    T.INT32: np.int32,
-    T.INT8: np.int8,
-    T.UINT8: np.uint8,
-    T.BOOL: np.bool_,
-    T.FLOAT16: np.float16,
-}
+from edgeflow.targets.probes import Case, single, typed_outputs
+from edgeflow.targets.probes import const as _const
 
-
-@dataclass
-class Case:
-    name: str
-    model: onnx.ModelProto
-    feeds: dict[str, np.ndarray] = field(default_factory=dict)
-
-
-def _const(name: str, value: Any, dtype: Any = np.float32) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
-
-
-def single(
-    name: str,
-    op: str,
-    inputs: list[tuple[str, int, list[Any]]],
-    consts: dict[str, Any] | None = None,
-    attrs: dict[str, Any] | None = None,
-    opset: int = 17,
-    out_type: int | list[int] | None = None,
-    extra_inputs: list[str] | None = None,
-    outputs: int = 1,
-) -> Case:
-    """One node `op` on graph inputs (name, type, shape; a str dim is dynamic) + constants."""
-    rng = np.random.default_rng(0)
-    consts = consts or {}
-    inits = [v if isinstance(v, onnx.TensorProto) else _const(k, v) for k, v in consts.items()]
-    names = [n for n, _, _ in inputs] + list(consts) + (extra_inputs or [])
-    out_names = [f"y{i}" for i in range(outputs)]
-    node = helper.make_node(op, names, out_names, **(attrs or {}))
-    elems = out_type if isinstance(out_type, list) else [out_type or inputs[0][1]] * outputs
-    graph = helper.make_graph(
-        [node],
-        name,
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(o, e, None) for o, e in zip(out_names, elems, strict=True)],
-        inits,
-    )
-    model = typed_outputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
-    feeds = {}
-    for n, t, s in inputs:
-        shape = [d if isinstance(d, int) else 2 for d in s]
-        feeds[n] = (rng.standard_normal(shape) * 2).astype(NP[t])
-    return Case(name, model, feeds)
-
+__all__ = ["DW", "Case", "W", "X", "_const", "cases", "single"]
 
 X = [("x", T.FLOAT, [1, 4, 8, 8])]
 W = {"w": np.random.default_rng(1).standard_normal((4, 4, 3, 3)).astype(np.float32)}
 DW = {"w": np.random.default_rng(1).standard_normal((4, 1, 3, 3)).astype(np.float32)}
-
-
-def typed_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Graph outputs with the shapes ONNX shape inference gives them (the checker wants one)."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:
-        return model
-    known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
-    for i, out in enumerate(model.graph.output):
-        if out.name in known and known[out.name].type.tensor_type.HasField("shape"):
-            model.graph.output[i].CopyFrom(known[out.name])
-    return model
 
 
 def _if_case() -> Case:

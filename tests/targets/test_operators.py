@@ -10,9 +10,18 @@ from onnx import TensorProto as T
 
 from edgeflow.errors import EdgeflowError
 from edgeflow.targets import load_profile
-from edgeflow.targets.derive import MARKER, onnxruntime_kernels, render
+from edgeflow.targets.armnn import python as armnn_python
+from edgeflow.targets.derive import (
+    FAMILY,
+    MARKER,
+    family_operators,
+    family_versions,
+    onnxruntime_kernels,
+    render,
+)
 from edgeflow.targets.precheck import check
 from edgeflow.targets.profile import TargetProfile
+from tests.targets.conftest import needs_tflite
 from tests.targets.opzoo import DW, W, X, _const, single
 
 
@@ -31,6 +40,81 @@ def test_onnxruntime_micro_operators_are_those_of_the_installed_onnxruntime() ->
     assert hardswish is not None and all(k.expanded for k in hardswish)
 
 
+@needs_tflite
+@pytest.mark.parametrize("target", FAMILY)
+def test_measured_profiles_name_the_installed_tools(target: str) -> None:
+    """The tflite-family lists are measurements of these versions (derive tflite_family)."""
+    if target == "armnn" and not Path(armnn_python()).is_file():
+        pytest.skip("Arm NN is not installed here (Debian's python3-pyarmnn)")
+    profile = load_profile(target)
+    text = Path(f"targets/{target}.yaml").read_text(encoding="utf-8")
+    assert f"# Measured with {family_versions(target)}:" in text, (
+        f"targets/{target}.yaml was measured with other versions: "
+        "python -m edgeflow.targets.derive tflite_family --write"
+    )
+    assert profile.operators is not None and len(profile.operators) >= 30
+    assert "Conv" in profile.operators and "NonZero" not in profile.operators
+
+
+def test_measured_operator_lists_come_from_verdicts() -> None:
+    """family_operators on hand-made verdicts: modes, dtypes, checkers, the missing list."""
+    from edgeflow.targets.probes import single as probe
+    from edgeflow.targets.trial import Verdict
+
+    cases = [
+        probe("Conv", "Conv", X, W),
+        probe("Conv grouped", "Conv", X, DW, {"group": 4}, checker="groups_one"),
+        probe("Erf", "Erf", X),
+        probe("Erf int64", "Erf", [("x", T.INT64, [2, 3])]),
+        probe("Gelu", "Gelu", X, opset=20),
+    ]
+    ok, no = Verdict(True, builtins=["CONV_2D"]), Verdict(False, "load", "nope", ["GELU"])
+    verdicts = {
+        "Conv": {"t/none": ok, "t/int8": ok},
+        "Conv grouped": {"t/none": ok, "t/int8": no},
+        "Erf": {"t/none": Verdict(True, builtins=["ERF"]), "t/int8": no},
+        "Erf int64": {"t/none": ok},
+        "Gelu": {"t/none": no, "t/int8": no},
+    }
+    ops, missing = family_operators("t", cases, verdicts, ["none", "int8"])
+    assert ops["Conv"] == {
+        "dtypes": ["float"],
+        "quantization": None,
+        "checks": ["groups_one"],
+        "inaccurate": {},
+        "note": "CONV_2D; Conv grouped: load [GELU]: nope",
+    }
+    assert ops["Erf"]["quantization"] == ["none"] and ops["Erf"]["dtypes"] == ["float", "int64"]
+    off = Verdict(False, "compare", "relative error 0.5 (tolerance 0.1)", ["RELU6"])
+    verdicts["Erf"]["t/int8"] = off
+    ops, _ = family_operators("t", cases, verdicts, ["none", "int8"])
+    assert ops["Erf"]["quantization"] is None  # it runs in int8: a warning, not a failure
+    assert ops["Erf"]["inaccurate"] == {
+        "int8": "compare [RELU6]: relative error 0.5 (tolerance 0.1)"
+    }
+    assert missing == {"Gelu": "load [GELU]: nope"}
+
+
+def test_an_op_without_int8_kernels_fails_the_int8_precheck() -> None:
+    profile = profile_with({"Erf": {"quantization": ["none"]}})
+    erf = single("e", "Erf", X).model
+    assert check(erf, profile, "none") == []
+    [finding] = check(erf, profile, "int8")
+    assert finding.reason == "not supported in quantization mode int8 (only none)"
+    assert finding.rule == "onnx.decompose" and finding.severity == "error"
+
+
+def test_an_op_measured_inaccurate_is_a_warning_that_passes() -> None:
+    from edgeflow.targets.precheck import errors, render_table, to_json
+
+    profile = profile_with({"Clip": {"inaccurate": {"int8": "143 int8 steps off LiteRT"}}})
+    clip = single("c", "Clip", X, {"lo": 0.0, "hi": 6.0}).model
+    assert check(clip, profile, "none") == []
+    findings = to_json(check(clip, profile, "int8"))
+    assert [f["severity"] for f in findings] == ["warning"] and errors(findings) == []
+    assert "(warning) int8 may be inaccurate: 143 int8 steps off LiteRT" in render_table(findings)
+
+
 def profile_with(operators: dict, **extra: object) -> TargetProfile:
     base = load_profile("tflite_micro").model_dump()
     return TargetProfile.model_validate(base | {"operators": operators, **extra})
@@ -38,7 +122,8 @@ def profile_with(operators: dict, **extra: object) -> TargetProfile:
 
 def test_versions_and_input_types() -> None:
     ops = {"Relu": {"kernels": [{"since": 6, "until": 13, "dtypes": ["float"]}]}}
-    profile = profile_with(ops, float64=True, float16=True)  # only the operator spec decides
+    # only the operator spec decides
+    profile = profile_with(ops, float64=True, float16=True, dtype_fallbacks={})
     assert check(single("r", "Relu", X, opset=13).model, profile) == []
     [late] = check(single("r", "Relu", X, opset=14).model, profile)
     assert late.reason == "no kernel for version 14 of Relu (has versions 6-13)"
@@ -109,3 +194,95 @@ def test_a_checker_typo_is_a_load_error_at_its_line(tmp_path: Path, monkeypatch)
     assert "mine.yaml:4:" in text and "unknown checker 'dilation_one'" in text
     assert "did you mean 'dilations_one'" in text
     assert "mine.yaml:5:" in text and "unknown dtype 'floot'" in text
+
+
+def test_variant_checkers() -> None:
+    ops = {
+        "Conv": {"checks": ["not_depthwise"]},
+        "MaxPool": {"checks": ["pads_zero"]},
+        "Pad": {"checks": ["pad_constant"]},
+        "Resize": {"checks": ["resize_nearest"]},
+        "Cast": {"checks": ["cast_not_to_int64"]},
+        "Transpose": {"checks": ["rank_at_most_5"]},
+        "Gemm": {"checks": ["has_bias"]},
+        "Slice": {"checks": ["slice_one_axis"]},
+    }
+    profile = profile_with(ops)
+    two = [("x", T.FLOAT, [2, 16])]
+    assert (
+        check(single("g", "Gemm", two, {"w": np.ones((16, 4)), "c": np.ones(4)}).model, profile)
+        == []
+    )
+    [bare] = check(single("g", "Gemm", two, {"w": np.ones((16, 4))}).model, profile)
+    assert bare.reason == "has_bias: no bias input (C)"
+    i64 = np.int64
+    one = {"s": _const("s", [1], i64), "e": _const("e", [3], i64), "a": _const("a", [1], i64)}
+    assert check(single("s", "Slice", X, one).model, profile) == []
+    both = {k: _const(k, [1, 1] if k != "a" else [1, 2], i64) for k in ("s", "e", "a")}
+    both["e"] = _const("e", [3, 4], i64)
+    [sliced] = check(single("s", "Slice", X, both).model, profile)
+    assert sliced.reason == "slice_one_axis: slices 2 axes at once (needs one Slice per axis)"
+    assert check(single("c", "Conv", X, W).model, profile) == []
+    [dw] = check(single("c", "Conv", X, DW, {"group": 4}).model, profile)
+    assert dw.reason == "not_depthwise: depthwise convolution (group=4)"
+    pool = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    [padded] = check(single("m", "MaxPool", X, attrs=pool).model, profile)
+    assert padded.reason == "pads_zero: padded pooling (pads [1, 1, 1, 1])"
+    pads = {"pads": _const("pads", [0, 0, 1, 1, 0, 0, 1, 1], np.int64)}
+    assert check(single("p", "Pad", X, pads).model, profile) == []
+    [reflect] = check(single("p", "Pad", X, pads, {"mode": "reflect"}).model, profile)
+    assert reflect.reason == "pad_constant: pad mode 'reflect' (needs constant)"
+    scales = {"roi": np.zeros(0), "scales": [1, 1, 2, 2]}
+    assert check(single("r", "Resize", X, scales).model, profile) == []
+    [linear] = check(single("r", "Resize", X, scales, {"mode": "linear"}).model, profile)
+    assert linear.reason == "resize_nearest: resize mode 'linear' (needs nearest)"
+    assert (
+        check(single("c", "Cast", X, attrs={"to": T.INT32}, out_type=T.INT32).model, profile) == []
+    )
+    [cast] = check(single("c", "Cast", X, attrs={"to": T.INT64}, out_type=T.INT64).model, profile)
+    assert cast.reason == "cast_not_to_int64: casts to int64"
+    five = [("x", T.FLOAT, [1, 2, 2, 2, 2])]
+    assert (
+        check(single("t", "Transpose", five, attrs={"perm": [0, 1, 2, 4, 3]}).model, profile) == []
+    )
+
+
+def test_a_profile_extends_a_built_in_one(tmp_path: Path) -> None:
+    """A board of your own, and an operator your runtime build adds, over the built-in."""
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    (targets / "my_m4.yaml").write_text(
+        "extends: tflite_micro\n"
+        "description: our Cortex-M4 board\n"
+        "boards:\n"
+        "  our_board: {description: 'M4, 192 KiB', ram_bytes: 196608, flash_bytes: 524288}\n"
+        "default_board: our_board\n"
+    )
+    (targets / "tflite_micro.yaml").write_text(
+        "extends: tflite_micro\noperators:\n  Gelu: {note: our build registers GELU}\n"
+    )
+    builtin = load_profile("tflite_micro")
+    shadowed = load_profile("tflite_micro", tmp_path)  # ours, over the built-in
+    mine = load_profile("my_m4", tmp_path)  # over ours, which is the visible tflite_micro
+    assert mine.name == "my_m4" and mine.backend == "tflite_micro"
+    assert mine.operators == shadowed.operators
+    assert set(mine.boards) == {*builtin.boards, "our_board"}
+    assert mine.board(None) == ("our_board", mine.boards["our_board"])
+    assert shadowed.operators is not None and builtin.operators is not None
+    assert set(shadowed.operators) == {*builtin.operators, "Gelu"}
+    assert check(single("g", "Gelu", X, opset=20).model, shadowed) == []
+    assert check(single("g", "Gelu", X, opset=20).model, builtin) != []
+
+
+def test_extending_an_unknown_or_looping_profile_is_an_error(tmp_path: Path) -> None:
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    (targets / "a.yaml").write_text("extends: tflite_mikro\n")
+    with pytest.raises(EdgeflowError) as info:
+        load_profile("a", tmp_path)
+    assert "extends: unknown target 'tflite_mikro'" in info.value.render()
+    assert "did you mean 'tflite_micro'" in info.value.render()
+    (targets / "a.yaml").write_text("extends: b\n")
+    (targets / "b.yaml").write_text("extends: a\n")
+    with pytest.raises(EdgeflowError, match="extend each other in a loop"):
+        load_profile("a", tmp_path)

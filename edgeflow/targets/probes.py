@@ -1,0 +1,408 @@
+"""Probe graphs: one small ONNX graph per operator, to ask a runtime what it takes.
+
+`python -m edgeflow.targets.derive tflite_micro` converts and runs every probe on the real
+runtimes (edgeflow.targets.trial) and writes the operators the runtime ran into the profile.
+A probe with a `checker` is a variant of its operator's main probe (grouped, dilated, padded,
+5-D, ...): when the main probe runs and the variant does not, the profile gets that checker
+for the operator. tests/targets/opzoo.py builds its cases with the same helpers; its cases
+(other shapes, types and patterns) are what the profiles are then held against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+NP: dict[int, Any] = {
+    T.FLOAT: np.float32,
+    T.DOUBLE: np.float64,
+    T.INT64: np.int64,
+    T.INT32: np.int32,
+    T.INT8: np.int8,
+    T.UINT8: np.uint8,
+    T.BOOL: np.bool_,
+    T.FLOAT16: np.float16,
+}
+
+
+@dataclass
+class Case:
+    name: str
+    model: onnx.ModelProto
+    feeds: dict[str, np.ndarray] = field(default_factory=dict)
+    op: str = ""  # the operator a probe asks about (its first node's type by default)
+    checker: str = ""  # a variant's checker: added to the op when the variant alone fails
+
+
+def const(name: str, value: Any, dtype: Any = np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+
+
+def single(
+    name: str,
+    op: str,
+    inputs: Sequence[tuple[str, Any, Sequence[Any]]],
+    consts: dict[str, Any] | None = None,
+    attrs: dict[str, Any] | None = None,
+    opset: int = 17,
+    out_type: int | list[int] | None = None,
+    extra_inputs: list[str] | None = None,
+    outputs: int = 1,
+    positive: bool = False,
+    checker: str = "",
+) -> Case:
+    """One node `op` on graph inputs (name, type, shape; a str dim is dynamic) + constants.
+    Feeds are normal with std 2 (positive: |x| + 0.5, or + 1 for integers: for Log, Sqrt,
+    Div, ...)."""
+    rng = np.random.default_rng(0)
+    consts = consts or {}
+    inits = [v if isinstance(v, onnx.TensorProto) else const(k, v) for k, v in consts.items()]
+    names = [n for n, _, _ in inputs] + list(consts) + (extra_inputs or [])
+    out_names = [f"y{i}" for i in range(outputs)]
+    node = helper.make_node(op, names, out_names, **(attrs or {}))
+    elems = out_type if isinstance(out_type, list) else [out_type or inputs[0][1]] * outputs
+    graph = helper.make_graph(
+        [node],
+        name,
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(o, e, None) for o, e in zip(out_names, elems, strict=True)],
+        inits,
+    )
+    model = typed_outputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+    feeds: dict[str, np.ndarray] = {}
+    for n, t, s in inputs:
+        shape = [d if isinstance(d, int) else 2 for d in s]
+        value: Any = rng.standard_normal(shape) * 2
+        if t == T.BOOL:
+            value = value > 0
+        elif positive:
+            value = np.abs(value) + (0.5 if t in (T.FLOAT, T.DOUBLE, T.FLOAT16) else 1)
+        feeds[n] = value.astype(NP[t])
+    return Case(name, model, feeds, op, checker)  # the op a probe asks about
+
+
+def typed_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Graph outputs with the shapes ONNX shape inference gives them (the checker wants one)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        return model
+    known = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
+    for i, out in enumerate(model.graph.output):
+        if out.name in known and known[out.name].type.tensor_type.HasField("shape"):
+            model.graph.output[i].CopyFrom(known[out.name])
+    return model
+
+
+def _if_probe() -> Case:
+    """If on a condition computed from the input: Relu or Neg of x."""
+    branches = [
+        helper.make_graph(
+            [helper.make_node(op, ["x"], [out])],
+            name,
+            [],
+            [helper.make_tensor_value_info(out, T.FLOAT, [1, 6, 10, 10])],
+        )
+        for op, name, out in (("Relu", "then", "a"), ("Neg", "else", "b"))
+    ]
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+        helper.make_node("Greater", ["m", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y0"], then_branch=branches[0], else_branch=branches[1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "if",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 6, 10, 10])],
+        [helper.make_tensor_value_info("y0", T.FLOAT, [1, 6, 10, 10])],
+        [const("zero", 0.0)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 6, 10, 10)).astype(np.float32)}
+    return Case("If", model, feeds, "If")
+
+
+def probes() -> list[Case]:
+    """The probe set: main probes in float32 with typical attributes, then variants."""
+    x = [("x", T.FLOAT, [1, 6, 10, 10])]
+    x2 = [*x, ("x2", T.FLOAT, [1, 6, 10, 10])]
+    seq = [("x", T.FLOAT, [2, 5, 12])]  # (batch, tokens, features)
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((8, 6, 3, 3)).astype(np.float32)
+    ones6, zeros6 = np.ones(6), np.zeros(6)
+    i64 = np.int64
+    found: list[Case] = []
+    unary: tuple[str, ...] = (
+        "Abs",
+        "Neg",
+        "Exp",
+        "Sin",
+        "Cos",
+        "Tanh",
+        "Sigmoid",
+        "Relu",
+        "Floor",
+        "Ceil",
+    )
+    unary += ("Round", "Sign", "Erf", "Softplus", "Softsign", "HardSigmoid", "HardSwish", "Elu")
+    unary += ("Selu", "Celu", "Identity")
+    found += [single(op, op, x) for op in unary]
+    found += [single(op, op, x, positive=True) for op in ("Log", "Sqrt", "Reciprocal")]
+    found += [
+        single("Mish", "Mish", x, opset=18),
+        single("Gelu", "Gelu", x, opset=20),
+        single("LeakyRelu", "LeakyRelu", x, attrs={"alpha": 0.2}),
+        single("ThresholdedRelu", "ThresholdedRelu", x, attrs={"alpha": 0.5}),
+        single("PRelu", "PRelu", x, {"slope": np.full((6, 1, 1), 0.25, np.float32)}),
+        single("Clip", "Clip", x, {"lo": 0.0, "hi": 6.0}),
+        single("Dropout", "Dropout", x),
+    ]
+    for op in ("Add", "Sub", "Mul", "Max", "Min", "Sum", "Mean"):
+        found.append(single(op, op, x2))
+    found.append(single("Div", "Div", x2, positive=True))  # no divisor near 0
+    found.append(single("Pow", "Pow", x, {"e": np.float32(2.0)}, positive=True))
+    for op in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
+        found.append(single(op, op, x2, out_type=T.BOOL))
+    b2 = [("x", T.BOOL, [1, 6, 10, 10]), ("x2", T.BOOL, [1, 6, 10, 10])]
+    found += [single(op, op, b2) for op in ("And", "Or", "Xor")]
+    found.append(single("Not", "Not", b2[:1]))
+    found.append(single("Where", "Where", [("c", T.BOOL, [1, 6, 10, 10]), *x2], out_type=T.FLOAT))
+    # convolutions, pooling, normalisation
+    found += [
+        single("Conv", "Conv", x, {"w": w, "b": np.ones(8)}, {"pads": [1, 1, 1, 1]}),
+        single(
+            "ConvTranspose",
+            "ConvTranspose",
+            x,
+            {"w": rng.standard_normal((6, 4, 2, 2)).astype(np.float32)},
+            {"strides": [2, 2]},
+        ),
+        single("MaxPool", "MaxPool", x, attrs={"kernel_shape": [2, 2], "strides": [2, 2]}),
+        single("AveragePool", "AveragePool", x, attrs={"kernel_shape": [2, 2], "strides": [2, 2]}),
+        single("GlobalAveragePool", "GlobalAveragePool", x),
+        single("GlobalMaxPool", "GlobalMaxPool", x),
+        single("LpNormalization", "LpNormalization", x, attrs={"axis": 1}),
+        single("LRN", "LRN", x, attrs={"size": 3}),
+        single(
+            "BatchNormalization",
+            "BatchNormalization",
+            x,
+            {"g": ones6, "b": zeros6, "m": zeros6 + 0.1, "v": ones6 * 2},
+        ),
+        single("InstanceNormalization", "InstanceNormalization", x, {"g": ones6, "b": zeros6}),
+        single(
+            "LayerNormalization",
+            "LayerNormalization",
+            seq,
+            {"g": np.ones(12), "b": np.zeros(12)},
+            {"axis": -1},
+        ),
+    ]
+    # matmul, attention
+    found += [
+        single("MatMul", "MatMul", seq, {"w": rng.standard_normal((12, 7))}),
+        single("Gemm", "Gemm", [("x", T.FLOAT, [2, 12])], {"w": np.ones((12, 7)), "c": np.ones(7)}),
+        single("Softmax", "Softmax", seq, attrs={"axis": -1}),
+        single("LogSoftmax", "LogSoftmax", seq, attrs={"axis": -1}),
+        single("Einsum", "Einsum", seq, {"w": np.ones((12, 3))}, {"equation": "bij,jk->bik"}),
+    ]
+    # shapes and layouts
+    found += [
+        single("Reshape", "Reshape", x, {"shape": const("shape", [1, 6, -1], i64)}),
+        single("Flatten", "Flatten", x),
+        single("Transpose", "Transpose", x, attrs={"perm": [0, 2, 3, 1]}),
+        single("Squeeze", "Squeeze", [("x", T.FLOAT, [1, 6, 1, 10])], {"a": const("a", [2], i64)}),
+        single("Unsqueeze", "Unsqueeze", [("x", T.FLOAT, [4, 12])], {"a": const("a", [1], i64)}),
+        single("Concat", "Concat", x2, attrs={"axis": 1}),
+        single("Split", "Split", x, attrs={"axis": 1, "num_outputs": 2}, opset=18, outputs=2),
+        single(
+            "Slice",
+            "Slice",
+            x,
+            {"s": const("s", [2], i64), "e": const("e", [9], i64), "a": const("a", [3], i64)},
+        ),
+        single("Gather", "Gather", x, {"i": const("i", [0, 3, 5], i64)}, attrs={"axis": 1}),
+        single(
+            "GatherElements",
+            "GatherElements",
+            seq,
+            {"i": const("i", np.zeros((2, 5, 3)), i64)},
+            {"axis": 2},
+        ),
+        single("GatherND", "GatherND", seq, {"i": const("i", [[0, 1], [1, 4]], i64)}),
+        single(
+            "Expand",
+            "Expand",
+            [("x", T.FLOAT, [1, 6, 1, 10])],
+            {"s": const("s", [1, 6, 4, 10], i64)},
+        ),
+        single("Tile", "Tile", x, {"r": const("r", [1, 2, 1, 1], i64)}),
+        single("Pad", "Pad", x, {"p": const("p", [0, 0, 1, 2, 0, 0, 1, 2], i64)}),
+        single(
+            "Resize",
+            "Resize",
+            x,
+            {"roi": np.zeros(0), "scales": [1, 1, 2, 2]},
+            attrs={"mode": "nearest"},
+        ),
+        single(
+            "DepthToSpace", "DepthToSpace", [("x", T.FLOAT, [1, 8, 4, 4])], attrs={"blocksize": 2}
+        ),
+        single("SpaceToDepth", "SpaceToDepth", x, attrs={"blocksize": 2}),
+        single("Cast", "Cast", x, attrs={"to": T.INT32}, out_type=T.INT32),
+        single("Trilu", "Trilu", seq),
+        single("CumSum", "CumSum", seq, {"ax": const("ax", 2, i64)}),
+    ]
+    # reductions, arg and top-k
+    for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2"):
+        found.append(single(op, op, x, {"axes": const("axes", [2, 3], i64)}, opset=18))
+    found += [
+        single(
+            "ReduceLogSumExp", "ReduceLogSumExp", x, {"axes": const("axes", [1], i64)}, opset=18
+        ),
+        single(
+            "ReduceSumSquare", "ReduceSumSquare", x, {"axes": const("axes", [1], i64)}, opset=18
+        ),
+        single("ArgMax", "ArgMax", x, attrs={"axis": 1}, out_type=T.INT64),
+        single("ArgMin", "ArgMin", x, attrs={"axis": 1}, out_type=T.INT64),
+        single(
+            "TopK",
+            "TopK",
+            seq,
+            {"k": const("k", [3], i64)},
+            outputs=2,
+            out_type=[T.FLOAT, T.INT64],
+        ),
+        single("NonZero", "NonZero", x, out_type=T.INT64),
+        _if_probe(),
+    ]
+    # other input types: an op's dtypes are those of its probes that ran
+    for dtype, name in ((T.INT64, "int64"), (T.INT32, "int32"), (T.INT8, "int8")):
+        ints = [("x", dtype, [2, 16]), ("x2", dtype, [2, 16])]
+        for op in ("Add", "Sub", "Mul", "Div"):
+            found.append(single(f"{op} {name}", op, ints, positive=op == "Div", opset=14))
+        found += [single(f"{op} {name}", op, ints[:1], opset=14) for op in ("Neg", "Abs", "Relu")]
+        found.append(single(f"Concat {name}", "Concat", ints, attrs={"axis": 1}))
+        found.append(
+            single(f"Cast {name}", "Cast", ints[:1], attrs={"to": T.FLOAT}, out_type=T.FLOAT)
+        )
+    found.append(
+        single(
+            "MaxPool int8",
+            "MaxPool",
+            [("x", T.INT8, [1, 6, 10, 10])],
+            attrs={"kernel_shape": [2, 2]},
+        )
+    )
+    # variants: when the main probe runs and one of these does not, the op gets the checker
+    dw = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
+    grouped = rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    five_d = [("x", T.FLOAT, [1, 2, 3, 4, 5])]
+    six_d = [("x", T.FLOAT, [1, 2, 2, 3, 2, 2])]
+    found += [
+        single("Conv depthwise", "Conv", x, {"w": dw}, {"group": 6}, checker="not_depthwise"),
+        single("Conv grouped", "Conv", x, {"w": grouped}, {"group": 3}, checker="not_grouped"),
+        single(
+            "Gemm without bias",
+            "Gemm",
+            [("x", T.FLOAT, [2, 12])],
+            {"w": np.ones((12, 7))},
+            checker="has_bias",
+        ),
+        single("Conv dilated", "Conv", x, {"w": w}, {"dilations": [2, 2]}, checker="dilations_one"),
+        single(
+            "MaxPool padded",
+            "MaxPool",
+            x,
+            attrs={"kernel_shape": [3, 3], "pads": [1] * 4},
+            checker="pads_zero",
+        ),
+        single(
+            "AveragePool padded",
+            "AveragePool",
+            x,
+            attrs={"kernel_shape": [3, 3], "pads": [1] * 4},
+            checker="pads_zero",
+        ),
+        single(
+            "Pad reflect",
+            "Pad",
+            x,
+            {"p": const("p", [0, 0, 1, 1, 0, 0, 1, 1], i64)},
+            {"mode": "reflect"},
+            checker="pad_constant",
+        ),
+        single(
+            "Resize linear",
+            "Resize",
+            x,
+            {"roi": np.zeros(0), "scales": [1, 1, 2, 2]},
+            {"mode": "linear"},
+            checker="resize_nearest",
+        ),
+        single(
+            "Cast to int64",
+            "Cast",
+            x,
+            attrs={"to": T.INT64},
+            out_type=T.INT64,
+            checker="cast_not_to_int64",
+        ),
+        single("Softmax axis 1", "Softmax", seq, attrs={"axis": 1}, checker="axis_last"),
+        single(
+            "Transpose 5-D",
+            "Transpose",
+            five_d,
+            attrs={"perm": [0, 2, 1, 4, 3]},
+            checker="rank_at_most_4",
+        ),
+        single(
+            "Transpose 6-D",
+            "Transpose",
+            six_d,
+            attrs={"perm": [0, 2, 1, 3, 5, 4]},
+            checker="rank_at_most_5",
+        ),
+        single(
+            "Slice two axes",
+            "Slice",
+            x,
+            {
+                "s": const("s", [1, 2], i64),
+                "e": const("e", [5, 9], i64),
+                "a": const("a", [1, 3], i64),
+            },
+            checker="slice_one_axis",
+        ),
+        single(
+            "Slice 5-D",
+            "Slice",
+            five_d,
+            {"s": const("s", [1], i64), "e": const("e", [3], i64), "a": const("a", [2], i64)},
+            checker="rank_at_most_4",
+        ),
+        single(
+            "Add 5-D", "Add", [*five_d, ("x2", T.FLOAT, [1, 2, 3, 4, 5])], checker="rank_at_most_4"
+        ),
+        single(
+            "Concat 5-D",
+            "Concat",
+            [*five_d, ("x2", T.FLOAT, [1, 2, 3, 4, 5])],
+            attrs={"axis": 2},
+            checker="rank_at_most_4",
+        ),
+        single(
+            "Reshape 5-D",
+            "Reshape",
+            x,
+            {"shape": const("shape", [1, 2, 3, 10, 10], i64)},
+            checker="rank_at_most_4",
+        ),
+    ]
+    return found
