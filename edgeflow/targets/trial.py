@@ -1,17 +1,19 @@
 """Try ONNX graphs on the TFLite-family runtimes, as edgeflow's backends would build them.
 
 For each graph: onnx2tf converts it (float32; full-integer int8 per channel for tflite and
-tflite_micro, per tensor for armnn, calibrated on jittered copies of the graph's own feeds),
+tflite_micro, per tensor for armnn, calibrated on shuffled copies of the graph's own feeds),
 then each artifact runs in the real runtime (LiteRT, the TFLite Micro interpreter, Arm NN on
 CpuRef) and its outputs are compared with onnxruntime's; int8 results of TFLite Micro and Arm
 NN are also compared with LiteRT's on the same .tflite. The verdict says whether the target
 takes the graph, and if not, where it failed: convert, load, run, compare (a wrong result) or
 crash. This is the measurement behind the tflite, tflite_micro and armnn operator lists
-(`python -m edgeflow.targets.derive tflite --write`) and behind the agreement tests.
+(`python -m edgeflow.targets.derive tflite_family --write`) and behind the agreement tests;
+`python -m edgeflow.targets.trial model.onnx` tries one file.
 
 The graphs run in one worker process (TensorFlow is imported once: about 0.2 s per float and
-1.2 s per int8 conversion instead of 5 s each); when native code kills the worker, the graph
-it was on is reported as a crash and a new worker goes on with the next one.
+1.2 s per int8 conversion instead of 5 s each); when native code kills the worker, the step
+it was on (the conversion, or one target and mode) is reported as a crash and a new worker
+goes on with the rest.
 """
 
 from __future__ import annotations
