@@ -16,7 +16,7 @@ from typing import Any
 from edgeflow import resources
 from edgeflow.errors import EdgeflowError
 
-QUANTIZATION_KEYS = ("mode", "per_channel", "symmetric", "method", "reduce_range")
+QUANTIZATION_KEYS = ("mode", "per_channel", "symmetric", "method", "reduce_range", "activations")
 # Presets set some keys; the rest stay as the recipe has them (None).
 QUANTIZATION_PRESETS: dict[str, dict[str, Any]] = {
     "recipe": {},
@@ -25,6 +25,7 @@ QUANTIZATION_PRESETS: dict[str, dict[str, Any]] = {
     "int8": {"mode": "int8"},
     "int8_per_tensor": {"mode": "int8", "per_channel": False},
     "int8_symmetric": {"mode": "int8", "symmetric": True},
+    "int16_act": {"mode": "int8", "activations": "int16"},
 }
 
 _exit_codes: list[int] = []

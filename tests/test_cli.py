@@ -33,7 +33,7 @@ def test_help_imports_no_heavy_library() -> None:
     [
         ("recipe=digits_cn", "unknown recipe 'digits_cn'", "did you mean 'digits_cnn'?"),
         ("target=onnxruntime_mcu", "unknown target", "did you mean 'onnxruntime_micro'?"),
-        ("quantization=int16", "unknown quantization 'int16'", "did you mean 'int8'?"),
+        ("quantization=int4", "unknown quantization 'int4'", "did you mean 'int8'?"),
     ],
 )
 def test_run_rejects_unknown_choices(arg: str, message: str, suggestion: str, capsys) -> None:
@@ -58,7 +58,7 @@ def test_multirun_sweep_shares_upstream_stages(tmp_path: Path, capsys) -> None:
     assert out.count("  export       ran") == 1
     assert out.count("  export       cached") == 1
     assert out.count("  quantize     ran") == 2
-    for mode in ("none", "int8"):
+    for mode in ("none", "int8-per_tensor"):
         metrics = tmp_path / "build" / "digits_cnn" / f"onnxruntime_micro-{mode}" / "metrics.json"
         assert json.loads(metrics.read_text())["verified"] is True
     assert len(list((cache / "export").glob("*/*"))) == 1

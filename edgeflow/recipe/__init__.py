@@ -9,7 +9,13 @@ from typing import Any
 
 from edgeflow import resources
 from edgeflow.errors import EdgeflowError, Problem, RecipeError
-from edgeflow.recipe.loader import apply_overrides, display_path, read_yaml, validate
+from edgeflow.recipe.loader import (
+    COMMAND_LINE,
+    apply_overrides,
+    display_path,
+    read_yaml,
+    validate,
+)
 from edgeflow.recipe.schema import Recipe
 from edgeflow.recipe.suggest import did_you_mean
 from edgeflow.targets.profile import TargetProfile
@@ -31,7 +37,13 @@ class LoadedRecipe:
 
     @property
     def build_name(self) -> str:
-        return f"{self.profile.name}-{self.recipe.quantization.mode}"
+        """target-mode, plus the int8 settings the quantization presets change (so that a
+        sweep over presets does not write two builds into one folder)."""
+        q = self.recipe.quantization
+        parts = [self.profile.name, q.mode]
+        if q.mode == "int8":
+            parts += [k for k, on in BUILD_SUFFIXES.items() if on(q)]
+        return "-".join(parts)
 
 
 def find_recipe(name_or_path: str, cwd: Path | None = None) -> Path:
@@ -89,6 +101,16 @@ def load_recipe(
             "(onnx2tf) calibrates again",
             "use onnxruntime_micro or tensorrt, which run the exported Q/DQ as it is",
         )
+    if q.activations == "int16" and (q.mode != "int8" or profile.backend not in INT16_ACT):
+        raise _conflict(
+            tree,
+            path,
+            overrides,
+            "quantization.activations",
+            f"int16 activations need quantization.mode int8 and a target whose runtime has "
+            f"16x8 kernels ({', '.join(INT16_ACT)}); got mode {q.mode}, target {profile.name}",
+            "set quantization.activations: int8, or choose tflite or tflite_micro",
+        )
     board = recipe.precheck.board
     if board is not None and board not in profile.boards:
         raise _conflict(
@@ -102,14 +124,26 @@ def load_recipe(
     return LoadedRecipe(path=path, recipe=recipe, profile=profile)
 
 
+# Name parts of int8 builds whose settings differ from the defaults that presets change.
+BUILD_SUFFIXES: dict[str, Any] = {
+    "per_tensor": lambda q: not q.per_channel,
+    "symmetric": lambda q: q.symmetric,
+    "int16act": lambda q: q.activations == "int16",
+}
+# Backends whose runtime runs int8-weight, int16-activation ("16x8") models.
+INT16_ACT = ("tflite", "tflite_micro")
+
+
 def _conflict(
     tree: Any, path: Path, overrides: Mapping[str, Any], key: str, message: str, hint: str
 ) -> RecipeError:
     """A recipe value the resolved target does not allow, located at the value (or, when the
     recipe does not set it, at `target:`); a command-line override is named as such."""
+    if key in overrides:  # as the schema's own errors name an override
+        shown = f"{COMMAND_LINE} ({key}={overrides[key]})"
+        return RecipeError([Problem(shown, 0, 0, key, message, hint)])
     section, _, name = key.partition(".")
     node: Any = tree.get(section)
     has_key = isinstance(node, dict) and name in node
     line, col = node.lc.value(name) if has_key else tree.lc.key("target")
-    where = "<command line>" if key in overrides else display_path(path)
-    return RecipeError([Problem(where, line + 1, col + 1, key, message, hint)])
+    return RecipeError([Problem(display_path(path), line + 1, col + 1, key, message, hint)])

@@ -159,6 +159,8 @@ class Quantization(Strict):
     method: Literal["minmax", "entropy", "percentile", "qat"] = "minmax"
     # 7-bit weights: avoids int16 saturation in x86 AVX2 (non-VNNI) u8s8 kernels; see docs.
     reduce_range: bool = False
+    # int16: int8 weights with int16 activations (TFLite's 16x8 mode; tflite, tflite_micro)
+    activations: Literal["int8", "int16"] = "int8"
 
 
 class PrecheckOptions(Strict):

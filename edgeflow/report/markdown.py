@@ -163,7 +163,8 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
         settings = ", ".join(f"{k}={v}" for k, v in conv["int8"].items() if k == "per_channel")
         imposed = ", ".join(f"{k}={v}" for k, v in conv.get("imposed_by_target", {}).items())
         by_target = f" (set by the target: {imposed})" if imposed else ""
-        lines.append(f"  - int8 by the converter: {settings}{by_target}")
+        scheme = f"; {conv['int8']['scheme']}" if conv["int8"].get("scheme") else ""
+        lines.append(f"  - int8 by the converter: {settings}{by_target}{scheme}")
     if conv.get("operators"):
         lines.append(f"  - operators in the artifact: {', '.join(conv['operators'])}")
     return lines

@@ -13,8 +13,12 @@ BACKEND_CODE = (
     "edgeflow.targets.onnxruntime_micro",
     "edgeflow.targets.tflite",
     "edgeflow.targets.tflite_micro",
+    "edgeflow.targets._arena_search",
     "edgeflow.targets._onnx2tf",
     "edgeflow.targets._tflite_io",
+    "edgeflow.targets.armnn",
+    "edgeflow.targets._armnn_worker",
+    "edgeflow.targets.tensorrt",
 )
 RUNTIMES = ("onnxruntime", "ai-edge-litert", "tflite-micro", "tensorflow", "onnx2tf")
 

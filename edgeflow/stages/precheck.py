@@ -23,8 +23,10 @@ def run(ctx: StageContext) -> None:
     )
 
     model = onnx.load(str(ctx.inputs["onnx"]))
-    mode, board = ctx.recipe.quantization.mode, ctx.recipe.precheck.board
-    memory, too_big = check_memory(model, ctx.profile, mode, board)
+    q, board = ctx.recipe.quantization, ctx.recipe.precheck.board
+    mode = q.mode
+    sized = "int16_act" if mode == "int8" and q.activations == "int16" else mode
+    memory, too_big = check_memory(model, ctx.profile, sized, board)
     findings = to_json(check(model, ctx.profile, mode) + too_big)
     passed = not errors(findings)
     ctx.write_json(
@@ -58,7 +60,12 @@ STAGE = Stage(
     run=run,
     consumes=("onnx",),
     produces={"precheck": "precheck.json"},
-    reads=("target", "precheck", "quantization.mode"),
+    reads=("target", "precheck", "quantization.mode", "quantization.activations"),
     tools=("onnx",),
-    code=("edgeflow.targets.precheck", "edgeflow.targets.profile", "edgeflow.targets.memory"),
+    code=(
+        "edgeflow.targets.precheck",
+        "edgeflow.targets.profile",
+        "edgeflow.targets.checkers",
+        "edgeflow.targets.memory",
+    ),
 )

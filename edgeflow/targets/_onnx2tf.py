@@ -50,6 +50,13 @@ PACKAGES = {
 LOG_TAIL = 25
 
 
+def suffix(quantization: Any) -> str:
+    """onnx2tf's file suffix for the artifact this quantization asks for."""
+    if quantization.mode == "int8" and quantization.activations == "int16":
+        return "full_integer_quant_with_int16_act"
+    return SUFFIX[quantization.mode]
+
+
 def require(module: str, target: str) -> ModuleType:
     """Import an optional tool (slow: TensorFlow costs seconds), or say how to install it."""
     import importlib
@@ -67,7 +74,7 @@ def convert(job: ConvertJob, target: str) -> dict[str, Any]:
     """Convert job.onnx with onnx2tf into job.out_dir/model.tflite; return the convert info."""
     mode, q = job.quantization.mode, job.quantization
     with outputs(job, target) as (out, seconds):
-        produced = out / f"model_{SUFFIX[mode]}.tflite"
+        produced = out / f"model_{suffix(q)}.tflite"
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
         layout = io_layout(job.onnx, job.out_dir / ARTIFACT, out / "model_float32.tflite", target)
     info: dict[str, Any] = {
@@ -82,7 +89,11 @@ def convert(job: ConvertJob, target: str) -> dict[str, Any]:
         info["int8"] = {
             "per_channel": q.per_channel,
             "calibration_samples": _usable(job),
-            "scheme": "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O",
+            "scheme": (
+                "TFLite 16x8: symmetric int8 weights, symmetric int16 activations and I/O"
+                if q.activations == "int16"
+                else "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O"
+            ),
             "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k)],
         }
     return info
@@ -117,7 +128,7 @@ def outputs(job: ConvertJob, target: str) -> Iterator[tuple[Path, float]]:
                 "output_quant_dtype": "int8",
             }
         seconds, log = _run_onnx2tf(source, work / "out", options, target)
-        produced = work / "out" / f"model_{SUFFIX[mode]}.tflite"
+        produced = work / "out" / f"model_{suffix(q)}.tflite"
         if not produced.is_file():
             raise EdgeflowError(
                 f"onnx2tf wrote no {produced.name} (quantization mode {mode}); "

@@ -48,13 +48,16 @@ class MemoryEstimate:
 
 
 def estimate(model: Any, quantization: str = "none", backend: str = "") -> MemoryEstimate:
-    """Weights and peak activation memory of `model` (an onnx.ModelProto)."""
+    """Weights and peak activation memory of `model` (an onnx.ModelProto) at `quantization`:
+    none, fp16, int8, or int16_act (int8 weights, int16 activations)."""
     import onnx
 
     with contextlib.suppress(Exception):  # a failure is the precheck's own finding
         model = onnx.shape_inference.infer_shapes(model)
     graph = model.graph
     sizes, unknown = _sizes(model, quantization)
+    # int16_act (TFLite 16x8): int8 weights, int16 activations
+    quantization = "int8" if quantization == "int16_act" else quantization
     weights = _weights(graph, quantization)
     constants = {t.name for t in graph.initializer}
     constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
@@ -100,7 +103,7 @@ def _element_bytes(elem_type: int, quantization: str) -> int:
     floating = dtype.kind == "f"
     if floating and quantization == "int8":
         return 1
-    if floating and quantization == "fp16":
+    if floating and quantization in ("fp16", "int16_act"):
         return 2
     return int(dtype.itemsize)
 

@@ -62,3 +62,36 @@ def test_tflite_fp16(tmp_path: Path, shared_cache: Path) -> None:
     assert metrics["agreement"]["max_abs_diff"] <= 5e-2
     assert metrics["agreement"]["top1"] >= 0.99
     assert metrics["size_bytes"] < 40_000  # float16 weights: about half of float32
+
+
+@pytest.mark.parametrize("target", ["tflite", "tflite_micro"])
+def test_int16_activations_are_closer_to_pytorch_than_int8(
+    target: str, tmp_path: Path, shared_cache: Path
+) -> None:
+    """TFLite's 16x8 mode: int8 weights, int16 activations and I/O (onnx2tf's
+    full_integer_quant_with_int16_act), run in LiteRT and in TFLite Micro."""
+    int8 = build(tmp_path / "a", shared_cache, target=target, **{"quantization.mode": "int8"})
+    wide = build(
+        tmp_path / "b",
+        shared_cache,
+        target=target,
+        **{"quantization.mode": "int8", "quantization.activations": "int16"},
+    )
+    assert wide["accuracy"]["drop"] <= 0.01 and wide["agreement"]["top1"] >= 0.98
+    # measured on both runtimes: max abs diff 0.192 with int16 activations, 0.286 with int8
+    assert wide["agreement"]["max_abs_diff"] < int8["agreement"]["max_abs_diff"]
+    report = (tmp_path / "b" / "digits_cnn" / f"{target}-int8-int16act" / "report.md").read_text()
+    assert "TFLite 16x8: symmetric int8 weights, symmetric int16 activations" in report
+    if target == "tflite_micro":
+        assert wide["arena_bytes"] > int8["arena_bytes"]  # two bytes per activation
+        predicted = wide["arena_predicted_bytes"]
+        assert abs(predicted - wide["arena_bytes"]) / wide["arena_bytes"] <= 0.25
+
+
+def test_int16_activations_need_a_16x8_runtime() -> None:
+    from edgeflow.errors import RecipeError
+
+    with pytest.raises(RecipeError) as err:
+        load_recipe(DEMO_RECIPE, {"target": "armnn", "quantization.activations": "int16"})
+    text = err.value.render()
+    assert "quantization.activations" in text and "choose tflite or tflite_micro" in text

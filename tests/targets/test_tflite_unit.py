@@ -114,3 +114,14 @@ def test_layouts() -> None:
     details = [{"name": "serving_default_b:0"}, {"name": "serving_default_a:0"}]
     assert _onnx2tf._input_order(["a", "b"], details) == ["b", "a"]
     assert _onnx2tf._input_order(["a", "b"], [{"name": "x"}, {"name": "y"}]) == ["a", "b"]
+
+
+def test_every_backend_file_is_in_the_convert_and_verify_cache_keys() -> None:
+    """A backend module left out of BACKEND_CODE would leave stale artifacts in the cache
+    after it changes; the other modules of edgeflow/targets are checked by other stages."""
+    from edgeflow.stages.convert import BACKEND_CODE
+
+    not_backends = {"checkers", "derive", "memory", "precheck", "probes", "profile", "trial"}
+    files = {p.stem for p in (REPO / "edgeflow" / "targets").glob("*.py")}
+    backends = {f"edgeflow.targets.{m}" for m in files - not_backends - {"__init__"}}
+    assert backends <= set(BACKEND_CODE), backends - set(BACKEND_CODE)
