@@ -29,6 +29,8 @@ QUANTIZATION_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 _exit_codes: list[int] = []
+_sweep: list[dict[str, Any]] = []  # one row per job (edgeflow.report.sweep)
+_build_dirs: set[str] = set()
 
 
 def run_hydra(args: list[str]) -> int:
@@ -37,6 +39,8 @@ def run_hydra(args: list[str]) -> int:
 
     args = _register_groups(args)
     _exit_codes.clear()
+    _sweep.clear()
+    _build_dirs.clear()
     app = hydra.main(version_base=None, config_name="edgeflow_run")(_job)
     saved = sys.argv
     sys.argv = ["edgeflow run", *args]
@@ -44,7 +48,21 @@ def run_hydra(args: list[str]) -> int:
         app()
     finally:
         sys.argv = saved
+    if {"-m", "--multirun"} & set(args) and _sweep:
+        _summarize()
     return max(_exit_codes, default=0)
+
+
+def _summarize() -> None:
+    """After a sweep: one table of every job, Pareto-optimal builds marked, and sweep.json."""
+    from edgeflow.report import sweep
+
+    rows = sweep.mark_pareto(_sweep)
+    print(f"\nsweep: {len(rows)} builds ({sum(r['pareto'] for r in rows)} Pareto-optimal *)")
+    print(sweep.render(rows))
+    for build_dir in sorted(_build_dirs):
+        sweep.write(rows, Path(build_dir) / "sweep.json")
+        print(f"sweep.json: {Path(build_dir) / 'sweep.json'}")
 
 
 def _register_groups(args: list[str]) -> list[str]:
@@ -140,14 +158,22 @@ def _job(cfg: Any) -> None:
     for key in QUANTIZATION_KEYS:
         if cfg.quantization[key] is not None:
             overrides[f"quantization.{key}"] = cfg.quantization[key]
+    from edgeflow.report import sweep
+
+    _build_dirs.add(str(cfg.build_dir))
+    job = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as the recipe says"
     try:
         loaded = load_recipe(Path(cfg.recipe.path), overrides)
         result = run_build(loaded, Cache(Path(cfg.cache_dir)), Path(cfg.build_dir))
     except EdgeflowError as exc:
         print(f"error: {exc.render()}", file=sys.stderr)
         _exit_codes.append(exc.exit_code)
+        _sweep.append(sweep.row(cfg.recipe.name, job, None, exc.render().splitlines()[0]))
         return
     from edgeflow.report.markdown import one_line
+
+    failed = "; ".join(result.failed_checks)
+    _sweep.append(sweep.row(loaded.stem, loaded.build_name, result.metrics, failed))
 
     print(f"  -> {result.build_dir}: {one_line(result.metrics)}")
     if result.failed_checks:

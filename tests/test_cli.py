@@ -62,6 +62,15 @@ def test_multirun_sweep_shares_upstream_stages(tmp_path: Path, capsys) -> None:
         metrics = tmp_path / "build" / "digits_cnn" / f"onnxruntime_micro-{mode}" / "metrics.json"
         assert json.loads(metrics.read_text())["verified"] is True
     assert len(list((cache / "export").glob("*/*"))) == 1
+    # one summary for the sweep: the table, and sweep.json with the Pareto-optimal builds
+    assert "sweep: 2 builds" in out
+    jobs = json.loads((tmp_path / "build" / "sweep.json").read_text())["jobs"]
+    assert sorted(j["build"] for j in jobs) == [
+        "onnxruntime_micro-int8-per_tensor",
+        "onnxruntime_micro-none",
+    ]
+    assert all(j["status"] == "verified" and j["size_bytes"] > 0 for j in jobs)
+    assert any(j["pareto"] for j in jobs)
 
 
 @pytest.mark.slow

@@ -98,7 +98,8 @@ def load_recipe(
             overrides,
             "quantization.method",
             f"target '{profile.name}' cannot take a QAT model's own scales: its converter "
-            "(onnx2tf) calibrates again",
+            "(onnx2tf) calibrates again and cannot carry Q/DQ scales into a .tflite "
+            "(onnx2tf issue 680)",
             "use onnxruntime_micro or tensorrt, which run the exported Q/DQ as it is",
         )
     if q.activations == "int16" and (q.mode != "int8" or profile.backend not in INT16_ACT):

@@ -1,0 +1,58 @@
+"""The sweep summary: Pareto marks over verified builds, per recipe."""
+
+from __future__ import annotations
+
+from edgeflow.report.sweep import mark_pareto, render, row
+
+
+def metrics(accuracy: float, p50: float, size: int, arena: int | None = None) -> dict:
+    found = {
+        "verified": True,
+        "accuracy": {"artifact": accuracy},
+        "agreement": {"top1": 1.0},
+        "latency_ms": {"p50": p50},
+        "size_bytes": size,
+    }
+    if arena is not None:
+        found["arena_bytes"] = arena
+    return found
+
+
+def test_pareto_marks_the_builds_nothing_beats() -> None:
+    rows = mark_pareto(
+        [
+            row("cnn", "float", metrics(0.99, 1.0, 60_000)),
+            row("cnn", "int8", metrics(0.99, 0.5, 20_000)),  # beats float everywhere
+            row("cnn", "int8-slow-small", metrics(0.98, 2.0, 18_000)),  # smallest: kept
+            row("cnn", "broken", None, "precheck failed"),
+            row("other", "float", metrics(0.5, 9.0, 90_000)),  # alone in its recipe
+        ]
+    )
+    marks = {(r["recipe"], r["build"]): r["pareto"] for r in rows}
+    assert marks == {
+        ("cnn", "float"): False,
+        ("cnn", "int8"): True,
+        ("cnn", "int8-slow-small"): True,
+        ("cnn", "broken"): False,
+        ("other", "float"): True,
+    }
+    table = render(rows)
+    assert "| cnn | int8 | verified | 0.9900 | 1.0000 | 0.500 | 20,000 |  | * |" in table
+    assert "- cnn/broken: precheck failed" in table
+
+
+def test_arena_counts_only_when_every_build_has_one() -> None:
+    rows = mark_pareto(
+        [
+            row("cnn", "micro", metrics(0.99, 1.0, 20_000, arena=9_000)),
+            row("cnn", "micro-small-arena", metrics(0.99, 1.0, 20_000, arena=6_000)),
+        ]
+    )
+    assert [r["pareto"] for r in rows] == [False, True]
+    mixed = mark_pareto(
+        [
+            row("cnn", "a", metrics(0.99, 1.0, 20_000, arena=9_000)),
+            row("cnn", "b", metrics(0.99, 1.0, 20_000)),
+        ]
+    )
+    assert [r["pareto"] for r in mixed] == [True, True]  # equal on what both have
