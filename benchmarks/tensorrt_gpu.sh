@@ -5,6 +5,10 @@
 # a GPU the builds end "not verified: no GPU", as in CI.
 #
 #   bash benchmarks/tensorrt_gpu.sh            (from the repository root, in a fresh venv)
+#
+# It needs the network for pip: PyPI's tensorrt packages are stubs that fetch TensorRT's
+# libraries (hundreds of MB) from pypi.nvidia.com at install time. On an offline GPU machine,
+# install TensorRT from your own wheel cache first; the script then skips nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q -e .
@@ -12,7 +16,7 @@ python -m pip install -q "tensorrt>=10,<11" "polygraphy>=0.49"
 python -c "import tensorrt; print('TensorRT', tensorrt.__version__)"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 for mode in none fp16 int8; do
-  edgeflow run recipe=digits_cnn target=tensorrt "quantization=$mode" verify.latency_runs=200
+  edgeflow run recipe=digits_cnn target=tensorrt "quantization=$mode"
 done
 python - <<'PY'
 import json
