@@ -9,7 +9,9 @@ Hydra only selects; each job loads its recipe file itself, so errors keep file:l
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +31,7 @@ QUANTIZATION_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 _exit_codes: list[int] = []
-_sweep: list[dict[str, Any]] = []  # one row per job (edgeflow.report.sweep)
-_build_dirs: set[str] = set()
+ROWS = "edgeflow-rows"  # in the sweep folder: one JSON row per job (edgeflow.report.sweep)
 
 
 def run_hydra(args: list[str]) -> int:
@@ -39,30 +40,63 @@ def run_hydra(args: list[str]) -> int:
 
     args = _register_groups(args)
     _exit_codes.clear()
-    _sweep.clear()
-    _build_dirs.clear()
     app = hydra.main(version_base=None, config_name="edgeflow_run")(_job)
+    sweep_dir = None
+    if {"-m", "--multirun"} & set(args):
+        # Each job writes its row into the sweep folder (launchers such as joblib run jobs in
+        # other processes); a sweep folder given on the command line is used as it is.
+        given = [a.split("=", 1)[1] for a in args if a.startswith("hydra.sweep.dir=")]
+        stamp = f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{os.getpid()}"
+        sweep_dir = Path(given[-1]) if given else Path(".edgeflow/multirun") / stamp
+        if not given:
+            args = [*args, f"hydra.sweep.dir={sweep_dir}"]
     saved = sys.argv
     sys.argv = ["edgeflow run", *args]
     try:
         app()
     finally:
         sys.argv = saved
-    if {"-m", "--multirun"} & set(args) and _sweep:
-        _summarize()
+    if sweep_dir is not None:
+        _exit_codes.extend(_summarize(sweep_dir))
     return max(_exit_codes, default=0)
 
 
-def _summarize() -> None:
-    """After a sweep: one table of every job, Pareto-optimal builds marked, and sweep.json."""
+def _summarize(sweep_dir: Path) -> list[int]:
+    """After a sweep: one table of every job's row (written by the jobs, wherever the
+    launcher ran them), Pareto-optimal builds marked, and sweep.json; returns the jobs'
+    exit statuses."""
+    import json
+
     from edgeflow.report import sweep
 
-    rows = sweep.mark_pareto(_sweep)
+    found = sorted((sweep_dir / ROWS).glob("*.json"), key=lambda p: int(p.stem))
+    rows = [json.loads(p.read_text(encoding="utf-8")) for p in found]
+    if not rows:
+        return []
+    sweep.mark_pareto(rows)
     print(f"\nsweep: {len(rows)} builds ({sum(r['pareto'] for r in rows)} Pareto-optimal *)")
     print(sweep.render(rows))
-    for build_dir in sorted(_build_dirs):
+    for build_dir in sorted({r.pop("build_dir") for r in rows}):
         sweep.write(rows, Path(build_dir) / "sweep.json")
         print(f"sweep.json: {Path(build_dir) / 'sweep.json'}")
+    return [int(r.pop("exit")) for r in rows]
+
+
+def _record(row: dict[str, Any], build_dir: str, code: int) -> None:
+    """Keep the job's exit status, and in a sweep its row, on disk for _summarize."""
+    import json
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    _exit_codes.append(code)
+    config = HydraConfig.get()
+    if config.mode != RunMode.MULTIRUN:
+        return
+    folder = Path(config.sweep.dir) / ROWS
+    folder.mkdir(parents=True, exist_ok=True)
+    row = {**row, "build_dir": build_dir, "exit": code}
+    (folder / f"{config.job.num}.json").write_text(json.dumps(row), encoding="utf-8")
 
 
 def _register_groups(args: list[str]) -> list[str]:
@@ -160,30 +194,27 @@ def _job(cfg: Any) -> None:
             overrides[f"quantization.{key}"] = cfg.quantization[key]
     from edgeflow.report import sweep
 
-    _build_dirs.add(str(cfg.build_dir))
     job = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as the recipe says"
     try:
         loaded = load_recipe(Path(cfg.recipe.path), overrides)
         result = run_build(loaded, Cache(Path(cfg.cache_dir)), Path(cfg.build_dir))
     except EdgeflowError as exc:
         print(f"error: {exc.render()}", file=sys.stderr)
-        _exit_codes.append(exc.exit_code)
-        _sweep.append(sweep.row(cfg.recipe.name, job, None, exc.render().splitlines()[0]))
+        row = sweep.row(cfg.recipe.name, job, None, exc.render().splitlines()[0])
+        _record(row, str(cfg.build_dir), exc.exit_code)
         return
     from edgeflow.report.markdown import one_line
 
-    failed = "; ".join(result.failed_checks)
-    _sweep.append(sweep.row(loaded.stem, loaded.build_name, result.metrics, failed))
-
+    row = sweep.row(loaded.stem, loaded.build_name, result.metrics, "; ".join(result.failed_checks))
     print(f"  -> {result.build_dir}: {one_line(result.metrics)}")
     if result.failed_checks:
         for message in result.failed_checks:
             print(f"error: verification failed: {message}", file=sys.stderr)
         print(f"  the artifact is kept for inspection in {result.build_dir}", file=sys.stderr)
-        _exit_codes.append(1)
+        _record(row, str(cfg.build_dir), 1)
     elif result.metrics.get("not_verified"):
         print(f"  not verified: {result.metrics['not_verified']}")
-        _exit_codes.append(0)  # built as asked; metrics.json says verified: false
+        _record(row, str(cfg.build_dir), 0)  # built as asked; metrics.json says verified: false
     else:
         print("  verified: every threshold in the recipe holds")
-        _exit_codes.append(0)
+        _record(row, str(cfg.build_dir), 0)

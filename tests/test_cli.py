@@ -107,3 +107,30 @@ def test_weights_that_do_not_fit_fail_the_load_stage(
     assert "hint: check source.init" in captured.err
     assert not (cache / "load").exists() or not list((cache / "load").glob("*/*"))
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+def test_parallel_sweep_with_joblib_shares_one_cache(tmp_path: Path) -> None:
+    """hydra/launcher=joblib runs the jobs in two processes at once: the upstream stages are
+    still made once (the second job waits on the entry's lock and reuses it), and the summary
+    comes from the rows the jobs wrote, not from this process's memory."""
+    import subprocess
+    import sys
+
+    args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "recipe=digits_cnn"]
+    args += ["quantization=none,int8", f"cache_dir={tmp_path}/cache", f"build_dir={tmp_path}/b"]
+    run = subprocess.run(
+        [sys.executable, "-m", "edgeflow", "run", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    out = run.stdout
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert out.count("  export       ran") == 1 and out.count("  export       cached") == 1
+    assert len(list((tmp_path / "cache" / "export").glob("*/*"))) == 1
+    assert "sweep: 2 builds" in out
+    jobs = json.loads((tmp_path / "b" / "sweep.json").read_text())["jobs"]
+    assert sorted(j["build"] for j in jobs) == ["onnxruntime_micro-int8", "onnxruntime_micro-none"]
+    assert all(j["status"] == "verified" for j in jobs)
