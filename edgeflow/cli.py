@@ -19,11 +19,15 @@ usage: edgeflow run recipe=NAME|PATH [target=NAME] [quantization=PRESET] [KEY=VA
 Build, verify and report a recipe. Arguments are Hydra overrides:
   recipe=digits_cnn                a recipe from ./recipes/ or the built-ins, or a YAML path
   target=onnxruntime_micro         a target profile from ./targets/ or the built-ins
-  quantization=int8                a preset (none, fp16, int8, int8_per_tensor, int8_symmetric)
+  quantization=int8                a preset (none, fp16, int8, int8_per_tensor, int8_symmetric,
+                                   int16_act)
   quantization.mode=fp16           or any single quantization key
+  verify.max_abs_diff=1e-4         any key of the recipe's other sections (source, export,
+                                   optimize, calibration, evaluation, precheck, verify)
   cache_dir=.edgeflow/cache build_dir=build
-  -m target=a,b quantization.mode=int8,none    sweep every combination (Hydra multirun)
-Hydra's own flags work too: --cfg job, --info, hydra/launcher=joblib (with the plugin).
+  -m target=a,b quantization.mode=int8,none    sweep every combination (Hydra multirun); ends
+                                   with one table and build/sweep.json, Pareto builds marked
+Hydra's own flags work too: --cfg job, --info, hydra/launcher=joblib (the `sweep` extra).
 """
 
 

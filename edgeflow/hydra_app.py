@@ -38,7 +38,7 @@ def run_hydra(args: list[str]) -> int:
     """Run `edgeflow run ARGS`; returns the worst exit status over all jobs."""
     import hydra
 
-    args = _register_groups(args)
+    args = _recipe_keys(_register_groups(args))
     _exit_codes.clear()
     app = hydra.main(version_base=None, config_name="edgeflow_run")(_job)
     sweep_dir = None
@@ -97,6 +97,42 @@ def _record(row: dict[str, Any], build_dir: str, code: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     row = {**row, "build_dir": build_dir, "exit": code}
     (folder / f"{config.job.num}.json").write_text(json.dumps(row), encoding="utf-8")
+
+
+# Recipe sections any key of which can be set on the command line (`verify.max_abs_diff=1e-4`,
+# `precheck.continue_on_failure=true`); target and quantization are config groups instead.
+RECIPE_SECTIONS = (
+    "source",
+    "export",
+    "optimize",
+    "calibration",
+    "evaluation",
+    "precheck",
+    "verify",
+)
+OVERRIDES = "recipe_overrides"  # where Hydra keeps them: +recipe_overrides.<key>=<value>
+
+
+def _recipe_keys(args: list[str]) -> list[str]:
+    """`verify.max_abs_diff=1e-4` -> `+recipe_overrides.verify.max_abs_diff=1e-4`, so that
+    Hydra accepts (and sweeps) any recipe key; the job hands them to the recipe loader, which
+    validates them and names the command line in its errors."""
+    rewritten = []
+    for arg in args:
+        key = arg.split("=", 1)[0]
+        if "=" in arg and key.split(".", 1)[0] in RECIPE_SECTIONS:
+            arg = f"+{OVERRIDES}.{arg}"
+        rewritten.append(arg)
+    return rewritten
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(node, dict):
+        return {prefix: node}
+    found: dict[str, Any] = {}
+    for key, value in node.items():
+        found.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return found
 
 
 def _register_groups(args: list[str]) -> list[str]:
@@ -182,11 +218,14 @@ def _register_recipe_paths(store: Any, arg: str) -> str:
 
 
 def _job(cfg: Any) -> None:
+    from omegaconf import OmegaConf
+
     from edgeflow.engine.cache import Cache
     from edgeflow.engine.runner import run_build
     from edgeflow.recipe import load_recipe
 
-    overrides: dict[str, Any] = {}
+    extra = OmegaConf.to_container(cfg[OVERRIDES]) if OVERRIDES in cfg else {}
+    overrides: dict[str, Any] = _flat(extra)
     if cfg.target.name:
         overrides["target"] = cfg.target.name
     for key in QUANTIZATION_KEYS:

@@ -43,6 +43,33 @@ def test_run_rejects_unknown_choices(arg: str, message: str, suggestion: str, ca
     assert message in err and suggestion in err
 
 
+@pytest.mark.parametrize(
+    ("arg", "expected"),
+    [
+        (
+            "verify.max_accuracy_drop=2",
+            "<command line> (verify.max_accuracy_drop=2): verify.max_accuracy_drop: must be "
+            "less than or equal to 1 (got 2)",
+        ),
+        (
+            "verify.max_acuracy_drop=0.1",
+            "verify.max_acuracy_drop: unknown key 'max_acuracy_drop'\n"
+            "  hint: did you mean 'max_accuracy_drop'?",
+        ),
+        (
+            "precheck.board=cortex_m9",
+            "<command line> (precheck.board=cortex_m9): precheck.board: target "
+            "'onnxruntime_micro' has no board 'cortex_m9'",
+        ),
+    ],
+)
+def test_any_recipe_key_can_be_set_on_the_command_line(arg: str, expected: str, capsys) -> None:
+    """Beyond target and quantization: recipe keys reach the recipe loader, which validates
+    them like the file's own and names the command line when they are wrong."""
+    assert main(["run", "recipe=digits_cnn", arg]) == 2
+    assert expected in capsys.readouterr().err
+
+
 def test_list_shows_builtins(capsys) -> None:
     assert main(["list"]) == 0
     out = capsys.readouterr().out

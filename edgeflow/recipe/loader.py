@@ -144,8 +144,12 @@ def _locate(
     for i, part in enumerate(loc):
         last = i == len(loc) - 1
         if isinstance(node, CommentedMap) and part in node:
-            key_line, key_col = node.lc.key(part)
-            val_line, val_col = node.lc.value(part)
+            if part in node.lc.data:
+                key_line, key_col = node.lc.key(part)
+                val_line, val_col = node.lc.value(part)
+            else:  # set from the command line: no position; stay at the parent's
+                key_line = val_line = line - 1
+                key_col = val_col = col - 1
             child = node[part]
             scalar = not isinstance(child, CommentedMap | CommentedSeq)
             if last and scalar and not point_at_key:

@@ -50,7 +50,8 @@ def run(ctx: StageContext) -> None:
     raise EdgeflowError(
         summary,
         "apply the suggested rules in the recipe's rewrites:, choose another target, or set "
-        "precheck.continue_on_failure: true to let the converter try",
+        "precheck.continue_on_failure: true in the recipe (precheck.continue_on_failure=true "
+        "on the command line) to let the converter try",
     )
 
 
