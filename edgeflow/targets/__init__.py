@@ -10,7 +10,7 @@ from edgeflow import resources
 from edgeflow.errors import EdgeflowError
 from edgeflow.recipe.loader import plain, read_yaml, validate
 from edgeflow.recipe.suggest import did_you_mean
-from edgeflow.targets.profile import TargetProfile, _operator_list
+from edgeflow.targets.profile import TargetProfile, operator_list
 
 
 def load_profile(name: str, cwd: Path | None = None) -> TargetProfile:
@@ -66,7 +66,7 @@ def _extended(
     merged = {**base, **data}
     for key in MERGED:
         if key == "operators":  # `[Conv, Relu]` is short for `{Conv: {}, Relu: {}}`
-            base[key], data[key] = _operator_list(base.get(key)), _operator_list(data.get(key))
+            base[key], data[key] = operator_list(base.get(key)), operator_list(data.get(key))
         if isinstance(base.get(key), dict) and isinstance(data.get(key), dict):
             merged[key] = {**base[key], **data[key]}
     return merged

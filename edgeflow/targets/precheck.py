@@ -143,8 +143,10 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
     opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
     groups: dict[tuple[str, str], Finding] = {}
 
-    def add(op: str, key: str, reason: str, node_name: str, rule: str = "") -> None:
-        finding = groups.setdefault((op, key), Finding(op, reason, rule=rule))
+    def add(
+        op: str, key: str, reason: str, node_name: str, rule: str = "", severity: str = "error"
+    ) -> None:
+        finding = groups.setdefault((op, key), Finding(op, reason, rule=rule, severity=severity))
         finding.nodes.append(node_name)
         finding.count = len(finding.nodes)
 
@@ -162,9 +164,7 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
             add(op, "quantization", why, name, SUGGESTED_RULES.get(op, ""))
         if quantization in spec.inaccurate:
             why = f"{quantization} may be inaccurate: {spec.inaccurate[quantization]}"
-            groups.setdefault((op, "inaccurate"), Finding(op, why, severity="warning"))
-            groups[(op, "inaccurate")].nodes.append(name)
-            groups[(op, "inaccurate")].count = len(groups[(op, "inaccurate")].nodes)
+            add(op, "inaccurate", why, name, severity="warning")
         since = _schema_version(node.op_type, opsets.get(domain, 0), node.domain)
         dtypes = spec.dtypes
         if spec.kernels is not None and since is not None:

@@ -84,7 +84,7 @@ def single(
         elif positive:
             value = np.abs(value) + (0.5 if t in (T.FLOAT, T.DOUBLE, T.FLOAT16) else 1)
         feeds[n] = value.astype(NP[t])
-    return Case(name, model, feeds, op, checker)  # the op a probe asks about
+    return Case(name, model, feeds, op, checker)
 
 
 def typed_outputs(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -84,7 +84,7 @@ def _check_dtypes(dtypes: list[str] | None) -> list[str] | None:
     return dtypes
 
 
-def _operator_list(value: Any) -> Any:
+def operator_list(value: Any) -> Any:
     """`operators: [Conv, Relu]` is short for `{Conv: {}, Relu: {}}`."""
     return {name: {} for name in value} if isinstance(value, list) else value
 
@@ -115,7 +115,7 @@ class TargetProfile(BaseModel):
     float64: bool = True  # float64 tensors allowed
     float16: bool = True  # float16 tensors allowed
     # Supported op types (`domain.Op` outside the default domain); None: not restricted.
-    operators: Annotated[dict[str, OperatorSpec] | None, BeforeValidator(_operator_list)] = None
+    operators: Annotated[dict[str, OperatorSpec] | None, BeforeValidator(operator_list)] = None
     # int8 settings the runtime requires, applied over the recipe's (and reported), e.g.
     # {symmetric: true} for TensorRT's zero-point-0 QDQ or {per_channel: false}.
     int8: dict[str, bool] = {}
