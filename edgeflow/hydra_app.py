@@ -56,7 +56,7 @@ def run_hydra(args: list[str]) -> int:
         app()
     finally:
         sys.argv = saved
-    if sweep_dir is not None:
+    if sweep_dir is not None:  # jobs that ran in other processes report only in their rows
         _exit_codes.extend(_summarize(sweep_dir))
     return max(_exit_codes, default=0)
 
@@ -223,6 +223,7 @@ def _job(cfg: Any) -> None:
     from edgeflow.engine.cache import Cache
     from edgeflow.engine.runner import run_build
     from edgeflow.recipe import load_recipe
+    from edgeflow.report import sweep
 
     extra = OmegaConf.to_container(cfg[OVERRIDES]) if OVERRIDES in cfg else {}
     overrides: dict[str, Any] = _flat(extra)
@@ -231,8 +232,6 @@ def _job(cfg: Any) -> None:
     for key in QUANTIZATION_KEYS:
         if cfg.quantization[key] is not None:
             overrides[f"quantization.{key}"] = cfg.quantization[key]
-    from edgeflow.report import sweep
-
     job = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as the recipe says"
     try:
         loaded = load_recipe(Path(cfg.recipe.path), overrides)

@@ -102,8 +102,8 @@ def convert(job: ConvertJob, target: str) -> dict[str, Any]:
 @contextlib.contextmanager
 def outputs(job: ConvertJob, target: str) -> Iterator[tuple[Path, float]]:
     """Run onnx2tf on a copy of job.onnx; yield (its output folder, seconds) while the folder
-    exists. It holds model_float32.tflite, and in int8 mode model_full_integer_quant.tflite
-    (checked: onnx2tf only warns when the int8 conversion fails)."""
+    exists. It holds model_float32.tflite and the file the quantization asks for
+    (`suffix`; checked: onnx2tf only warns when an int8 conversion fails)."""
     mode, q = job.quantization.mode, job.quantization
     if mode == "int8" and q.method != "minmax":
         raise EdgeflowError(

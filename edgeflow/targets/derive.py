@@ -296,13 +296,7 @@ def _why(verdict: Any) -> str:
 
 def family_versions(target: str) -> str:
     """The tool versions a measured profile depends on, as its header states them."""
-    import importlib.metadata as meta
-
-    def version(dist: str) -> str:
-        try:
-            return meta.version(dist)
-        except meta.PackageNotFoundError:
-            return "not installed"
+    from edgeflow.targets._onnx2tf import _version as version
 
     tools = f"onnx2tf {version('onnx2tf')}, tensorflow {version('tensorflow')}"
     if target == "tflite":
