@@ -55,6 +55,25 @@ def main(argv: list[str] | None = None) -> int:
         default="none",
         help="the mode the memory estimate assumes (default: none)",
     )
+    dvc = sub.add_parser("dvc", help="a DVC pipeline for this repository's recipes")
+    dvc_sub = dvc.add_subparsers(dest="dvc_command", metavar="SUBCOMMAND", required=True)
+    dvc_init = dvc_sub.add_parser(
+        "init", help="write dvc.yaml and params.yaml: every recipe's stages, per build"
+    )
+    dvc_init.add_argument(
+        "--target", help="comma-separated targets: the builds become target x quantization"
+    )
+    dvc_init.add_argument(
+        "--quantization", help="comma-separated presets (none, fp16, int8, int8_per_tensor, ...)"
+    )
+    dvc_init.add_argument(
+        "--check", action="store_true", help="exit 1 if the files are out of date; write nothing"
+    )
+    dvc_init.add_argument("--recipes", help="comma-separated recipe names (default: all)")
+    dvc_stage = dvc_sub.add_parser("stage", help="run one stage (the command of a DVC stage)")
+    dvc_stage.add_argument("recipe", metavar="RECIPE.yaml")
+    dvc_stage.add_argument("stage", metavar="STAGE")
+    dvc_stage.add_argument("--build", help="the build, for a stage that is not shared")
     explain = sub.add_parser(
         "explain", help="why a recipe's model does not trace or export, and which rules help"
     )
@@ -80,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             return _list()
         if args.command == "precheck":
             return _precheck(args.model, args.target, args.json, args.board, args.quantization)
+        if args.command == "dvc":
+            return _dvc(args)
         if args.command == "explain":
             return _explain(args.recipe, args.json, not args.no_rewrites)
         if args.command == "rules":
@@ -92,6 +113,19 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     parser.print_help()
     return 0
+
+
+def _dvc(args: argparse.Namespace) -> int:
+    from edgeflow.engine import dvcfile
+
+    root = Path.cwd()
+    if args.dvc_command == "stage":
+        return dvcfile.run_stage(root, args.recipe, args.stage, args.build)
+    split = lambda text: [v for v in text.split(",") if v] if text else None  # noqa: E731
+    changed = dvcfile.init(
+        root, split(args.target), split(args.quantization), split(args.recipes), args.check
+    )
+    return 1 if changed and args.check else 0
 
 
 def _validate(names: list[str]) -> int:

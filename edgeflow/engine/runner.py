@@ -23,7 +23,7 @@ from edgeflow.recipe import LoadedRecipe
 from edgeflow.recipe.refs import file_sha256
 
 # Files of the final stages that are copied into build/<recipe>/<target>-<mode>/.
-PUBLISHED_SLOTS = ("artifact", "metrics", "report", "precheck", "verify")
+PUBLISHED_SLOTS = ("artifact", "metrics", "report", "plots", "precheck", "verify")
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,15 @@ def stage_key(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Slot]) -> st
     )
 
 
+def execute(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Path], out_dir: Path) -> None:
+    """Run one stage into `out_dir`; in a worker process when a native crash is possible."""
+    ctx = StageContext(stage, loaded, inputs, out_dir)
+    if stage.isolated:
+        run_isolated(ctx)
+    else:
+        stage.run(ctx)
+
+
 def run_build(
     loaded: LoadedRecipe,
     cache: Cache,
@@ -71,7 +80,7 @@ def run_build(
     """Run every stage of the recipe's pipeline (cached where possible) and publish the build."""
     pipeline = load_pipeline(loaded.recipe.source.kind)
     result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
-    slots = _seed_slots(loaded, pipeline.seeds)
+    slots = seed_slots(loaded, pipeline.seeds)
     echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
     for stage in pipeline.stages:
         used = {s: slots[s] for s in (*stage.consumes, *stage.optional) if s in slots}
@@ -80,11 +89,7 @@ def run_build(
         start = time.perf_counter()
 
         def produce(out_dir: Path, stage: Stage = stage, inputs: dict[str, Path] = inputs) -> None:
-            ctx = StageContext(stage, loaded, inputs, out_dir)
-            if stage.isolated:
-                run_isolated(ctx)
-            else:
-                stage.run(ctx)
+            execute(stage, loaded, inputs, out_dir)
 
         meta: dict[str, object] = {
             "recipe": str(loaded.path),
@@ -110,14 +115,15 @@ def run_build(
             slots[slot] = Slot(entry / name, f"{stage.name}:{key}:{slot}")
     if all(o.status == "cached" for o in result.outcomes):
         echo(f"  nothing to do: all {len(result.outcomes)} stages cached")
-    _publish(result.build_dir, {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots})
+    publish(result.build_dir, {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots})
     result.metrics = json.loads((result.build_dir / "metrics.json").read_text())
     checks = json.loads(slots["checks"].path.read_text()) if "checks" in slots else []
     result.failed_checks = [c["message"] for c in checks if not c["passed"]]
     return result
 
 
-def _seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:
+def seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:
+    """The slots a pipeline starts with: files the recipe names (an ONNX source model)."""
     slots = {}
     for slot, dotted in seeds.items():
         value: Any = loaded.recipe
@@ -141,7 +147,7 @@ def _report(
     echo(f"  {stage:<12} {status:<7} {seconds:7.2f} s")
 
 
-def _publish(build_dir: Path, files: dict[str, Path]) -> None:
+def publish(build_dir: Path, files: dict[str, Path]) -> None:
     """Replace the build folder with links/copies of the published files, atomically."""
     build_dir.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(build_dir.parent / f".{build_dir.name}.lock")):

@@ -49,8 +49,28 @@ def run(ctx: StageContext) -> None:
     metrics["verified"] = all(c["passed"] for c in checks)
     ctx.write_json("metrics", metrics)
     ctx.write_json("checks", checks)
+    _write_plots(ctx, v)
     title = f"{ctx.recipe_file} -> {ctx.profile.name}-{ctx.recipe.quantization.mode}"
     ctx.output("report").write_text(render(title, metrics, checks, details), encoding="utf-8")
+
+
+def _write_plots(ctx: StageContext, v: dict) -> None:
+    """Tables DVC plots (`dvc plots show/diff`): one row per latency run, one per output.
+
+    Empty (header only) when the artifact did not run here, so the files always exist.
+    """
+    folder = ctx.output("plots")
+    folder.mkdir()
+    samples = (v.get("latency_ms") or {}).get("samples", [])
+    rows = [f"{i},{ms}" for i, ms in enumerate(samples)]
+    (folder / "latency.csv").write_text("\n".join(["run,ms", *rows]) + "\n", encoding="utf-8")
+    outputs = ((v.get("agreement") or {}).get("outputs")) or []
+    lines = ["output,max_abs_diff,mean_abs_diff,max_rel_to_range"]
+    lines += [
+        f"{o['index']},{o['max_abs_diff']},{o['mean_abs_diff']},{o['max_rel_to_range']}"
+        for o in outputs
+    ]
+    (folder / "outputs.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _not_verified(ctx: StageContext, v: dict, details: dict) -> None:
@@ -70,6 +90,7 @@ def _not_verified(ctx: StageContext, v: dict, details: dict) -> None:
     }
     ctx.write_json("metrics", metrics)
     ctx.write_json("checks", [])
+    _write_plots(ctx, v)
     title = f"{ctx.recipe_file} -> {ctx.profile.name}-{ctx.recipe.quantization.mode}"
     ctx.output("report").write_text(render(title, metrics, [], details), encoding="utf-8")
 
@@ -80,7 +101,12 @@ STAGE = Stage(
     run=run,
     consumes=DETAIL_SLOTS,
     optional=("rewrite",),
-    produces={"metrics": "metrics.json", "checks": "checks.json", "report": "report.md"},
+    produces={
+        "metrics": "metrics.json",
+        "checks": "checks.json",
+        "report": "report.md",
+        "plots": "plots",
+    },
     reads=("verify", "quantization.mode", "target", "recipe_file"),
     code=("edgeflow.report.checks", "edgeflow.report.markdown", "edgeflow.targets.precheck"),
 )

@@ -79,6 +79,7 @@ def run(ctx: StageContext) -> None:
                 "p90": percentile(times, 90),
                 "runs": runs,
                 "warmup": recipe.verify.warmup_runs,
+                "samples": [round(t, 6) for t in times],  # for the report's latency plot
             },
             "size_bytes": convert_info["size_bytes"],
             "extra": extra,

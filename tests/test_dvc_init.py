@@ -1,0 +1,223 @@
+"""`edgeflow dvc init` in a model repository: the generated pipeline, `dvc repro` after a
+quantization edit, `dvc metrics diff`, and DVC experiments (-S, queued sweeps, exp show)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgeflow.cli import main
+from edgeflow.engine import dvcfile
+from edgeflow.errors import EdgeflowError
+from tests.conftest import REPO
+
+SHARED = ("load", "rewrite", "export", "rewrite_onnx", "optimize")
+PER_BUILD = ("precheck", "quantize", "convert", "verify", "report")
+ENV = {
+    **os.environ,
+    # the stages' `edgeflow` command and dvc from this interpreter's environment
+    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    "GIT_AUTHOR_NAME": "edgeflow tests",
+    "GIT_AUTHOR_EMAIL": "tests@edgeflow.invalid",
+    "GIT_COMMITTER_NAME": "edgeflow tests",
+    "GIT_COMMITTER_EMAIL": "tests@edgeflow.invalid",
+}
+needs_dvc = pytest.mark.skipif(
+    shutil.which("dvc", path=ENV["PATH"]) is None or shutil.which("git") is None,
+    reason="needs git and the dvc command (pip install 'edgeflow[dvc]')",
+)
+
+
+def model_repo(root: Path, git: bool = False) -> Path:
+    """A model repository as a user has it: recipes/, the weights, maybe a training stage."""
+    (root / "recipes").mkdir(parents=True)
+    (root / "models").mkdir()
+    shutil.copy(REPO / "recipes" / "digits_cnn.yaml", root / "recipes")
+    shutil.copy(REPO / "models" / "digits_cnn.pt", root / "models")
+    if git:
+        sh(root, "git", "init", "-q")
+        sh(root, "dvc", "init", "-q")
+    return root
+
+
+def sh(cwd: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def init(root: Path, *args: str) -> int:
+    cwd = Path.cwd()
+    os.chdir(root)
+    try:
+        return main(["dvc", "init", *args])
+    finally:
+        os.chdir(cwd)
+
+
+def test_init_writes_shared_and_per_build_stages(tmp_path: Path) -> None:
+    root = model_repo(tmp_path / "repo")
+    assert init(root, "--target", "onnxruntime_micro,tflite", "--quantization", "int8,none") == 0
+    pipeline = yaml.safe_load((root / "dvc.yaml").read_text())
+    stages = pipeline["stages"]
+    builds = [f"{t}-{q}" for t in ("onnxruntime_micro", "tflite") for q in ("int8", "none")]
+    expected = {f"digits_cnn.{s}" for s in SHARED}
+    expected |= {f"digits_cnn.{b}.{s}" for b in builds for s in PER_BUILD}
+    assert set(stages) == expected  # 5 shared stages once, 5 per build: 25, not 40
+
+    export = stages["digits_cnn.export"]
+    assert export["cmd"] == "edgeflow dvc stage recipes/digits_cnn.yaml export"
+    assert "models/digits_cnn.pt" in export["deps"]  # the weights
+    assert ".edgeflow/dvc/digits_cnn/rewrite" in export["deps"]  # the upstream stage
+    assert export["params"][-1] == {"recipes/digits_cnn.yaml": ["export", "source"]}
+    assert export["outs"] == [".edgeflow/dvc/digits_cnn/export"]
+    quantize = stages["digits_cnn.tflite-int8.quantize"]
+    assert quantize["cmd"].endswith("quantize --build tflite-int8")
+    assert ".edgeflow/dvc/digits_cnn/optimize" in quantize["deps"]
+    assert "quantization" in quantize["params"][-1]["recipes/digits_cnn.yaml"]
+    assert quantize["params"][:4] == [
+        "edgeflow.version",
+        "target",
+        "quantization",
+        "builds.tflite-int8",
+    ]
+    report = stages["digits_cnn.tflite-int8.report"]
+    assert report["outs"] == [{"build/digits_cnn/tflite-int8": {"cache": False}}]
+    assert ".edgeflow/dvc/digits_cnn/tflite-int8/convert" in report["deps"]  # the artifact
+    assert pipeline["metrics"] == [f"build/digits_cnn/{b}/metrics.json" for b in builds]
+    assert len(pipeline["plots"]) == 2 * len(builds)
+
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    assert params["builds"]["tflite-none"] == {"target": "tflite", "quantization": "none"}
+    assert params["target"] is None and params["quantization"]["mode"] is None
+
+
+def test_init_is_deterministic_and_keeps_the_users_stages(tmp_path: Path) -> None:
+    root = model_repo(tmp_path / "repo")
+    (root / "dvc.yaml").write_text(
+        "stages:\n"
+        "  train:  # the user's own training stage\n"
+        "    cmd: python train.py --seed ${train.seed}\n"
+        "    outs:\n"
+        "      - models/digits_cnn.pt:\n"
+        "          cache: false\n"
+    )
+    (root / "params.yaml").write_text("train:\n  seed: 3  # my seed\n")
+    assert init(root, "--quantization", "int8,none") == 0
+    first = {n: (root / n).read_text() for n in ("dvc.yaml", "params.yaml")}
+    assert "  train:  # the user's own training stage" in first["dvc.yaml"]
+    assert "seed: 3  # my seed" in first["params.yaml"]
+    assert init(root) == 0  # again, from its own output: byte-identical
+    assert {n: (root / n).read_text() for n in first} == first
+    assert init(root, "--check") == 0
+
+    recipe = root / "recipes" / "digits_cnn.yaml"
+    recipe.write_text(recipe.read_text() + "optimize: {onnxscript: false}\n")
+    assert init(root, "--check") == 1  # stale: the optimize stage now reads a recipe key
+    assert (root / "dvc.yaml").read_text() == first["dvc.yaml"]  # --check writes nothing
+    assert init(root) == 0
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    assert stages["digits_cnn.optimize"]["params"][-1] == {"recipes/digits_cnn.yaml": ["optimize"]}
+    assert "train" in stages
+
+    assert init(root, "--quantization", "int8") == 0  # a build that is gone loses its stages
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    assert not [s for s in stages if ".recipe-none." in s]
+    assert "digits_cnn.recipe-int8.report" in stages
+
+
+def test_init_errors_name_the_problem(tmp_path: Path) -> None:
+    root = model_repo(tmp_path / "repo")
+    with pytest.raises(EdgeflowError, match="unknown preset 'int9'") as err:
+        dvcfile.init(root, quantizations=["int9"])
+    assert "did you mean 'int8'?" in str(err.value.hint)
+    with pytest.raises(EdgeflowError, match="no recipe 'digits'"):
+        dvcfile.init(root, recipes=["digits"])
+    (root / "params.yaml").write_text("builds:\n  qat:\n    target: tflite\n")
+    (root / "recipes" / "digits_cnn.yaml").write_text(
+        (REPO / "recipes" / "digits_cnn_qat.yaml").read_text()
+    )
+    shutil.copy(REPO / "models" / "digits_cnn_qat.pt", root / "models")
+    with pytest.raises(EdgeflowError, match=r"quantization\.method") as bad:
+        dvcfile.init(root)  # a build its target cannot make fails here, before any stage runs
+    assert "digits_cnn.yaml" in bad.value.render()
+    (root / "params.yaml").write_text("builds:\n  a.b: {}\n")
+    with pytest.raises(EdgeflowError, match=r"params.yaml:1:1: builds: build name .a.b.") as named:
+        dvcfile.init(root)
+    assert "letters, digits" in named.value.render()
+    assert not (root / "dvc.yaml").exists()  # nothing half-written
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_repro_after_a_quantization_edit_reruns_only_downstream(tmp_path: Path) -> None:
+    root = model_repo(tmp_path / "repo", git=True)
+    assert init(root, "--target", "onnxruntime_micro", "--quantization", "int8,none") == 0
+    first = sh(root, "dvc", "repro")
+    assert first.stdout.count("Running stage") == 5 + 2 * 5
+    for build in ("onnxruntime_micro-int8", "onnxruntime_micro-none"):
+        metrics = json.loads((root / "build/digits_cnn" / build / "metrics.json").read_text())
+        assert metrics["verified"] is True
+        assert (root / "build/digits_cnn" / build / "model.ort").is_file()
+        assert (root / "build/digits_cnn" / build / "latency.csv").read_text().count("\n") == 101
+    sh(root, "git", "add", "-A")
+    sh(root, "git", "commit", "-qm", "builds")
+
+    recipe = root / "recipes" / "digits_cnn.yaml"
+    text = recipe.read_text()
+    recipe.write_text(text.replace("per_channel: true", "per_channel: false"))
+    again = sh(root, "dvc", "repro")
+    for stage in ("load", "rewrite", "export", "rewrite_onnx", "optimize"):
+        assert f"Stage 'digits_cnn.{stage}' didn't change, skipping" in again.stdout
+    assert "Running stage 'digits_cnn.onnxruntime_micro-int8.quantize'" in again.stdout
+    assert "Running stage 'digits_cnn.onnxruntime_micro-int8.convert'" in again.stdout
+
+    diff = json.loads(sh(root, "dvc", "metrics", "diff", "HEAD", "--json").stdout)
+    changed = diff["build/digits_cnn/onnxruntime_micro-int8/metrics.json"]
+    assert changed["size_bytes"]["old"] != changed["size_bytes"]["new"]  # per-tensor scales
+    assert "agreement.max_abs_diff" in changed
+    params = json.loads(sh(root, "dvc", "params", "diff", "HEAD", "--json").stdout)
+    per_channel = params["recipes/digits_cnn.yaml"]["quantization.per_channel"]
+    assert (per_channel["old"], per_channel["new"]) == (True, False)
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_dvc_experiments_set_params_and_queue(tmp_path: Path) -> None:
+    root = model_repo(tmp_path / "repo", git=True)
+    assert init(root) == 0  # one build per recipe, as the recipe says: the one -S changes
+    sh(root, "dvc", "repro")
+    sh(root, "git", "add", "-A")
+    sh(root, "git", "commit", "-qm", "default build")
+
+    sh(root, "dvc", "exp", "run", "-n", "float", "-S", "quantization.mode=none")
+    sh(
+        root,
+        "dvc", "exp", "run", "--queue",
+        "-S", "target=onnxruntime_micro,tflite", "-S", "quantization.mode=int8",
+    )  # fmt: skip
+    sh(root, "dvc", "queue", "start")
+    deadline = time.monotonic() + 900
+    while "Queued" in (status := sh(root, "dvc", "queue", "status").stdout) or "Running" in status:
+        assert time.monotonic() < deadline, status
+        time.sleep(3)
+    assert status.count("Success") == 2, status
+
+    shown = json.loads(sh(root, "dvc", "exp", "show", "--json").stdout)
+    runs = {}
+    for commit in shown:
+        for exp in commit.get("experiments") or []:
+            for rev in exp["revs"]:
+                data = rev["data"]["metrics"]["build/digits_cnn/default/metrics.json"]["data"]
+                runs[rev["name"]] = (data["target"], data["quantization"], data["verified"])
+    assert runs.pop("float") == ("onnxruntime_micro", "none", True)
+    assert sorted(runs.values()) == [("onnxruntime_micro", "int8", True), ("tflite", "int8", True)]
