@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -185,6 +186,8 @@ def test_repro_after_a_quantization_edit_reruns_only_downstream(tmp_path: Path) 
     changed = diff["build/digits_cnn/onnxruntime_micro-int8/metrics.json"]
     assert changed["size_bytes"]["old"] != changed["size_bytes"]["new"]  # per-tensor scales
     assert "agreement.max_abs_diff" in changed
+    table = sh(root, "dvc", "metrics", "diff", "HEAD", "--md").stdout  # what a PR comment shows
+    assert re.search(r"onnxruntime_micro-int8/metrics.json\s*\|\s*size_bytes", table), table
     params = json.loads(sh(root, "dvc", "params", "diff", "HEAD", "--json").stdout)
     per_channel = params["recipes/digits_cnn.yaml"]["quantization.per_channel"]
     assert (per_channel["old"], per_channel["new"]) == (True, False)
@@ -221,3 +224,34 @@ def test_dvc_experiments_set_params_and_queue(tmp_path: Path) -> None:
                 runs[rev["name"]] = (data["target"], data["quantization"], data["verified"])
     assert runs.pop("float") == ("onnxruntime_micro", "none", True)
     assert sorted(runs.values()) == [("onnxruntime_micro", "int8", True), ("tflite", "int8", True)]
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_a_dvc_remote_shares_stage_results_between_machines(tmp_path: Path) -> None:
+    """Machine A builds a variant and pushes DVC's run-cache; machine B, a fresh clone, asks
+    for the same variant and gets the stages' results from the remote instead of running them."""
+    a = model_repo(tmp_path / "a", git=True)
+    sh(a, "dvc", "remote", "add", "-d", "shared", str(tmp_path / "remote"))
+    assert init(a) == 0
+    sh(a, "dvc", "repro")
+    sh(a, "git", "add", "-A")
+    sh(a, "git", "commit", "-qm", "default build")
+    sh(a, "dvc", "push")
+    variant = "quantization.mode=none"
+    sh(a, "dvc", "exp", "run", "-S", variant)  # not committed: only its stage results travel
+    sh(a, "dvc", "push", "--run-cache")
+
+    b = tmp_path / "b"
+    sh(tmp_path, "git", "clone", "-q", str(a), str(b))
+    sh(b, "dvc", "pull", "--run-cache")
+    params = b / "params.yaml"
+    params.write_text(params.read_text().replace("  mode:\n", "  mode: none\n", 1))
+    repro = sh(b, "dvc", "repro", "--pull")  # --pull: fetch what a run-cache hit names
+    for stage in ("precheck", "quantize", "convert", "verify"):
+        restored = f"Stage 'digits_cnn.default.{stage}' is cached - skipping run"
+        assert restored in repro.stdout, repro.stdout
+    # the last stage's folder is kept in git, not in DVC's cache, so it is written again
+    assert "Running stage 'digits_cnn.default.report'" in repro.stdout
+    metrics = json.loads((b / "build/digits_cnn/default/metrics.json").read_text())
+    assert (metrics["quantization"], metrics["verified"]) == ("none", True)
