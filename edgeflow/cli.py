@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="exit 1 if the files are out of date; write nothing"
     )
     dvc_init.add_argument("--recipes", help="comma-separated recipe names (default: all)")
+    dvc_init.add_argument(
+        "--hydra",
+        action="store_true",
+        help="builds in conf/config.yaml with target and quantization groups, for DVC's "
+        "Hydra composition (dvc exp run -S target=armnn -S quantization=int8_per_tensor)",
+    )
     dvc_stage = dvc_sub.add_parser("stage", help="run one stage (the command of a DVC stage)")
     dvc_stage.add_argument("recipe", metavar="RECIPE.yaml")
     dvc_stage.add_argument("stage", metavar="STAGE")
@@ -123,7 +129,12 @@ def _dvc(args: argparse.Namespace) -> int:
         return dvcfile.run_stage(root, args.recipe, args.stage, args.build)
     split = lambda text: [v for v in text.split(",") if v] if text else None  # noqa: E731
     changed = dvcfile.init(
-        root, split(args.target), split(args.quantization), split(args.recipes), args.check
+        root,
+        split(args.target),
+        split(args.quantization),
+        split(args.recipes),
+        args.check,
+        args.hydra,
     )
     return 1 if changed and args.check else 0
 

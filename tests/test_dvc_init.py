@@ -193,11 +193,38 @@ def test_repro_after_a_quantization_edit_reruns_only_downstream(tmp_path: Path) 
     assert (per_channel["old"], per_channel["new"]) == (True, False)
 
 
+def test_init_for_hydra_composition(tmp_path: Path) -> None:
+    """--hydra: builds in conf/config.yaml, target and quantization as config groups, and
+    params.yaml as Hydra composes them (what DVC writes on `dvc exp run`)."""
+    root = model_repo(tmp_path / "repo")
+    (root / "params.yaml").write_text("train:\n  seed: 1\n")
+    assert init(root, "--hydra", "--quantization", "int8,none") == 0
+    config = yaml.safe_load((root / "conf/config.yaml").read_text())
+    assert config["defaults"] == [{"target": "recipe"}, {"quantization": "recipe"}, "_self_"]
+    assert config["train"] == {"seed": 1}  # the user's params carried over
+    assert set(config["builds"]) == {"recipe-int8", "recipe-none"}
+    group = (root / "conf/quantization/int8_per_tensor.yaml").read_text()
+    assert group.startswith("# @package _global_\n")
+    assert yaml.safe_load(group)["quantization"]["per_channel"] is False
+    assert yaml.safe_load((root / "conf/target/armnn.yaml").read_text()) == {"target": "armnn"}
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    assert params["target"] is None and params["quantization"]["mode"] is None
+    assert params["train"] == {"seed": 1} and params["builds"] == config["builds"]
+    assert init(root, "--check") == 0  # conf/config.yaml now marks Hydra mode by itself
+
+    config_path = root / "conf/config.yaml"
+    config_path.write_text(config_path.read_text().replace("- target: recipe", "- target: armnn"))
+    assert init(root, "--check") == 1  # params.yaml no longer what Hydra composes
+    assert init(root) == 0
+    assert yaml.safe_load((root / "params.yaml").read_text())["target"] == "armnn"
+
+
 @pytest.mark.slow
 @needs_dvc
-def test_dvc_experiments_set_params_and_queue(tmp_path: Path) -> None:
+def test_dvc_experiments_with_hydra_composition_and_a_queue(tmp_path: Path) -> None:
     root = model_repo(tmp_path / "repo", git=True)
-    assert init(root) == 0  # one build per recipe, as the recipe says: the one -S changes
+    assert init(root, "--hydra") == 0  # one build per recipe, as the recipe says
+    assert "enabled = true" in (root / ".dvc/config").read_text()  # DVC composes conf/
     sh(root, "dvc", "repro")
     sh(root, "git", "add", "-A")
     sh(root, "git", "commit", "-qm", "default build")
@@ -206,7 +233,7 @@ def test_dvc_experiments_set_params_and_queue(tmp_path: Path) -> None:
     sh(
         root,
         "dvc", "exp", "run", "--queue",
-        "-S", "target=onnxruntime_micro,tflite", "-S", "quantization.mode=int8",
+        "-S", "target=onnxruntime_micro,tflite", "-S", "quantization=int8_per_tensor",
     )  # fmt: skip
     sh(root, "dvc", "queue", "start")
     deadline = time.monotonic() + 900
@@ -221,9 +248,18 @@ def test_dvc_experiments_set_params_and_queue(tmp_path: Path) -> None:
         for exp in commit.get("experiments") or []:
             for rev in exp["revs"]:
                 data = rev["data"]["metrics"]["build/digits_cnn/default/metrics.json"]["data"]
-                runs[rev["name"]] = (data["target"], data["quantization"], data["verified"])
-    assert runs.pop("float") == ("onnxruntime_micro", "none", True)
-    assert sorted(runs.values()) == [("onnxruntime_micro", "int8", True), ("tflite", "int8", True)]
+                per_channel = rev["data"]["params"]["params.yaml"]["data"]["quantization"]
+                runs[rev["name"]] = (
+                    data["target"],
+                    data["quantization"],
+                    per_channel["per_channel"],
+                    data["verified"],
+                )
+    assert runs.pop("float") == ("onnxruntime_micro", "none", None, True)
+    assert sorted(runs.values()) == [
+        ("onnxruntime_micro", "int8", False, True),
+        ("tflite", "int8", False, True),
+    ]
 
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ from edgeflow import __version__, resources
 from edgeflow.engine.stage import WARNINGS_FILE, Stage
 from edgeflow.errors import EdgeflowError
 from edgeflow.recipe import LoadedRecipe, load_recipe
-from edgeflow.recipe.loader import display_path, read_yaml, validate
+from edgeflow.recipe.loader import display_path, plain, read_yaml, validate
 
 DVC_FILE = Path("dvc.yaml")
 PARAMS_FILE = Path("params.yaml")
@@ -41,6 +41,7 @@ STAGE_DIR = Path(".edgeflow/dvc")  # the DVC outputs of stages before the last
 BUILD_READS = ("target", "quantization")  # what a build changes; stages reading it are per build
 BUILD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 PLOTS = ("latency.csv", "outputs.csv")
+HYDRA_CONFIG = Path("conf/config.yaml")  # DVC's default for `dvc config hydra.enabled true`
 
 
 class QuantizationKeys(BaseModel):
@@ -117,13 +118,42 @@ class Params(BaseModel):
         return found
 
 
-def read_params(root: Path) -> Params | None:
-    path = root / PARAMS_FILE
+def read_params(root: Path, source: Path = PARAMS_FILE) -> Params | None:
+    """The edgeflow keys of params.yaml, which is what the stages run with (DVC composes it
+    from conf/ on `dvc exp run` when Hydra composition is on), or of conf/config.yaml."""
+    path = root / source
     if not path.is_file():
         return None
-    params = validate(Params, read_yaml(path), path)
+    tree = read_yaml(path)
+    data = {k: v for k, v in plain(tree).items() if k != "defaults"}  # Hydra's list
+    params = validate(Params, tree, path, data=data)
     params.edgeflow.pop("version", None)  # written by init, not an input
     return params
+
+
+def compose(root: Path) -> dict[str, Any]:
+    """conf/config.yaml composed by Hydra with its defaults, as DVC composes it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str((root / HYDRA_CONFIG).parent), version_base=None):
+            config = hydra_compose(config_name=HYDRA_CONFIG.stem)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise EdgeflowError(
+            f"{display_path(root / HYDRA_CONFIG)}: Hydra cannot compose it: {exc}",
+            "check its defaults list against the groups in conf/ (edgeflow dvc init --hydra)",
+        ) from None
+    finally:
+        GlobalHydra.instance().clear()
+    data = OmegaConf.to_container(config, resolve=True)
+    assert isinstance(data, dict)
+    return {str(k): v for k, v in data.items()}
 
 
 @dataclass(frozen=True)
@@ -207,6 +237,7 @@ def init(
     quantizations: list[str] | None = None,
     recipes: list[str] | None = None,
     check: bool = False,
+    hydra: bool = False,
     echo: Callable[[str], None] = print,
 ) -> bool:
     """Write edgeflow's part of dvc.yaml and params.yaml; returns whether either changed
@@ -217,9 +248,14 @@ def init(
     (default: every recipe in recipes/, one build each, as the recipe says). Stages, metrics,
     plots and params keys of the user's own are kept, so edgeflow's stages can sit next to a
     training stage. The output depends only on these inputs: a rerun is byte-identical.
+
+    With `hydra` (or once conf/config.yaml exists) the builds live in conf/config.yaml, with
+    the config groups conf/target/ and conf/quantization/, for DVC's Hydra composition;
+    params.yaml is then what Hydra composes from them.
     """
     root = root.resolve()
-    params = read_params(root) or Params()
+    hydra = hydra or (root / HYDRA_CONFIG).is_file()
+    params = (hydra and read_params(root, HYDRA_CONFIG)) or read_params(root) or Params()
     if targets or quantizations:
         params = params.model_copy(update={"builds": _product(targets, quantizations)})
     if recipes:
@@ -242,21 +278,100 @@ def init(
             if planned.last:
                 metrics.append((planned.out / "metrics.json").as_posix())
                 plots += _plots(planned.out)
-    changed = False
-    for path, text in (
-        (root / PARAMS_FILE, _params_text(root / PARAMS_FILE, params)),
-        (root / DVC_FILE, _dvc_text(root / DVC_FILE, stages, metrics, plots)),
-    ):
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            changed = True
-            if check:
-                echo(f"{display_path(path)} is out of date: run `edgeflow dvc init`")
-                continue
-            _write_atomic(path, text)
-            echo(f"wrote {display_path(path)}")
-        else:
-            echo(f"{display_path(path)} is up to date")
+    files = {root / DVC_FILE: _dvc_text(root / DVC_FILE, stages, metrics, plots)}
+    if hydra:
+        files.update(_hydra_files(root, params))
+    else:
+        files[root / PARAMS_FILE] = _params_text(root / PARAMS_FILE, params)
+    changed = _write(files, check, echo)
+    if hydra:  # params.yaml as DVC composes it, from the conf/ just written
+        changed |= _write_composed(root, check, echo)
+        if not check:
+            _enable_dvc_hydra(root, echo)
     return changed
+
+
+def _enable_dvc_hydra(root: Path, echo: Callable[[str], None]) -> None:
+    import subprocess
+
+    if not (root / ".dvc").is_dir():
+        echo("then `dvc init` and `dvc config hydra.enabled true` for DVC's Hydra composition")
+        return
+    dvc = shutil.which("dvc")
+    done = None
+    if dvc is not None:
+        command = [dvc, "config", "hydra.enabled", "true"]
+        done = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
+    if done is None or done.returncode != 0:
+        echo("run `dvc config hydra.enabled true` for DVC's Hydra composition")
+
+
+def _write(files: dict[Path, str], check: bool, echo: Callable[[str], None]) -> bool:
+    stale = [p for p, text in sorted(files.items()) if not _same(p, text)]
+    for path in stale:
+        if check:
+            echo(f"{display_path(path)} is out of date: run `edgeflow dvc init`")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(path, files[path])
+        echo(f"wrote {display_path(path)}")
+    if not stale:
+        echo(f"up to date: {', '.join(display_path(p) for p in sorted(files))}")
+    return bool(stale)
+
+
+def _same(path: Path, text: str) -> bool:
+    return path.is_file() and path.read_text(encoding="utf-8") == text
+
+
+def _hydra_files(root: Path, params: Params) -> dict[Path, str]:
+    """conf/config.yaml (edgeflow's keys updated, the rest kept) and the generated groups:
+    conf/target/<profile>.yaml and conf/quantization/<preset>.yaml, so that `dvc exp run
+    -S target=armnn -S quantization=int8_per_tensor -S quantization.mode=none` composes."""
+    from edgeflow.hydra_app import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
+
+    files = {}
+    # Hydra reads the package directive from the first line only
+    note = "# @package _global_\n# `edgeflow dvc init` writes this group option.\n"
+    for name in ["recipe", *resources.available("targets", root)]:
+        value = None if name == "recipe" else name
+        files[root / "conf/target" / f"{name}.yaml"] = note + _yaml_dump({"target": value})
+    for name, preset in QUANTIZATION_PRESETS.items():
+        keys = {key: preset.get(key) for key in QUANTIZATION_KEYS}
+        body = _yaml_dump({"quantization": keys})
+        files[root / "conf/quantization" / f"{name}.yaml"] = note + body
+    path = root / HYDRA_CONFIG
+    header, tree = _existing(path, HYDRA_HEADER)
+    if not path.is_file():  # start from params.yaml's own keys, so training params carry over
+        _, old = _existing(root / PARAMS_FILE, "")
+        tree["defaults"] = [{"target": "recipe"}, {"quantization": "recipe"}, "_self_"]
+        tree.update({k: v for k, v in old.items() if k not in ("target", "quantization")})
+    for key, value in _params_values(params).items():
+        if key in ("target", "quantization"):
+            continue  # chosen through the defaults list's groups
+        if value is None:
+            tree.pop(key, None)
+        else:
+            tree[key] = value
+    files[path] = header + _yaml_dump(tree)
+    return files
+
+
+def _write_composed(root: Path, check: bool, echo: Callable[[str], None]) -> bool:
+    """params.yaml as Hydra composes conf/; compared as data, since DVC writes the same
+    data in its own layout on `dvc exp run`."""
+    path = root / PARAMS_FILE
+    composed = compose(root)
+    current = plain(read_yaml(path)) if path.is_file() else None
+    if current == composed:
+        echo(f"{display_path(path)} is up to date")
+        return False
+    if check:
+        echo(f"{display_path(path)} is out of date: run `edgeflow dvc init`")
+    else:
+        _write_atomic(path, COMPOSED_HEADER + _yaml_dump(composed))
+        echo(f"wrote {display_path(path)}")
+    return True
 
 
 def _recipe_files(root: Path, names: list[str] | None) -> list[Path]:
@@ -419,6 +534,16 @@ PARAMS_HEADER = """\
 # builds: what each recipe is built as, by name (build/<recipe>/<name>/); a build's own
 #   target and quantization (a preset name, or keys) win over the defaults.
 """
+HYDRA_HEADER = """\
+# DVC composes this file with the groups in conf/ into params.yaml on `dvc exp run`
+# (dvc config hydra.enabled true): `dvc exp run -S target=armnn -S quantization=int8_per_tensor
+# -S quantization.mode=none`. `edgeflow dvc init` writes the keys edgeflow, recipes and builds
+# (edit values, then run it again); other keys are yours.
+"""
+COMPOSED_HEADER = """\
+# Composed by Hydra from conf/ (`edgeflow dvc init`; `dvc exp run` writes it the same way):
+# edit conf/config.yaml, not this file.
+"""
 DVC_HEADER = """\
 # `edgeflow dvc init` writes the stages whose command is `edgeflow dvc stage`, with their metrics
 # and plots (from recipes/ and params.yaml: run it again after editing those); other stages
@@ -453,16 +578,20 @@ def _header_end(lines: list[str]) -> int:
     return len(lines)
 
 
-def _params_text(path: Path, params: Params) -> str:
-    header, tree = _existing(path, PARAMS_HEADER)
-    values = {
+def _params_values(params: Params) -> dict[str, Any]:
+    """edgeflow's keys as init writes them (recipes None: the key is left out)."""
+    return {
         "edgeflow": {**params.edgeflow, "version": __version__},
         "recipes": params.recipes,
         "target": params.target,
         "quantization": params.quantization.model_dump(),
         "builds": {n: b.model_dump(exclude_none=True) for n, b in params.builds.items()},
     }
-    for key, value in values.items():
+
+
+def _params_text(path: Path, params: Params) -> str:
+    header, tree = _existing(path, PARAMS_HEADER)
+    for key, value in _params_values(params).items():
         if value is None and key == "recipes":
             tree.pop(key, None)
         else:
