@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from edgeflow.cli import main
+from edgeflow.errors import RecipeError
+from edgeflow.recipe import load_recipe
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +19,7 @@ METRICS_SHAPE = {
     "quantization": str,
     "verified": bool,
     "accuracy": {"source": float, "artifact": float, "drop": float},
-    "agreement": {"top1": float, "max_abs_diff": float},
+    "agreement": {"top1": float, "max_abs_diff": float, "max_relative_diff": float},
     "latency_ms": {"p50": float, "p90": float},
     "size_bytes": int,
 }
@@ -81,3 +83,37 @@ def test_failed_threshold_exits_nonzero_and_keeps_the_artifact(
     kept = tmp_path / "b" / "recipe" / "onnxruntime_micro-int8"
     assert (kept / "model.ort").is_file()
     assert json.loads((kept / "metrics.json").read_text())["verified"] is False
+
+
+def test_relative_diff_threshold(tmp_path: Path, shared_cache: Path, write_recipe) -> None:
+    """verify.max_relative_diff: |artifact - source| / max|source| per output; the int8 demo
+    is about 3.5% off its logits' range, so 1e-3 fails and 0.1 holds."""
+    from tests.conftest import DEMO_RECIPE
+
+    text = DEMO_RECIPE.read_text().replace("../models/", f"{DEMO_RECIPE.parent.parent}/models/")
+    path = write_recipe(text.replace("verify:\n", "verify:\n  max_relative_diff: 1.0e-3\n"))
+    args = [f"recipe={path}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main(["run", *args]) == 1
+    metrics = json.loads((tmp_path / "b/recipe/onnxruntime_micro-int8/metrics.json").read_text())
+    relative = metrics["agreement"]["max_relative_diff"]
+    assert 1e-3 < relative < 0.1
+    ratio = metrics["agreement"]["max_abs_diff"] / relative  # the largest |logit| of the source
+    assert ratio > 1
+    assert main(["run", *args, "verify.max_relative_diff=0.1"]) == 0
+
+
+def test_agreement_metric_needs_no_labels(tmp_path: Path, shared_cache: Path, write_recipe) -> None:
+    """evaluation.metric: agreement compares with the source only: no labels, no accuracy."""
+    from tests.conftest import DEMO_RECIPE
+
+    text = DEMO_RECIPE.read_text().replace("../models/", f"{DEMO_RECIPE.parent.parent}/models/")
+    text = text.replace("split: test, metric: top1", "split: test, metric: agreement")
+    text = text.replace("  max_accuracy_drop: 0.01", "  max_relative_diff: 0.1")
+    path = write_recipe(text)
+    args = [f"recipe={path}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main(["run", *args]) == 0
+    metrics = json.loads((tmp_path / "b/recipe/onnxruntime_micro-int8/metrics.json").read_text())
+    assert metrics["accuracy"] is None and metrics["verified"] is True
+    assert metrics["agreement"]["top1"] >= 0.98
+    with pytest.raises(RecipeError, match=r"does not apply to evaluation\.metric: agreement"):
+        load_recipe(write_recipe(text.replace("verify:\n", "verify:\n  max_accuracy_drop: 0.01\n")))

@@ -123,9 +123,10 @@ class DatasetSpec(Strict):
 
 
 class Evaluation(DatasetSpec):
-    # top1: classification (needs a 'label' array); detections: boxes/scores/labels compared
-    # as sets with the source model's (see verify.detections)
-    metric: Literal["top1", "detections"] = "top1"
+    # top1: classification (needs a 'label' array); agreement: outputs compared with the
+    # source model's only, no labels (random weights, models without a labelled dataset);
+    # detections: boxes/scores/labels compared as sets with the source model's
+    metric: Literal["top1", "agreement", "detections"] = "top1"
 
 
 class ExportOptions(Strict):
@@ -180,6 +181,8 @@ class DetectionChecks(Strict):
 
 class Verify(Strict):
     max_abs_diff: float | None = Field(None, ge=0)
+    # largest allowed |artifact - source| / max|source| of any output (scale-free max_abs_diff)
+    max_relative_diff: float | None = Field(None, ge=0)
     max_accuracy_drop: float | None = Field(0.01, ge=0, le=1)
     min_top1_agreement: float | None = Field(None, ge=0, le=1)
     max_latency_ms: float | None = Field(None, gt=0)
@@ -248,14 +251,21 @@ class Recipe(Strict):
 
     @model_validator(mode="after")
     def _detections_have_no_top1(self) -> Recipe:
-        if self.evaluation.metric != "detections":
+        metric = self.evaluation.metric
+        if metric == "top1":
             return self
-        for key in ("max_abs_diff", "max_accuracy_drop", "min_top1_agreement"):
+        refused = ["max_accuracy_drop"]  # needs labels
+        if metric == "detections":
+            refused += ["max_abs_diff", "max_relative_diff", "min_top1_agreement"]
+        for key in refused:
             if key in self.verify.model_fields_set and getattr(self.verify, key) is not None:
                 raise user_error(
-                    "does not apply to evaluation.metric: detections",
+                    f"does not apply to evaluation.metric: {metric}",
                     "detections are checked by verify.detections (box_atol, score_atol, "
-                    "min_match_rate); remove this key",
+                    "min_match_rate); remove this key"
+                    if metric == "detections"
+                    else "accuracy needs labels (metric: top1); use max_relative_diff, "
+                    "max_abs_diff or min_top1_agreement, or remove this key",
                     at=f"verify.{key}",
                 )
         return self  # the classifier thresholds' defaults are not checked for detections

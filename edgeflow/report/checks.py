@@ -18,7 +18,18 @@ def check_thresholds(verify: Verify, metrics: dict[str, Any]) -> list[dict[str, 
     else:
         rows = [
             ("max_abs_diff", agreement["max_abs_diff"], verify.max_abs_diff, "max"),
-            ("max_accuracy_drop", accuracy["drop"], verify.max_accuracy_drop, "max"),
+            (
+                "max_relative_diff",
+                agreement.get("max_relative_diff"),
+                verify.max_relative_diff,
+                "max",
+            ),
+            (
+                "max_accuracy_drop",
+                accuracy and accuracy["drop"],
+                verify.max_accuracy_drop if accuracy else None,  # no labels: no accuracy
+                "max",
+            ),
             ("min_top1_agreement", agreement["top1"], verify.min_top1_agreement, "min"),
         ]
     rows += [

@@ -55,9 +55,10 @@ def one_line(metrics: dict[str, Any]) -> str:
             f"max box diff {agree['max_box_diff_px']:.3g} px"
         )
     else:
+        accuracy = f"accuracy {acc['artifact']:.4f} (source {acc['source']:.4f}), " if acc else ""
         head = (
-            f"accuracy {acc['artifact']:.4f} (source {acc['source']:.4f}), top-1 agreement "
-            f"{agree['top1']:.4f}, max abs diff {agree['max_abs_diff']:.3g}"
+            f"{accuracy}top-1 agreement {agree['top1']:.4f}, "
+            f"max abs diff {agree['max_abs_diff']:.3g}"
         )
     return f"{head}, p50 {metrics['latency_ms']['p50']:.3f} ms, {metrics['size_bytes']:,} bytes"
 
@@ -74,12 +75,24 @@ def _agreement_rows(metrics: dict[str, Any]) -> list[str]:
             f"({agree['max_box_diff_relative']:.3g} of the image side) |",
             f"| max score diff | {agree['max_score_diff']:.3g} |",
         ]
+    accuracy = (
+        [
+            f"| accuracy, source model | {acc['source']:.4f} |",
+            f"| accuracy, artifact | {acc['artifact']:.4f} |",
+            f"| accuracy drop | {acc['drop'] * 100:+.2f} percentage points |",
+        ]
+        if acc
+        else []  # evaluation.metric: agreement
+    )
     return [
-        f"| accuracy, source model | {acc['source']:.4f} |",
-        f"| accuracy, artifact | {acc['artifact']:.4f} |",
-        f"| accuracy drop | {acc['drop'] * 100:+.2f} percentage points |",
+        *accuracy,
         f"| top-1 agreement with source | {agree['top1']:.4f} |",
         f"| max abs diff of outputs | {agree['max_abs_diff']:.3g} |",
+        *(
+            [f"| max diff relative to the output range | {agree['max_relative_diff']:.3g} |"]
+            if "max_relative_diff" in agree
+            else []
+        ),
     ]
 
 

@@ -7,6 +7,7 @@ from edgeflow.engine.stage import Stage, StageContext
 ACCURACY = ("source", "artifact", "drop")
 AGREEMENT = {
     "top1": ("top1", "max_abs_diff"),
+    "agreement": ("top1", "max_abs_diff"),
     "detections": (
         "match_rate",
         "matched",
@@ -37,7 +38,7 @@ def run(ctx: StageContext) -> None:
         "quantization": ctx.recipe.quantization.mode,
         "verified": False,
         "accuracy": {k: float(v["accuracy"][k]) for k in ACCURACY} if v["accuracy"] else None,
-        "agreement": {k: v["agreement"][k] for k in AGREEMENT[v.get("metric", "top1")]},
+        "agreement": _agreement(v),
         "latency_ms": {k: float(v["latency_ms"][k]) for k in ("p50", "p90")},
         "size_bytes": int(v["size_bytes"]),
     }
@@ -52,6 +53,15 @@ def run(ctx: StageContext) -> None:
     _write_plots(ctx, v)
     title = f"{ctx.recipe_file} -> {ctx.profile.name}-{ctx.recipe.quantization.mode}"
     ctx.output("report").write_text(render(title, metrics, checks, details), encoding="utf-8")
+
+
+def _agreement(v: dict) -> dict:
+    agreement = {k: v["agreement"][k] for k in AGREEMENT[v.get("metric", "top1")]}
+    if "outputs" in v["agreement"]:  # relative to each output's range: comparable across models
+        agreement["max_relative_diff"] = max(
+            o["max_rel_to_range"] for o in v["agreement"]["outputs"]
+        )
+    return agreement
 
 
 def _write_plots(ctx: StageContext, v: dict) -> None:

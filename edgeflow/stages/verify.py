@@ -22,10 +22,11 @@ def run(ctx: StageContext) -> None:
     recipe, profile = ctx.recipe, ctx.profile
     detections = recipe.evaluation.metric == "detections"
     samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
-    if samples.labels is None and not detections:
+    if samples.labels is None and recipe.evaluation.metric == "top1":
         raise EdgeflowError(
             f"evaluation dataset {recipe.evaluation.dataset} has no 'label' array",
-            "top-1 accuracy needs labels: return a 'label' array from the dataset",
+            "top-1 accuracy needs labels: return a 'label' array from the dataset, or set "
+            "evaluation.metric: agreement to compare with the source model only",
         )
     with np.load(ctx.inputs["reference"]) as ref:
         reference = [ref[f"arr_{i}"] for i in range(len(ref.files))]
@@ -60,8 +61,8 @@ def run(ctx: StageContext) -> None:
     runs = recipe.verify.latency_runs
     times = latency_ms(runner, feeds, recipe.verify.warmup_runs, runs)
     extra = runner.extra_metrics() if hasattr(runner, "extra_metrics") else {}
-    accuracy = None  # detections are compared with the source model, in "agreement"
-    if samples.labels is not None and not detections:
+    accuracy = None  # agreement, detections: compared with the source model only
+    if samples.labels is not None and recipe.evaluation.metric == "top1":
         source_acc = top1_accuracy(reference[0], samples.labels)
         artifact_acc = top1_accuracy(outputs[0], samples.labels)
         drop = source_acc - artifact_acc

@@ -1,0 +1,190 @@
+"""Coverage: how much third-party model code edgeflow carries to each target, verified.
+
+Builds the development set (benchmarks/coverage_models.py: torchvision and timm models with
+random weights), writes one recipe per model, runs edgeflow for each target configuration,
+and prints one table (model x target: verified, or failed with a one-line reason) with
+per-target counts; writes coverage.json. Needs torchvision and timm (docs/coverage.md):
+
+    python benchmarks/coverage.py [--models resnet18,levit_128s] [--configs tflite:none]
+        [--size 128] [--work .edgeflow/coverage] [--out coverage.json]
+
+Verified means: the artifact ran in the target's runtime and, for float32 builds, every
+output is within 1e-3 of the source model relative to that output's range; int8 builds
+report top-1 agreement and the relative error on held-out inputs (scikit-learn's sample
+photographs; random weights make task accuracy meaningless).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from coverage_models import MODELS
+
+CONFIGS = (
+    ("tflite", "none"),
+    ("tflite_micro", "none"),
+    ("tflite_micro", "int8"),
+    ("armnn", "none"),
+    ("onnxruntime_micro", "int8"),
+)
+FLOAT_TOLERANCE = 1e-3  # max |artifact - source| / max |source|, per output
+TOOLS = ("torch", "torchvision", "timm", "onnx", "onnxruntime", "onnx2tf", "tensorflow",
+         "ai-edge-litert", "tflite-micro")  # fmt: skip
+
+
+def recipe_text(model: str, size: int) -> str:
+    factory = Path(__file__).resolve().parent / "coverage_models.py"
+    data = "edgeflow.datasets:sample_image_crops"
+    options = f"{{size: [{size}, {size}], count: 16, input_name: image}}"
+    return f"""\
+# Written by benchmarks/coverage.py: {model} with random weights, {size}x{size}.
+name: {model}
+description: coverage benchmark, {model}
+source:
+  kind: pytorch
+  model: "{factory}:build"
+  init: {{name: {model}, image_size: {size}}}
+  inputs:
+    - {{name: image, shape: [1, 3, {size}, {size}], dtype: float32}}
+calibration: {{dataset: "{data}", split: calibration, options: {options}}}
+evaluation: {{dataset: "{data}", split: test, options: {options}, metric: agreement}}
+quantization: {{mode: none}}
+target: tflite
+verify:                           # metric agreement: no labels, random weights
+  max_relative_diff: {FLOAT_TOLERANCE}
+  latency_runs: 10
+  warmup_runs: 2
+"""
+
+
+def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) -> dict[str, Any]:
+    from edgeflow.engine.runner import run_build
+    from edgeflow.errors import EdgeflowError
+    from edgeflow.recipe import load_recipe
+
+    overrides: dict[str, Any] = {"target": target, "quantization.mode": mode}
+    if mode == "int8":
+        overrides["verify.max_relative_diff"] = None  # reported, not a threshold
+    row: dict[str, Any] = {"model": recipe.stem, "target": target, "quantization": mode}
+    start = time.perf_counter()
+    lines: list[str] = []
+    try:
+        result = run_build(load_recipe(recipe, overrides), cache, build_root, echo=lines.append)
+    except EdgeflowError as exc:
+        row.update(status="failed", reason=_one_line(exc.render()))
+    else:
+        metrics = result.metrics
+        agreement = metrics.get("agreement") or {}
+        row.update(
+            top1=agreement.get("top1"),
+            relative_diff=agreement.get("max_relative_diff"),
+            size_bytes=metrics.get("size_bytes"),
+            arena_bytes=metrics.get("arena_bytes"),
+        )
+        if metrics.get("not_verified"):
+            row.update(
+                status="failed", reason=_one_line("not verified: " + metrics["not_verified"])
+            )
+        elif result.failed_checks:
+            row.update(status="failed", reason=_one_line(result.failed_checks[0]))
+        else:
+            row.update(status="verified", reason="")
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    return row
+
+
+def _one_line(text: str, width: int = 110) -> str:
+    first = " ".join(text.split("\n")[0].split())
+    return first if len(first) <= width else first[: width - 3] + "..."
+
+
+def render(rows: list[dict[str, Any]], configs: list[tuple[str, str]]) -> str:
+    names = [f"{t} {'f32' if m == 'none' else m}" for t, m in configs]
+    out = ["| model | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        cells = []
+        for target, mode in configs:
+            found = [
+                r
+                for r in rows
+                if (r["model"], r["target"], r["quantization"]) == (model, target, mode)
+            ]
+            if not found:
+                cells.append("")
+                continue
+            r = found[0]
+            if r["status"] == "verified":
+                cell = "verified"
+                if r["quantization"] == "int8" and r.get("top1") is not None:
+                    cell += f" (top-1 {r['top1']:.2f}, rel {r['relative_diff']:.3f})"
+            else:
+                cell = f"failed: {r['reason']}"
+            cells.append(cell.replace("|", "/"))
+        out.append(f"| {model} | " + " | ".join(cells) + " |")
+    counts = []
+    for target, mode in configs:
+        done = [r for r in rows if (r["target"], r["quantization"]) == (target, mode)]
+        counts.append(f"{sum(r['status'] == 'verified' for r in done)}/{len(done)}")
+    out.append("| **verified** | " + " | ".join(counts) + " |")
+    return "\n".join(out)
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for dist in TOOLS:
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = "not installed"
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--configs", default=",".join(f"{t}:{m}" for t, m in CONFIGS))
+    parser.add_argument("--size", type=int, default=128)
+    parser.add_argument("--work", type=Path, default=Path(".edgeflow/coverage"))
+    parser.add_argument("--out", type=Path, default=Path("coverage.json"))
+    args = parser.parse_args(argv)
+    from edgeflow.engine.cache import Cache
+
+    models = [m for m in args.models.split(",") if m]
+    configs = [tuple(c.split(":", 1)) for c in args.configs.split(",") if c]
+    recipes = args.work / "recipes"
+    recipes.mkdir(parents=True, exist_ok=True)
+    cache = Cache(args.work / "cache")
+    rows = []
+    for model in models:
+        recipe = recipes / f"{model}.yaml"
+        recipe.write_text(recipe_text(model, args.size), encoding="utf-8")
+        for target, mode in configs:
+            row = run_one(recipe, target, mode, cache, args.work / "build")
+            rows.append(row)
+            status = f"{row['status']:<9} {row['seconds']:6.1f} s  {row['reason']}"
+            print(f"{model:<28} {target:<18} {mode:<5} {status}", flush=True)
+    table = render(rows, configs)
+    print("\n" + table)
+    report = {
+        "date": time.strftime("%Y-%m-%d"),
+        "image_size": args.size,
+        "float_tolerance": FLOAT_TOLERANCE,
+        "versions": versions(),
+        "rows": rows,
+    }
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"\ncoverage.json: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
