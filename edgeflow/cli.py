@@ -24,6 +24,7 @@ Build, verify and report a recipe. Arguments are Hydra overrides:
   quantization.mode=fp16           or any single quantization key
   verify.max_abs_diff=1e-4         any key of the recipe's other sections (source, export,
                                    optimize, calibration, evaluation, precheck, verify)
+  target_rewrites=false            skip the target profile's default rewrites
   cache_dir=.edgeflow/cache build_dir=build
   -m target=a,b quantization.mode=int8,none    sweep every combination (Hydra multirun); ends
                                    with one table and build/sweep.json, Pareto builds marked

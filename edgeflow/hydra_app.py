@@ -99,8 +99,9 @@ def _record(row: dict[str, Any], build_dir: str, code: int) -> None:
     (folder / f"{config.job.num}.json").write_text(json.dumps(row), encoding="utf-8")
 
 
-# Recipe sections any key of which can be set on the command line (`verify.max_abs_diff=1e-4`,
-# `precheck.continue_on_failure=true`); target and quantization are config groups instead.
+# Recipe sections (and top-level keys) any key of which can be set on the command line
+# (`verify.max_abs_diff=1e-4`, `precheck.continue_on_failure=true`, `target_rewrites=false`);
+# target and quantization are config groups instead.
 RECIPE_SECTIONS = (
     "source",
     "export",
@@ -109,6 +110,7 @@ RECIPE_SECTIONS = (
     "evaluation",
     "precheck",
     "verify",
+    "target_rewrites",
 )
 OVERRIDES = "recipe_overrides"  # where Hydra keeps them: +recipe_overrides.<key>=<value>
 

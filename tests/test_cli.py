@@ -86,7 +86,7 @@ def test_multirun_sweep_shares_upstream_stages(tmp_path: Path, capsys) -> None:
     events = Cache(cache).events()  # the cache's own count, over every job
     assert events["export", "ran"] == 1 and events["export", "hit"] == 1
     assert events["quantize", "ran"] == 2
-    assert out.count("  export       ran") == 1 and out.count("  export       cached") == 1
+    assert out.count("  export         ran") == 1 and out.count("  export         cached") == 1
     for mode in ("none", "int8-per_tensor"):
         metrics = tmp_path / "build" / "digits_cnn" / f"onnxruntime_micro-{mode}" / "metrics.json"
         assert json.loads(metrics.read_text())["verified"] is True

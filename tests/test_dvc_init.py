@@ -20,8 +20,8 @@ from edgeflow.engine import dvcfile
 from edgeflow.errors import EdgeflowError
 from tests.conftest import REPO
 
-SHARED = ("load", "rewrite", "export", "rewrite_onnx", "optimize")
-PER_BUILD = ("precheck", "quantize", "convert", "verify", "report")
+SHARED = ("load", "rewrite", "export", "rewrite_onnx")
+PER_BUILD = ("rewrite_target", "precheck", "optimize", "quantize", "convert", "verify", "report")
 ENV = {
     **os.environ,
     # the stages' `edgeflow` command and dvc from this interpreter's environment
@@ -73,7 +73,7 @@ def test_init_writes_shared_and_per_build_stages(tmp_path: Path) -> None:
     builds = [f"{t}-{q}" for t in ("onnxruntime_micro", "tflite") for q in ("int8", "none")]
     expected = {f"digits_cnn.{s}" for s in SHARED}
     expected |= {f"digits_cnn.{b}.{s}" for b in builds for s in PER_BUILD}
-    assert set(stages) == expected  # 5 shared stages once, 5 per build: 25, not 40
+    assert set(stages) == expected  # 4 shared stages once, 7 per build: 32, not 44
 
     export = stages["digits_cnn.export"]
     assert export["cmd"] == "edgeflow dvc stage recipes/digits_cnn.yaml export"
@@ -83,7 +83,7 @@ def test_init_writes_shared_and_per_build_stages(tmp_path: Path) -> None:
     assert export["outs"] == [".edgeflow/dvc/digits_cnn/export"]
     quantize = stages["digits_cnn.tflite-int8.quantize"]
     assert quantize["cmd"].endswith("quantize --build tflite-int8")
-    assert ".edgeflow/dvc/digits_cnn/optimize" in quantize["deps"]
+    assert ".edgeflow/dvc/digits_cnn/tflite-int8/optimize" in quantize["deps"]
     assert "quantization" in quantize["params"][-1]["recipes/digits_cnn.yaml"]
     assert quantize["params"][:4] == [
         "edgeflow.version",
@@ -127,7 +127,8 @@ def test_init_is_deterministic_and_keeps_the_users_stages(tmp_path: Path) -> Non
     assert (root / "dvc.yaml").read_text() == first["dvc.yaml"]  # --check writes nothing
     assert init(root) == 0
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    assert stages["digits_cnn.optimize"]["params"][-1] == {"recipes/digits_cnn.yaml": ["optimize"]}
+    optimize = stages["digits_cnn.recipe-int8.optimize"]
+    assert optimize["params"][-1] == {"recipes/digits_cnn.yaml": ["optimize"]}
     assert "train" in stages
 
     assert init(root, "--quantization", "int8") == 0  # a build that is gone loses its stages
@@ -164,7 +165,7 @@ def test_repro_after_a_quantization_edit_reruns_only_downstream(tmp_path: Path) 
     root = model_repo(tmp_path / "repo", git=True)
     assert init(root, "--target", "onnxruntime_micro", "--quantization", "int8,none") == 0
     first = sh(root, "dvc", "repro")
-    assert first.stdout.count("Running stage") == 5 + 2 * 5
+    assert first.stdout.count("Running stage") == 4 + 2 * 7
     for build in ("onnxruntime_micro-int8", "onnxruntime_micro-none"):
         metrics = json.loads((root / "build/digits_cnn" / build / "metrics.json").read_text())
         assert metrics["verified"] is True
@@ -177,7 +178,7 @@ def test_repro_after_a_quantization_edit_reruns_only_downstream(tmp_path: Path) 
     text = recipe.read_text()
     recipe.write_text(text.replace("per_channel: true", "per_channel: false"))
     again = sh(root, "dvc", "repro")
-    for stage in ("load", "rewrite", "export", "rewrite_onnx", "optimize"):
+    for stage in SHARED:
         assert f"Stage 'digits_cnn.{stage}' didn't change, skipping" in again.stdout
     assert "Running stage 'digits_cnn.onnxruntime_micro-int8.quantize'" in again.stdout
     assert "Running stage 'digits_cnn.onnxruntime_micro-int8.convert'" in again.stdout

@@ -144,7 +144,7 @@ def _report(
 ) -> None:
     seconds = time.perf_counter() - start
     result.outcomes.append(StageOutcome(stage, status, seconds, key))
-    echo(f"  {stage:<12} {status:<7} {seconds:7.2f} s")
+    echo(f"  {stage:<14} {status:<7} {seconds:7.2f} s")
 
 
 def publish(build_dir: Path, files: dict[str, Path]) -> None:

@@ -230,6 +230,8 @@ class Recipe(Strict):
     source: Source
     export: ExportOptions = ExportOptions()
     rewrites: list[Annotated[Any, AfterValidator(_rewrite_entry)]] = []
+    # the target profile's own rewrites (its `rewrites:`), applied after the recipe's
+    target_rewrites: bool = True
     optimize: OptimizeOptions = OptimizeOptions()
     calibration: DatasetSpec | None = None
     evaluation: Evaluation

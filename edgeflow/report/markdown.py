@@ -127,6 +127,25 @@ def _not_verified(title: str, metrics: dict[str, Any], details: dict[str, Any]) 
     return "\n".join(lines) + "\n"
 
 
+def _target_rules(info: dict[str, Any]) -> list[str]:
+    """The target profile's default rewrites: what they did, or why they did not run."""
+    if not info:
+        return []
+    target = info["target"]
+    replaced = info.get("replaced_by_recipe") or []
+    tail = f" ({', '.join(f'`{r}`' for r in replaced)} as the recipe sets it)" if replaced else ""
+    if info.get("off"):
+        return [f"- target rewrites of `{target}`: off (target_rewrites: false){tail}"]
+    if not info["rules"]:
+        return [f"- target rewrites of `{target}`: none{tail}"]
+    lines = [f"- target rewrites of `{target}` (its profile's `rewrites:`){tail}:"]
+    for r in info["rules"]:
+        state = "changed" if r["changed"] else "no change"
+        why = f": {'; '.join(r['reasons'])}" if r["reasons"] else ""
+        lines.append(f"  - `{r['rule']}`: {state}, {r['matches']} matches{why}")
+    return lines
+
+
 def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
     lines = ["", "## Stages", ""]
     rules = details.get("rewrite", {}).get("rules", []) + details["rewrite_onnx"]["rules"]
@@ -138,6 +157,7 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
             lines.append(f"  - `{r['rule']}`: {state}, {r['matches']} matches{why}")
     else:
         lines.append("- rewrite rules: none in the recipe")
+    lines += _target_rules(details.get("rewrite_target", {}))
     pre = details["precheck"]
     lines.append(
         f"- precheck: {'passed' if pre['passed'] else 'FAILED'} against `{pre['target']}`"

@@ -14,6 +14,7 @@ from edgeflow.stages import (
     report,
     rewrite,
     rewrite_onnx,
+    rewrite_target,
     verify,
 )
 
@@ -25,6 +26,7 @@ STAGES: dict[str, Stage] = {
         rewrite,
         export,
         rewrite_onnx,
+        rewrite_target,
         precheck,
         optimize,
         quantize,

@@ -18,7 +18,16 @@ AGREEMENT = {
         "max_score_diff",
     ),
 }
-DETAIL_SLOTS = ("verify", "precheck", "optimize", "quantize", "convert", "source", "rewrite_onnx")
+DETAIL_SLOTS = (
+    "verify",
+    "precheck",
+    "optimize",
+    "quantize",
+    "convert",
+    "source",
+    "rewrite_onnx",
+    "rewrite_target",
+)
 
 
 def run(ctx: StageContext) -> None:

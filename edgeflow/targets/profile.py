@@ -124,6 +124,43 @@ class TargetProfile(BaseModel):
     max_rank: PositiveInt | None = None  # the largest tensor rank the runtime's kernels take
     boards: dict[str, Board] = {}  # memory presets, chosen with --board / precheck.board
     default_board: str | None = None  # the board checked when none is chosen
+    # onnx.* rules every build for this target gets after the recipe's own (as `rewrites:`
+    # entries); a recipe turns them off with target_rewrites: false, or replaces one by
+    # listing the same rule itself.
+    rewrites: list[dict[str, Any]] = []
+
+    @field_validator("rewrites")
+    @classmethod
+    def _onnx_rules(cls, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from edgeflow.recipe.suggest import did_you_mean
+        from edgeflow.rules import builtin_rules
+
+        known = builtin_rules()
+        for entry in entries:
+            name = entry.get("rule")
+            rule = known.get(str(name))
+            if rule is None:
+                raise ValueError(f"unknown rule '{name}' {did_you_mean(str(name), known) or ''}")
+            if rule.level != "onnx":
+                raise ValueError(
+                    f"'{name}' is an {rule.level} rule: a target's rewrites are onnx.* rules, "
+                    "which run after the export its builds share"
+                )
+            rule.Options.model_validate({k: v for k, v in entry.items() if k != "rule"})
+        return entries
+
+    def rewrite_specs(self) -> list[Any]:
+        """The target's rewrites as RuleSpecs (validated when the profile loaded)."""
+        from edgeflow.rules import builtin_rules
+        from edgeflow.rules.base import RuleSpec
+
+        known = builtin_rules()
+        specs = []
+        for entry in self.rewrites:
+            rule = known[entry["rule"]]
+            options = rule.Options.model_validate({k: v for k, v in entry.items() if k != "rule"})
+            specs.append(RuleSpec(rule, options, entry["rule"]))
+        return specs
 
     @field_validator("int8")
     @classmethod

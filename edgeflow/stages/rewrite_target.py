@@ -1,0 +1,55 @@
+"""rewrite_target: the target profile's default onnx.* rules, after the recipe's own.
+
+A profile lists the rewrites every model needs on its runtime (e.g. armnn decomposes the
+activations its TfLite parser lacks), so a recipe need not know each runtime's quirks. The
+recipe turns them off with `target_rewrites: false`; a rule the recipe lists itself is not
+applied again (the recipe's options win).
+"""
+
+from __future__ import annotations
+
+from edgeflow.engine.stage import Stage, StageContext
+
+
+def run(ctx: StageContext) -> None:
+    import shutil
+
+    from edgeflow.rules.base import RewriteContext
+
+    recipe = ctx.recipe
+    own = {spec.name for spec in recipe.rewrites}
+    specs = [s for s in ctx.profile.rewrite_specs() if s.name not in own]
+    skipped = [s.name for s in ctx.profile.rewrite_specs() if s.name in own]
+    info: dict[str, object] = {
+        "target": ctx.profile.name,
+        "rules": [],
+        "replaced_by_recipe": skipped,
+    }
+    if not recipe.target_rewrites or not specs:
+        info["off"] = not recipe.target_rewrites
+        shutil.copyfile(ctx.inputs["onnx"], ctx.output("onnx"))
+        ctx.write_json("rewrite_target", info)
+        return
+    import onnx
+
+    from edgeflow.rules.apply import apply_rules
+
+    model = onnx.load(str(ctx.inputs["onnx"]))
+    rewrite_ctx = RewriteContext(list(recipe.source.inputs), ctx.loaded.path.parent)
+    model, records, _ = apply_rules(model, specs, ("onnx",), rewrite_ctx)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(ctx.output("onnx")))
+    info["rules"] = records
+    ctx.write_json("rewrite_target", info)
+
+
+STAGE = Stage(
+    name="rewrite_target",
+    description="Apply the target profile's default onnx.* rules.",
+    run=run,
+    consumes=("onnx",),
+    produces={"onnx": "model.onnx", "rewrite_target": "rewrite_target.json"},
+    reads=("target", "target_rewrites", "rewrites", "source.inputs"),
+    tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir"),
+    code=("edgeflow.rules.apply", "edgeflow.rules.base"),
+)

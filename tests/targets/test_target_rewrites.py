@@ -1,0 +1,102 @@
+"""Target default rewrites: a profile's `rewrites:` run on every build for it, shown in the
+report, and a recipe can turn them off or replace one."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from edgeflow.cli import main
+from edgeflow.errors import RecipeError
+from edgeflow.rules.onnx.decompose import SUPPORTED
+from edgeflow.targets import load_profile
+from tests.targets.conftest import needs_tflite
+from tests.targets.test_armnn import needs_armnn
+
+MODEL = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    """A conv net with the activations Arm NN's TfLite parser lacks."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = nn.functional.hardsigmoid(self.conv(x)) * nn.functional.gelu(self.conv(x))
+        return self.head(y.mean(dim=(2, 3)))
+'''
+RECIPE = """
+    source:
+      kind: pytorch
+      model: net.py:Net
+      inputs: [{name: image, shape: [1, 3, 16, 16], dtype: float32}]
+    evaluation:
+      dataset: edgeflow.datasets:sample_image_crops
+      split: test
+      options: {size: [16, 16], count: 8, input_name: image}
+      metric: agreement
+    quantization: {mode: none}
+    target: armnn
+    verify: {max_relative_diff: 1.0e-3}
+"""
+
+
+@pytest.mark.parametrize("name", ["tflite", "tflite_micro", "armnn"])
+def test_default_decompositions_follow_the_measured_operator_list(name: str) -> None:
+    """Each profile decomposes exactly the ops onnx.decompose handles that its measured list
+    lacks: rederive the list, and this test says which default to change."""
+    profile = load_profile(name)
+    assert profile.operators is not None
+    missing = sorted(op for op in SUPPORTED if op not in profile.operators)
+    [entry] = [e for e in profile.rewrites if e["rule"] == "onnx.decompose"]
+    assert sorted(entry["ops"]) == missing
+
+
+def test_a_profile_takes_only_known_onnx_rules(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "targets").mkdir()
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "targets" / "board.yaml"
+    path.write_text("extends: tflite\nrewrites:\n  - {rule: fx.fuse_conv_bn}\n")
+    with pytest.raises(
+        RecipeError, match=r"board.yaml:\d+:\d+: rewrites: .*'fx.fuse_conv_bn' is an fx"
+    ):
+        load_profile("board")
+    path.write_text("extends: tflite\nrewrites:\n  - {rule: onnx.decompos}\n")
+    with pytest.raises(
+        RecipeError, match=r"unknown rule 'onnx\.decompos' did you mean 'onnx\.decompose'"
+    ):
+        load_profile("board")
+    path.write_text("extends: tflite\nrewrites: []\n")
+    assert load_profile("board").rewrite_specs() == []  # an extending profile can drop them
+
+
+@pytest.mark.slow
+@needs_tflite
+@needs_armnn
+def test_armnn_builds_decompose_what_its_parser_lacks(tmp_path: Path, shared_cache: Path) -> None:
+    (tmp_path / "net.py").write_text(MODEL)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(textwrap.dedent(RECIPE))
+    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main(args) == 0
+    out = tmp_path / "b" / "recipe" / "armnn-none"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["verified"] is True and metrics["agreement"]["max_relative_diff"] <= 1e-3
+    report = (out / "report.md").read_text()
+    assert "target rewrites of `armnn`" in report
+    # the exporter writes gelu as Erf (x/2 (1 + erf(x/sqrt2))): both are decomposed
+    assert "HardSigmoid x1" in report and "Erf x1" in report
+
+    assert main([*args, "target_rewrites=false"]) == 1  # the recipe turns them off
+    precheck = json.loads((out / "precheck.json").read_text())
+    assert not precheck["passed"]
+    assert {"Erf", "HardSigmoid"} <= {f["op_type"] for f in precheck["findings"]}
