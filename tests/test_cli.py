@@ -131,7 +131,7 @@ def test_weights_that_do_not_fit_fail_the_load_stage(
     cache = tmp_path / "cache"
     assert main(["run", f"recipe={path}", f"cache_dir={cache}", f"build_dir={tmp_path}/b"]) == 2
     captured = capsys.readouterr()
-    assert "  load         failed" in captured.out
+    assert "  load           failed" in captured.out
     assert "stage 'load' failed: weights" in captured.err and "do not fit" in captured.err
     assert "hint: check source.init" in captured.err
     assert not (cache / "load").exists() or not list((cache / "load").glob("*/*"))

@@ -52,7 +52,12 @@ def onnx_recipe(tmp_path: Path, write_recipe) -> Path:
 def test_onnx_source_float_and_int8(onnx_recipe: Path, tmp_path: Path) -> None:
     cache, build = Cache(tmp_path / "cache"), tmp_path / "build"
     fp32 = run_build(load_recipe(onnx_recipe), cache, build, print)
-    assert [o.stage for o in fp32.outcomes][:3] == ["ingest", "rewrite_onnx", "precheck"]
+    assert [o.stage for o in fp32.outcomes][:4] == [
+        "ingest",
+        "rewrite_onnx",
+        "rewrite_target",
+        "precheck",
+    ]
     assert fp32.metrics["agreement"]["max_abs_diff"] <= 1e-4
     assert fp32.metrics["accuracy"]["source"] >= 0.97
     assert fp32.failed_checks == []

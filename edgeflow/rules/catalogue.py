@@ -43,7 +43,9 @@ Entries are checked when the recipe loads: an unknown rule or option is an error
 file:line:col and a "did you mean". `edgeflow rules` lists the same rules in the terminal.
 The `rewrite` stage (ast, fx) checks that the rewritten module computes what the original does
 on the declared input shapes, within each rule's stated tolerance; `rewrite_onnx` applies the
-onnx rules after export. What each rule changed is in the build's report.
+onnx rules after export. A target profile can add onnx rules of its own, which run after the
+recipe's (`rewrite_target`; see "Default rewrites" in [targets.md](targets.md)). What each
+rule changed is in the build's report.
 """
 
 
