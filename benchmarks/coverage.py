@@ -120,8 +120,10 @@ def _reason(text: str) -> str:
     findings = [f"{op.strip()} ({why.strip()[:40]})" for op, _, why in rows[1:]]
     if findings:
         return _one_line(lines[0].split(":")[0] + ": " + "; ".join(findings), 160)
-    detail = next((line.strip() for line in lines[1:] if line.strip()), "")
-    return _one_line(f"{lines[0]} {detail}", 160)
+    # a runtime's own error (Arm NN's parser: "RuntimeError: Failed to parse operator ...")
+    errors = [line.strip() for line in lines if line.startswith(("RuntimeError:", "ValueError:"))]
+    detail = errors[-1] if errors else next((x.strip() for x in lines[1:] if x.strip()), "")
+    return _one_line(f"{lines[0].split(' (exit status')[0]} {detail}", 160)
 
 
 def _one_line(text: str, width: int = 110) -> str:
