@@ -95,7 +95,7 @@ def test_init_writes_shared_and_per_build_stages(tmp_path: Path) -> None:
     assert report["outs"] == [{"build/digits_cnn/tflite-int8": {"cache": False}}]
     assert ".edgeflow/dvc/digits_cnn/tflite-int8/convert" in report["deps"]  # the artifact
     assert pipeline["metrics"] == [f"build/digits_cnn/{b}/metrics.json" for b in builds]
-    assert len(pipeline["plots"]) == 2 * len(builds)
+    assert len(pipeline["plots"]) == 3 * len(builds)  # latency, layers, outputs
 
     params = yaml.safe_load((root / "params.yaml").read_text())
     assert params["builds"]["tflite-none"] == {"target": "tflite", "quantization": "none"}
@@ -171,6 +171,9 @@ def test_repro_after_a_quantization_edit_reruns_only_downstream(tmp_path: Path) 
         assert metrics["verified"] is True
         assert (root / "build/digits_cnn" / build / "model.ort").is_file()
         assert (root / "build/digits_cnn" / build / "latency.csv").read_text().count("\n") == 101
+        layers = (root / "build/digits_cnn" / build / "layers.csv").read_text().splitlines()
+        assert layers[0] == "layer,node,op,output_bytes,alive_bytes,weight_bytes"
+        assert len(layers) > 5
     sh(root, "git", "add", "-A")
     sh(root, "git", "commit", "-qm", "builds")
 

@@ -40,7 +40,7 @@ PARAMS_FILE = Path("params.yaml")
 STAGE_DIR = Path(".edgeflow/dvc")  # the DVC outputs of stages before the last
 BUILD_READS = ("target", "quantization")  # what a build changes; stages reading it are per build
 BUILD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
-PLOTS = ("latency.csv", "outputs.csv")
+PLOTS = ("latency.csv", "outputs.csv", "layers.csv")
 HYDRA_CONFIG = Path("conf/config.yaml")  # DVC's default for `dvc config hydra.enabled true`
 
 
@@ -501,6 +501,14 @@ def _plots(build_dir: Path) -> list[dict[str, Any]]:
                 "x": "run",
                 "y": "ms",
                 "title": f"{build_dir.parent.name} {build_dir.name}: latency per run (ms)",
+            }
+        },
+        {
+            (build_dir / "layers.csv").as_posix(): {
+                "x": "layer",
+                "y": "alive_bytes",
+                "title": f"{build_dir.parent.name} {build_dir.name}: "
+                "activation bytes alive per layer (estimate)",
             }
         },
         {

@@ -23,7 +23,7 @@ from edgeflow.recipe import LoadedRecipe
 from edgeflow.recipe.refs import file_sha256
 
 # Files of the final stages that are copied into build/<recipe>/<target>-<mode>/.
-PUBLISHED_SLOTS = ("artifact", "metrics", "report", "plots", "precheck", "verify")
+PUBLISHED_SLOTS = ("artifact", "metrics", "report", "plots", "precheck", "layers", "verify")
 
 
 @dataclass(frozen=True)

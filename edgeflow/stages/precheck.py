@@ -27,6 +27,7 @@ def run(ctx: StageContext) -> None:
     mode = q.mode
     sized = "int16_act" if mode == "int8" and q.activations == "int16" else mode
     memory, too_big = check_memory(model, ctx.profile, sized, board)
+    _write_layers(ctx, model, sized)
     findings = to_json(check(model, ctx.profile, mode) + too_big)
     passed = not errors(findings)
     ctx.write_json(
@@ -55,12 +56,23 @@ def run(ctx: StageContext) -> None:
     )
 
 
+def _write_layers(ctx: StageContext, model: object, quantization: str) -> None:
+    """layers.csv: the memory estimate per layer (a DVC plot: where the arena peaks)."""
+    from edgeflow.targets.memory import layers
+
+    rows = layers(model, quantization)
+    columns = ("layer", "node", "op", "output_bytes", "alive_bytes", "weight_bytes")
+    lines = [",".join(columns)]
+    lines += [",".join(str(row[c]).replace(",", ";") for c in columns) for row in rows]
+    ctx.output("layers").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 STAGE = Stage(
     name="precheck",
     description="Check the ONNX model against onnx.checker and the target profile.",
     run=run,
     consumes=("onnx",),
-    produces={"precheck": "precheck.json"},
+    produces={"precheck": "precheck.json", "layers": "layers.csv"},
     reads=("target", "precheck", "quantization.mode", "quantization.activations"),
     tools=("onnx",),
     code=(

@@ -69,6 +69,49 @@ def estimate(model: Any, quantization: str = "none", backend: str = "") -> Memor
     return MemoryEstimate(weights, plan, overhead, peak_node, sorted(set(unknown) & set(first)))
 
 
+def layers(model: Any, quantization: str = "none") -> list[dict[str, Any]]:
+    """Per node, in graph order: its output bytes, the activation bytes alive while it runs
+    (the same lifetimes as the arena estimate) and the bytes of the weights it reads."""
+    import numpy as np
+    import onnx
+
+    with contextlib.suppress(Exception):  # unknown sizes count as 0, as in estimate()
+        model = onnx.shape_inference.infer_shapes(model)
+    graph = model.graph
+    sizes, _ = _sizes(model, quantization)
+    element = "int8" if quantization == "int16_act" else quantization
+    initializers = {t.name: t for t in graph.initializer}
+    constants = set(initializers) | {
+        o for n in graph.node if n.op_type == "Constant" for o in n.output
+    }
+    first, last = _lifetimes(graph, constants, _fused(graph))
+    change = [0] * (len(graph.node) + 2)
+    for name in first:
+        change[first[name]] += sizes.get(name, 0)
+        change[last[name] + 1] -= sizes.get(name, 0)
+    rows, alive = [], 0
+    for i, node in enumerate(graph.node):
+        alive += change[i]
+        bias = node.input[BIAS_INPUT[node.op_type]] if _has_bias(node) else None
+        weights = sum(
+            int(np.prod(t.dims))
+            * (4 if name == bias and element == "int8" else _element_bytes(t.data_type, element))
+            for name, t in ((n, initializers.get(n)) for n in node.input)
+            if t is not None
+        )
+        rows.append(
+            {
+                "layer": i,
+                "node": node.name or f"#{i}",
+                "op": node.op_type,
+                "output_bytes": sum(sizes.get(o, 0) for o in node.output),
+                "alive_bytes": alive,
+                "weight_bytes": weights,
+            }
+        )
+    return rows
+
+
 def greedy_plan(sizes: dict[str, int], first: dict[str, int], last: dict[str, int]) -> int:
     """Bytes of an arena holding every buffer, placed largest first at the lowest aligned
     offset that does not overlap a buffer alive at the same time."""
@@ -125,15 +168,15 @@ def _sizes(model: Any, quantization: str) -> tuple[dict[str, int], list[str]]:
     return sizes, unknown
 
 
+def _has_bias(node: Any) -> bool:
+    return node.op_type in BIAS_INPUT and len(node.input) > BIAS_INPUT[node.op_type]
+
+
 def _weights(graph: Any, quantization: str) -> int:
     import numpy as np
     import onnx
 
-    biases = {
-        node.input[BIAS_INPUT[node.op_type]]
-        for node in graph.node
-        if node.op_type in BIAS_INPUT and len(node.input) > BIAS_INPUT[node.op_type]
-    }
+    biases = {node.input[BIAS_INPUT[node.op_type]] for node in graph.node if _has_bias(node)}
     tensors = list(graph.initializer)
     tensors += [
         a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"

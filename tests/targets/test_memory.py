@@ -18,7 +18,7 @@ from edgeflow.engine.runner import run_build
 from edgeflow.errors import EdgeflowError
 from edgeflow.recipe import load_recipe
 from edgeflow.targets import load_profile
-from edgeflow.targets.memory import estimate, greedy_plan
+from edgeflow.targets.memory import estimate, greedy_plan, layers
 from edgeflow.targets.precheck import check_memory
 from edgeflow.targets.profile import TargetProfile
 from tests.targets.conftest import needs_tflite
@@ -76,6 +76,25 @@ def test_estimate_by_hand() -> None:
     micro = estimate(model, "int8", "tflite_micro")
     assert micro.overhead_bytes > 0
     assert micro.arena_bytes == micro.activations_bytes + micro.overhead_bytes
+
+
+def test_layers_by_hand() -> None:
+    """The per-layer table (layers.csv, a DVC plot) adds up to the estimate."""
+    model = conv_relu_reshape()
+    rows = layers(model, "none")
+    assert [(r["node"], r["op"]) for r in rows] == [
+        ("conv", "Conv"),
+        ("relu", "Relu"),
+        ("reshape", "Reshape"),
+    ]
+    # alive: x + conv output at the conv; the fused conv/relu buffer at the relu; + y after
+    assert [r["alive_bytes"] for r in rows] == [256 + 1024, 1024, 2048]
+    assert [r["output_bytes"] for r in rows] == [1024, 1024, 1024]
+    assert max(rows, key=lambda r: r["alive_bytes"])["node"] == estimate(model).peak_node
+    assert sum(r["weight_bytes"] for r in rows) == estimate(model).weights_bytes
+    int8 = layers(model, "int8")
+    assert int8[0]["weight_bytes"] == 36 + 4 * 4  # int8 weights, int32 bias
+    assert sum(r["weight_bytes"] for r in int8) == estimate(model, "int8").weights_bytes
 
 
 def test_board_budgets_are_findings_with_the_mode_that_shrinks_them() -> None:
