@@ -127,7 +127,9 @@ def _dvc(args: argparse.Namespace) -> int:
 
     root = Path.cwd()
     if args.dvc_command == "stage":
-        return dvcfile.run_stage(root, args.recipe, args.stage, args.build)
+        from edgeflow.engine.dvcstage import run_stage
+
+        return run_stage(root, args.recipe, args.stage, args.build)
     split = lambda text: [v for v in text.split(",") if v] if text else None  # noqa: E731
     changed = dvcfile.init(
         root,

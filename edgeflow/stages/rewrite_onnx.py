@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from edgeflow.engine.stage import Stage, StageContext
 
 
 def run(ctx: StageContext) -> None:
+    records = rewrite(ctx, list(ctx.recipe.rewrites))
+    ctx.write_json("rewrite_onnx", {"rules": records})
+
+
+def rewrite(ctx: StageContext, specs: list[Any]) -> list[dict[str, Any]]:
+    """Apply onnx.* rule specs to the stage's input model, write the checked result to its
+    "onnx" output, and return what each rule did (for the report)."""
     import onnx
 
     from edgeflow.rules.apply import apply_rules
@@ -13,10 +22,10 @@ def run(ctx: StageContext) -> None:
 
     model = onnx.load(str(ctx.inputs["onnx"]))
     rewrite_ctx = RewriteContext(list(ctx.recipe.source.inputs), ctx.loaded.path.parent)
-    model, records, _ = apply_rules(model, list(ctx.recipe.rewrites), ("onnx",), rewrite_ctx)
+    model, records, _ = apply_rules(model, specs, ("onnx",), rewrite_ctx)
     onnx.checker.check_model(model)
     onnx.save(model, str(ctx.output("onnx")))
-    ctx.write_json("rewrite_onnx", {"rules": records})
+    return records
 
 
 STAGE = Stage(

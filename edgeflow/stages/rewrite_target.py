@@ -14,7 +14,7 @@ from edgeflow.engine.stage import Stage, StageContext
 def run(ctx: StageContext) -> None:
     import shutil
 
-    from edgeflow.rules.base import RewriteContext
+    from edgeflow.stages.rewrite_onnx import rewrite
 
     recipe = ctx.recipe
     own = {spec.name for spec in recipe.rewrites}
@@ -28,18 +28,8 @@ def run(ctx: StageContext) -> None:
     if not recipe.target_rewrites or not specs:
         info["off"] = not recipe.target_rewrites
         shutil.copyfile(ctx.inputs["onnx"], ctx.output("onnx"))
-        ctx.write_json("rewrite_target", info)
-        return
-    import onnx
-
-    from edgeflow.rules.apply import apply_rules
-
-    model = onnx.load(str(ctx.inputs["onnx"]))
-    rewrite_ctx = RewriteContext(list(recipe.source.inputs), ctx.loaded.path.parent)
-    model, records, _ = apply_rules(model, specs, ("onnx",), rewrite_ctx)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(ctx.output("onnx")))
-    info["rules"] = records
+    else:
+        info["rules"] = rewrite(ctx, specs)
     ctx.write_json("rewrite_target", info)
 
 
@@ -51,5 +41,5 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "rewrite_target": "rewrite_target.json"},
     reads=("target", "target_rewrites", "rewrites", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir"),
-    code=("edgeflow.rules.apply", "edgeflow.rules.base"),
+    code=("edgeflow.rules.apply", "edgeflow.rules.base", "edgeflow.stages.rewrite_onnx"),
 )

@@ -1,0 +1,91 @@
+"""`edgeflow dvc stage`: the command of each DVC stage that `edgeflow dvc init` writes.
+
+One edgeflow stage, its inputs read from the upstream stages' DVC outputs, its result renamed
+into place only when complete; the last stage of a build writes build/<recipe>/<build>/
+exactly as `edgeflow run` does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from edgeflow.engine.dvcfile import plan
+from edgeflow.engine.dvcparams import Params, read_params
+from edgeflow.engine.stage import WARNINGS_FILE
+from edgeflow.errors import EdgeflowError
+from edgeflow.recipe import load_recipe
+from edgeflow.recipe.loader import display_path
+
+
+def run_stage(
+    root: Path, recipe: str, stage_name: str, build: str | None, echo: Callable[[str], None] = print
+) -> int:
+    """Run one planned stage (the command of a DVC stage); returns the exit status."""
+    import json
+    import time
+
+    from edgeflow.engine.runner import PUBLISHED_SLOTS, execute, publish
+
+    root = root.resolve()
+    recipe_path = (root / recipe).resolve()
+    params = read_params(root) or Params()
+    builds = [build] if build else list(params.builds)
+    loaded = load_recipe(recipe_path, params.overrides(builds[0]), root)
+    wanted = (
+        f"{recipe_path.stem}.{build}.{stage_name}" if build else f"{recipe_path.stem}.{stage_name}"
+    )
+    planned = {p.name: p for p in plan(recipe_path, builds, loaded, root)}
+    if wanted not in planned:
+        raise EdgeflowError(
+            f"no stage {wanted} in the plan of {recipe}",
+            "dvc.yaml is out of date: run `edgeflow dvc init` again",
+        )
+    step = planned[wanted]
+    missing = [p for p in step.inputs.values() if not (root / p).exists()]
+    if missing:
+        raise EdgeflowError(
+            f"{wanted}: input {missing[0]} is missing", "run `dvc repro`, which makes it first"
+        )
+    out = root / step.out
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    tmp.mkdir(parents=True)
+    start = time.perf_counter()
+    inputs = {slot: root / path for slot, path in step.inputs.items()}
+    try:
+        execute(step.stage, loaded, inputs, tmp)
+        warnings = tmp / WARNINGS_FILE
+        messages = json.loads(warnings.read_text()) if warnings.is_file() else []
+        if step.last:  # build/<recipe>/<build>/ as `edgeflow run` writes it
+            slots = {slot: root / path for slot, path in step.published.items()}
+            slots.update(
+                {s: tmp / f for s, f in step.stage.produces.items() if s in PUBLISHED_SLOTS}
+            )
+            publish(out, slots)
+            shutil.rmtree(tmp)
+        else:
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            if out.exists():
+                os.rename(out, old)
+            os.rename(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    echo(f"  {wanted:<40} ran {time.perf_counter() - start:7.2f} s")
+    for message in messages:
+        echo("  warning: " + message.replace("\n", "\n  "))
+    if step.last:
+        metrics = json.loads((out / "metrics.json").read_text())
+        if not metrics["verified"] and not metrics.get("not_verified"):
+            print(
+                f"error: verification failed; the build is kept for inspection in "
+                f"{display_path(out)} (see report.md)",
+                file=sys.stderr,
+            )
+            return 1
+    return 0
