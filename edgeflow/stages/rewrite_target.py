@@ -18,8 +18,9 @@ def run(ctx: StageContext) -> None:
 
     recipe = ctx.recipe
     own = {spec.name for spec in recipe.rewrites}
-    specs = [s for s in ctx.profile.rewrite_specs() if s.name not in own]
-    skipped = [s.name for s in ctx.profile.rewrite_specs() if s.name in own]
+    target_specs = ctx.profile.rewrite_specs()
+    specs = [s for s in target_specs if s.name not in own]
+    skipped = [s.name for s in target_specs if s.name in own]
     info: dict[str, object] = {
         "target": ctx.profile.name,
         "rules": [],

@@ -72,7 +72,6 @@ def estimate(model: Any, quantization: str = "none", backend: str = "") -> Memor
 def layers(model: Any, quantization: str = "none") -> list[dict[str, Any]]:
     """Per node, in graph order: its output bytes, the activation bytes alive while it runs
     (the same lifetimes as the arena estimate) and the bytes of the weights it reads."""
-    import numpy as np
     import onnx
 
     with contextlib.suppress(Exception):  # unknown sizes count as 0, as in estimate()
@@ -85,20 +84,12 @@ def layers(model: Any, quantization: str = "none") -> list[dict[str, Any]]:
         o for n in graph.node if n.op_type == "Constant" for o in n.output
     }
     first, last = _lifetimes(graph, constants, _fused(graph))
-    change = [0] * (len(graph.node) + 2)
-    for name in first:
-        change[first[name]] += sizes.get(name, 0)
-        change[last[name] + 1] -= sizes.get(name, 0)
-    rows, alive = [], 0
-    for i, node in enumerate(graph.node):
-        alive += change[i]
-        bias = node.input[BIAS_INPUT[node.op_type]] if _has_bias(node) else None
-        weights = sum(
-            int(np.prod(t.dims))
-            * (4 if name == bias and element == "int8" else _element_bytes(t.data_type, element))
-            for name, t in ((n, initializers.get(n)) for n in node.input)
-            if t is not None
-        )
+    biases = _biases(graph)
+    rows = []
+    for i, (node, alive) in enumerate(
+        zip(graph.node, _alive(graph, sizes, first, last), strict=True)
+    ):
+        weights = [initializers[n] for n in node.input if n in initializers]
         rows.append(
             {
                 "layer": i,
@@ -106,7 +97,7 @@ def layers(model: Any, quantization: str = "none") -> list[dict[str, Any]]:
                 "op": node.op_type,
                 "output_bytes": sum(sizes.get(o, 0) for o in node.output),
                 "alive_bytes": alive,
-                "weight_bytes": weights,
+                "weight_bytes": sum(_tensor_bytes(t, element, t.name in biases) for t in weights),
             }
         )
     return rows
@@ -173,22 +164,28 @@ def _has_bias(node: Any) -> bool:
 
 
 def _weights(graph: Any, quantization: str) -> int:
-    import numpy as np
-    import onnx
-
-    biases = {node.input[BIAS_INPUT[node.op_type]] for node in graph.node if _has_bias(node)}
+    biases = _biases(graph)
     tensors = list(graph.initializer)
     tensors += [
         a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
     ]
-    total = 0
-    for t in tensors:
-        count = int(np.prod(t.dims)) if len(t.dims) else 1
-        element = _element_bytes(t.data_type, quantization)
-        if t.name in biases and quantization == "int8":
-            element = 4  # int32 biases
-        total += count * (element if t.data_type != onnx.TensorProto.STRING else 0)
-    return total
+    return sum(_tensor_bytes(t, quantization, t.name in biases) for t in tensors)
+
+
+def _biases(graph: Any) -> set[str]:
+    return {node.input[BIAS_INPUT[node.op_type]] for node in graph.node if _has_bias(node)}
+
+
+def _tensor_bytes(t: Any, quantization: str, is_bias: bool) -> int:
+    """A stored tensor's bytes at `quantization` (int8 keeps biases as int32)."""
+    import numpy as np
+    import onnx
+
+    if t.data_type == onnx.TensorProto.STRING:
+        return 0
+    count = int(np.prod(t.dims)) if len(t.dims) else 1
+    element = 4 if is_bias and quantization == "int8" else _element_bytes(t.data_type, quantization)
+    return count * element
 
 
 def _fused(graph: Any) -> dict[str, str]:
@@ -237,18 +234,29 @@ def _lifetimes(
     return first, last
 
 
-def _peak(graph: Any, sizes: dict[str, int], first: dict[str, int], last: dict[str, int]) -> str:
-    """The node at which the most activation bytes are alive (a sweep over lifetimes)."""
+def _alive(
+    graph: Any, sizes: dict[str, int], first: dict[str, int], last: dict[str, int]
+) -> list[int]:
+    """Activation bytes alive while each node runs (a sweep over lifetimes)."""
     change = [0] * (len(graph.node) + 2)
     for name in first:
         change[first[name]] += sizes.get(name, 0)
         change[last[name] + 1] -= sizes.get(name, 0)
-    best, where, alive = -1, "", 0
-    for i, node in enumerate(graph.node):
-        alive += change[i]
-        if alive > best:
-            best, where = alive, node.name or f"#{i} {node.op_type}"
-    return where
+    alive, total = [], 0
+    for i in range(len(graph.node)):
+        total += change[i]
+        alive.append(total)
+    return alive
+
+
+def _peak(graph: Any, sizes: dict[str, int], first: dict[str, int], last: dict[str, int]) -> str:
+    """The node at which the most activation bytes are alive (the first, on a tie)."""
+    alive = _alive(graph, sizes, first, last)
+    if not alive:
+        return ""
+    i = alive.index(max(alive))
+    node = graph.node[i]
+    return node.name or f"#{i} {node.op_type}"
 
 
 def _tflm_overhead(graph: Any, quantization: str, aliases: dict[str, str]) -> int:
