@@ -29,7 +29,7 @@ def run_stage(
     import json
     import time
 
-    from edgeflow.engine.runner import PUBLISHED_SLOTS, execute, publish
+    from edgeflow.engine.runner import PUBLISHED_SLOTS, execute, publish, replace_folder
 
     root = root.resolve()
     recipe_path = (root / recipe).resolve()
@@ -68,11 +68,7 @@ def run_stage(
             publish(out, slots)
             shutil.rmtree(tmp)
         else:
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            if out.exists():
-                os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
+            replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

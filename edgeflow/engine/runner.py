@@ -158,8 +158,13 @@ def publish(build_dir: Path, files: dict[str, Path]) -> None:
             sources = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
             for src in sources:
                 shutil.copy2(src, tmp / src.name)
-        old = build_dir.parent / f".{build_dir.name}.old-{os.getpid()}"
-        if build_dir.exists():
-            os.rename(build_dir, old)
-        os.rename(tmp, build_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_folder(tmp, build_dir)
+
+
+def replace_folder(new: Path, final: Path) -> None:
+    """Put the complete folder `new` at `final` by renames; the old one is removed after."""
+    old = final.parent / f".{final.name}.old-{os.getpid()}"
+    if final.exists():
+        os.rename(final, old)
+    os.rename(new, final)
+    shutil.rmtree(old, ignore_errors=True)
