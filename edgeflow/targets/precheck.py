@@ -24,6 +24,9 @@ SUGGESTED_RULES = {
     "Softplus": "onnx.decompose",
     "Mish": "onnx.decompose",
     "If": "onnx.fold_if",
+    "Sqrt": "onnx.sqrt_newton",
+    "MatMul": "onnx.lower_matmul",
+    "Gather": "onnx.gather_to_slice",
     "Loop": "ast.unroll_loops",
     "Scan": "ast.unroll_loops",
     "NonZero": "ast.nonzero_to_mask",
@@ -32,6 +35,14 @@ SUGGESTED_RULES = {
     "(float16)": "quantization.mode: none",
     "(inputs)": "onnx.fix_shapes",
     "(opset)": "onnx.convert_opset",
+}
+# The rule that removes a failed named check, by (operator, checker).
+CHECK_RULES = {
+    ("Conv", "not_grouped"): "onnx.split_groups",
+    ("Conv", "groups_one"): "onnx.split_groups",
+    ("MaxPool", "pads_zero"): "onnx.maxpool_edge_pad",
+    ("Resize", "resize_nearest"): "onnx.resize_to_matmul",
+    ("Slice", "rank_at_most_4"): "onnx.slice_rank",
 }
 DOUBLE, FLOAT16 = 11, 10  # onnx.TensorProto data types
 
@@ -187,7 +198,7 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
         for check in spec.checks:
             problem = CHECKERS[check](Node(node, constants, ranks))
             if problem is not None:
-                add(op, check, f"{check}: {problem}", name)
+                add(op, check, f"{check}: {problem}", name, CHECK_RULES.get((op, check), ""))
     return list(groups.values())
 
 

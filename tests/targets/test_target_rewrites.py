@@ -103,3 +103,74 @@ def test_armnn_builds_decompose_what_its_parser_lacks(
     err = capsys.readouterr().err
     assert "stage 'precheck' failed: the model does not pass the armnn precheck" in err
     assert "Erf" in err and "HardSigmoid" in err
+
+
+BLOCKS = '''
+import torch
+from torch import nn
+
+
+class Blocks(nn.Module):
+    """One of each construct the coverage models brought to Arm NN and TFLite Micro: padded
+    MaxPool (resnet), grouped Conv (regnet), LayerNorm and 5-D qkv attention (mobilevit,
+    levit), bilinear upsampling (lraspp)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, 2, padding=1)
+        self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.norm = nn.LayerNorm(8)
+        self.qkv = nn.Linear(8, 24)
+        self.proj = nn.Linear(8, 8, bias=False)
+
+    def forward(self, x):
+        y = self.grouped(self.pool(torch.relu(self.stem(x))))
+        b, c, h, w = y.shape
+        t = self.norm(y.flatten(2).transpose(1, 2))
+        q, k, v = self.qkv(t).reshape(b, h * w, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+        a = (q @ k.transpose(-2, -1) * 0.5).softmax(-1)
+        t = self.proj((a @ v).transpose(1, 2).reshape(b, h * w, c))
+        y = t.transpose(1, 2).reshape(b, c, h, w)
+        return nn.functional.interpolate(y, scale_factor=2.0, mode="bilinear")
+'''
+
+
+@pytest.mark.slow
+@needs_tflite
+@needs_armnn
+@pytest.mark.parametrize("target", ["armnn", "tflite_micro"])
+def test_default_rewrites_carry_the_coverage_constructs(
+    target: str, tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Verified within 1e-3 of PyTorch with the target's defaults; without them, the precheck
+    names the constructs and the rule for each."""
+    (tmp_path / "net.py").write_text(BLOCKS)
+    recipe = tmp_path / "recipe.yaml"
+    text = textwrap.dedent(RECIPE).replace("net.py:Net", "net.py:Blocks")
+    recipe.write_text(text.replace("target: armnn", f"target: {target}"))
+    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main(args) == 0, capsys.readouterr().err
+    out = tmp_path / "b" / "recipe" / f"{target}-none"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["verified"] is True and metrics["agreement"]["max_relative_diff"] <= 1e-3
+    report = (out / "report.md").read_text()
+    expected = {
+        "armnn": ["Sqrt x1", "padded MaxPool x1", "grouped Conv x1", "MatMul x5",
+                  "linear Resize x1", "Slice above 4-D x3"],
+        "tflite_micro": ["Slice above 4-D x3"],
+    }  # fmt: skip
+    for line in expected[target]:
+        assert line in report, line
+
+    capsys.readouterr()
+    assert main([*args, "target_rewrites=false"]) == 2
+    err = capsys.readouterr().err
+    suggestions = {
+        "armnn": ["onnx.split_groups", "onnx.lower_matmul", "onnx.resize_to_matmul",
+                  "onnx.slice_rank"],
+        "tflite_micro": ["onnx.slice_rank"],
+    }  # fmt: skip
+    for rule in suggestions[target]:
+        assert rule in err, rule

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from edgeflow.rules.base import OnnxRule
 from edgeflow.rules.onnx.casts import CastFloat64ToFloat32, Int64ToInt32
+from edgeflow.rules.onnx.conv_pool import MaxPoolEdgePad, ShuffleToConv, SplitGroups
 from edgeflow.rules.onnx.cut import Cut
 from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.fold_if import FoldIf
+from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank
+from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton
 from edgeflow.rules.onnx.opset import ConvertOpset
 from edgeflow.rules.onnx.optimize import Optimize
 from edgeflow.rules.onnx.shapes import FixShapes
@@ -18,6 +21,14 @@ RULES: tuple[type[OnnxRule], ...] = (
     Optimize,
     Simplify,
     Decompose,
+    SqrtNewton,
+    MaxPoolEdgePad,
+    SplitGroups,
+    ShuffleToConv,
+    LowerMatMul,
+    ResizeToMatMul,
+    GatherToSlice,
+    SliceRank,
     FixShapes,
     ConvertOpset,
     FoldIf,

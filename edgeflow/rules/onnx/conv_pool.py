@@ -1,0 +1,215 @@
+"""onnx.maxpool_edge_pad, onnx.split_groups and onnx.shuffle_to_conv: padded max pooling,
+grouped convolution and channel shuffles in forms every TFLite runtime parses and computes
+right.
+
+Both are exact (the same float operations in another arrangement). They exist for Arm NN 22's
+TfLite parser: onnx2tf writes a padded MaxPool as PADV2 (pad with -inf), which that parser
+lacks, and Arm NN's CpuRef gets grouped (not depthwise) CONV_2D wrong (relative error 1.1,
+measured by the target's probes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.onnx._edit import Edit, attr, rewrite_nodes
+
+if TYPE_CHECKING:
+    import onnx
+
+
+class MaxPoolEdgePad(OnnxRule):
+    """Exact. onnx2tf writes a padded MaxPool as PADV2 (pad with -inf) + MAX_POOL_2D, and Arm
+    NN 22's TfLite parser has no PADV2. Pads below the kernel size mean every window that
+    reaches into the padding also holds the edge value the copies repeat, so the maximum is
+    unchanged. Kept: dilated pooling, auto_pad, a used Indices output, ceil_mode with a partial
+    last window. A default rewrite of armnn."""
+
+    name = "onnx.maxpool_edge_pad"
+    description = "Pad a MaxPool by repeating edge rows/columns (Slice + Concat), not with -inf."
+
+    class Options(RuleOptions):
+        pass
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = MaxPool(x, kernel 3x3, stride 2, pads 1)",
+        "y = MaxPool(Concat(x[:, :, :1], x, x[:, :, -1:]) ... along W too, pads 0)",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 0.0  # every window holds the same values, only repeated: exact
+
+    def apply(
+        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        return rewrite_nodes(model, {"MaxPool"}, _edge_pad_maxpool, "padded MaxPool")
+
+
+def _edge_pad_maxpool(node: Any, e: Edit) -> str | None:
+    """A window that reaches into the padding always holds the edge value it would repeat
+    (pads < kernel), so max over [edge copies + real values] = max over the real values."""
+    pads = list(attr(node, "pads", []))
+    if not any(pads):
+        return ""
+    if attr(node, "auto_pad", "NOTSET") != "NOTSET":
+        return "auto_pad is set"
+    if len(node.output) > 1 and node.output[1]:
+        return "the Indices output is used"
+    kernel = list(attr(node, "kernel_shape", []))
+    if any(d != 1 for d in attr(node, "dilations", [1] * len(kernel))):
+        return "dilated pooling"
+    shape = e.shape(node.input[0])
+    if shape is None:
+        return "the input shape is not static"
+    spatial = len(kernel)
+    begins, ends = pads[:spatial], pads[spatial:]
+    if any(p >= k for p, k in zip([*begins, *ends], kernel * 2, strict=True)):
+        return f"pads {pads} reach past a whole window (kernel {kernel})"
+    strides = list(attr(node, "strides", [1] * spatial))
+    if attr(node, "ceil_mode", 0):
+        for n, k, s, b, f in zip(shape[2:], kernel, strides, begins, ends, strict=True):
+            if (n + b + f - k) % s:
+                return "ceil_mode adds a partial window"
+    x = node.input[0]
+    for i in range(spatial):
+        axis, n = 2 + i, shape[2 + i]
+        if not begins[i] and not ends[i]:
+            continue
+        first = [e.slice(x, axis, 0, 1)] * begins[i]
+        last = [e.slice(x, axis, n - 1, n)] * ends[i]
+        x = e.op("Concat", *first, x, *last, axis=axis)
+    keep = {"kernel_shape", "strides", "storage_order"}
+    attrs = {a.name: attr(node, a.name, None) for a in node.attribute if a.name in keep}
+    e.op("MaxPool", x, out=node.output[0], **attrs)
+    return None
+
+
+class SplitGroups(OnnxRule):
+    """The same sums in another order. Arm NN's CpuRef computes grouped (not depthwise)
+    CONV_2D wrong: relative error 1.1 in the target's probe. Depthwise convolutions (one input
+    channel per group) are kept: every runtime has DEPTHWISE_CONV_2D. Needs a constant weight
+    (and bias). A default rewrite of armnn."""
+
+    name = "onnx.split_groups"
+    description = "Split a grouped (not depthwise) Conv into one Conv per group and a Concat."
+
+    class Options(RuleOptions):
+        pass
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = Conv(x[1, 48, h, w], W[48, 8, 3, 3], group=6)",
+        "x0..x5 = Split(x, 6, axis=1); y = Concat(Conv(x0, W[0:8]), ..., Conv(x5, W[40:48]))",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 1e-5  # the same sums, in another order
+
+    def apply(
+        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        return rewrite_nodes(model, {"Conv"}, _split_groups, "grouped Conv")
+
+
+def _split_groups(node: Any, e: Edit) -> str | None:
+    groups = int(attr(node, "group", 1))
+    if groups == 1:
+        return ""
+    weight = e.constants.get(node.input[1])
+    if weight is None:
+        return "the weight is not a constant"
+    if weight.shape[1] == 1:
+        return ""  # depthwise (one input channel per group): every runtime has it
+    bias = e.constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if len(node.input) > 2 and node.input[2] and bias is None:
+        return "the bias is not a constant"
+    per_group = weight.shape[0] // groups
+    in_per_group = weight.shape[1]
+    if e.opset >= 13:
+        parts = e.ops("Split", [node.input[0], e.ints([in_per_group] * groups)], groups, axis=1)
+    else:
+        parts = e.ops("Split", [node.input[0]], groups, axis=1, split=[in_per_group] * groups)
+    attrs = {a.name: attr(node, a.name, None) for a in node.attribute if a.name != "group"}
+    outputs = []
+    for g, part in enumerate(parts):
+        rows = slice(g * per_group, (g + 1) * per_group)
+        inputs = [part, e.array(weight[rows], "weight")]
+        if bias is not None:
+            inputs.append(e.array(bias[rows], "bias"))
+        outputs.append(e.op("Conv", *inputs, **attrs))
+    e.op("Concat", *outputs, out=node.output[0], axis=1)
+    return None
+
+
+class ShuffleToConv(OnnxRule):
+    """Exact (each output is 1 x one input + 0 x the others). ShuffleNet's channel shuffle,
+    `x.view(n, g, c // g, h, w).transpose(1, 2).reshape(n, c, h, w)`, is a Reshape to 5-D,
+    a Transpose and a Reshape back. After it, onnx2tf writes the next depthwise convolution as
+    a grouped CONV_2D instead of DEPTHWISE_CONV_2D, which Arm NN's CpuRef computes wrong
+    (relative error 1.5, measured on that three-op chain + a depthwise Conv). Any
+    Reshape/Transpose/Reshape chain whose net effect on a static [N, C, H, W] tensor is a
+    permutation of the channels (found by running the chain on index numbers) becomes one
+    1x1 Conv with a 0/1 weight: C x C multiply-adds per pixel. A default rewrite of armnn."""
+
+    name = "onnx.shuffle_to_conv"
+    description = "Turn a channel shuffle (Reshape, Transpose, Reshape) into a 1x1 Conv."
+
+    class Options(RuleOptions):
+        """max_channels: the most channels a shuffle may have (the weight is C x C)."""
+
+        max_channels: int = Field(1024, ge=1)
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = Reshape(Transpose(Reshape(x[1, 48, h, w], [1, 2, 24, h, w]), [0, 2, 1, 3, 4]), "
+        "[1, 48, h, w])",
+        "y = Conv(x, P[48, 48, 1, 1]) with P[i, j] = 1 where output channel i is input j",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 0.0
+
+    def apply(
+        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        def replace(node: Any, e: Edit) -> str | None:
+            return _shuffle_to_conv(node, e, opts.max_channels)
+
+        return rewrite_nodes(model, {"Reshape"}, replace, "channel shuffle")
+
+
+def _shuffle_to_conv(node: Any, e: Edit, max_channels: int) -> str | None:
+    """`node` is the first Reshape of a Reshape -> Transpose -> Reshape chain."""
+    import numpy as np
+
+    shape = e.shape(node.input[0])
+    transpose = e.only_consumer(node.output[0])
+    if transpose is None or transpose.op_type != "Transpose":
+        return ""
+    back = e.only_consumer(transpose.output[0])
+    if back is None or back.op_type != "Reshape":
+        return ""
+    if shape is None or len(shape) != 4 or e.shape(back.output[0]) != shape:
+        return "not a static 4-D tensor reshaped back to its shape"
+    middle = e.shape(node.output[0])
+    perm = attr(transpose, "perm", None)
+    if middle is None or perm is None:
+        return "shapes or the permutation unknown"
+    n, c, h, w = shape
+    if c > max_channels:
+        return f"{c} channels (max_channels {max_channels})"
+    index = np.arange(n * c * h * w).reshape(shape)
+    moved = index.reshape(middle).transpose(perm).reshape(shape)
+    # a channel permutation: every output channel is one input channel, same n, h, w
+    source = moved[0, :, 0, 0] // (h * w) % c
+    if not np.array_equal(moved, index[:, source]):
+        return "the chain moves values across batch or space, not only channels"
+    weight = np.zeros((c, c, 1, 1), np.float32)
+    weight[np.arange(c), source] = 1.0
+    dtype = e.dtypes.get(node.input[0]) or 1
+    if dtype != 1:
+        return "not float32"
+    e.op("Conv", node.input[0], e.array(weight, "shuffle"), out=back.output[0], kernel_shape=[1, 1])
+    e.removed.update((transpose.output[0], back.output[0]))
+    return None

@@ -1,0 +1,177 @@
+"""onnx.gather_to_slice and onnx.slice_rank: indexing in forms small runtimes take.
+
+- A Gather whose indices are a constant evenly spaced run (torch's `as_strided`, `x[2]`,
+  `x[:, 1:5]` exported through index tensors) is a Slice, plus a Reshape to the indices' shape.
+  TFLite Micro and Arm NN 22 have no GATHER.
+- A Slice of a tensor above 4-D (attention's `qkv.unbind(0)` on a 5-D view) becomes a Slice
+  of the same data viewed with fewer dims: neighbouring dims that are not sliced merge, and a
+  sliced dim (step 1) absorbs the dims after it. TFLite Micro's STRIDED_SLICE and Arm NN's
+  StridedSlice take at most 4-D.
+
+Both are exact: they move the same values.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.onnx._edit import Edit, attr, rewrite_nodes
+
+if TYPE_CHECKING:
+    import onnx
+
+
+class GatherToSlice(OnnxRule):
+    """Exact. Exporters write some views and indexing (torch's `as_strided` in timm's
+    ConvNeXt head, `x[2]`) as a Gather of constant indices; TFLite Micro and Arm NN 22 have no
+    GATHER. Indices that run evenly upward (step >= 1, negatives allowed) become a Slice, or
+    only a Reshape when they cover the whole axis. A default rewrite of tflite_micro and
+    armnn."""
+
+    name = "onnx.gather_to_slice"
+    description = "Turn a Gather of constant, evenly spaced indices into Slice (+ Reshape)."
+
+    class Options(RuleOptions):
+        pass
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = Gather(x[320], indices=arange(320).reshape(1, 320, 1, 1), axis=0)",
+        "y = Reshape(x, [1, 320, 1, 1])",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 0.0
+
+    def apply(
+        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        return rewrite_nodes(model, {"Gather"}, _gather_to_slice, "Gather of a constant run")
+
+
+def _gather_to_slice(node: Any, e: Edit) -> str | None:
+    import numpy as np
+
+    indices = e.constants.get(node.input[1])
+    if indices is None:
+        return "the indices are not constant"
+    shape = e.shape(node.input[0])
+    if shape is None:
+        return "the data shape is not static"
+    axis = int(attr(node, "axis", 0)) % len(shape)
+    n = shape[axis]
+    flat = indices.astype(np.int64).reshape(-1)
+    if flat.size == 0 or (flat < -n).any() or (flat >= n).any():
+        return "empty or out-of-range indices"
+    flat = np.where(flat < 0, flat + n, flat)
+    step = int(flat[1] - flat[0]) if flat.size > 1 else 1
+    if step < 1 or (np.diff(flat) != step).any():
+        return "the indices are not an increasing, evenly spaced run"
+    start, count = int(flat[0]), int(flat.size)
+    out_shape = [*shape[:axis], *indices.shape, *shape[axis + 1 :]]
+    x = node.input[0]
+    if not (start == 0 and count == n and step == 1):
+        x = e.slice(x, axis, start, start + step * (count - 1) + 1, step)
+    e.reshape(x, out_shape, out=node.output[0])
+    return None
+
+
+class SliceRank(OnnxRule):
+    """Exact. TFLite Micro's STRIDED_SLICE and Arm NN's StridedSlice take at most 4-D; an
+    attention's `qkv.reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)` slices a 5-D
+    tensor. Neighbouring dims that are not sliced merge, and a sliced dim with step 1 absorbs
+    the dims after it (its range scales by their size), so the Slice sees a view of at most
+    `max_rank` dims; a Reshape restores the shape, going straight to a following Squeeze's
+    shape. Needs a static input shape and constant starts/ends/axes/steps. A default rewrite
+    of tflite_micro and armnn."""
+
+    name = "onnx.slice_rank"
+    description = "Slice a tensor above 4-D as a view of at most 4 dims (merging unsliced dims)."
+
+    class Options(RuleOptions):
+        """max_rank: the most dims the Slice may see."""
+
+        max_rank: int = 4
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "q = Squeeze(Slice(x[3, 4, 4, 64, 16], starts=[0], ends=[1], axes=[0]), [0])",
+        "q = Reshape(Slice(Reshape(x, [3, 16384]), [0], [1], axes=[0]), [4, 4, 64, 16])",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 0.0
+
+    def apply(
+        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        def replace(node: Any, e: Edit) -> str | None:
+            return _slice_rank(node, e, opts.max_rank)
+
+        return rewrite_nodes(model, {"Slice"}, replace, f"Slice above {opts.max_rank}-D")
+
+
+def _slice_rank(node: Any, e: Edit, max_rank: int) -> str | None:
+    shape = e.shape(node.input[0])
+    if shape is None:
+        return "the input shape is not static"
+    if len(shape) <= max_rank:
+        return ""
+    if len(node.input) < 3 or any(
+        name and name not in e.constants for name in node.input[1:]
+    ):  # opset < 10 Slice has attributes: those graphs predate 5-D attention anyway
+        return "starts/ends/axes/steps are not constant inputs"
+    starts, ends = (e.constants[n].tolist() for n in node.input[1:3])
+    rank = len(shape)
+    axes = e.constants[node.input[3]].tolist() if _given(node, 3) else list(range(len(starts)))
+    steps = e.constants[node.input[4]].tolist() if _given(node, 4) else [1] * len(starts)
+    sliced: dict[int, tuple[int, int, int]] = {}
+    for a, s, t, k in zip(axes, starts, ends, steps, strict=True):
+        a %= rank
+        if k < 1:
+            return "negative step"
+        begin, end = slice(s, t, k).indices(shape[a])[:2]
+        sliced[a] = (begin, max(begin, end), k)
+    # Groups of consecutive dims viewed as one: a sliced dim (step 1) absorbs the unsliced
+    # dims after it; unsliced dims merge with each other.
+    groups: list[list[int]] = []
+    open_group = False
+    for a in range(rank):
+        if a in sliced:
+            groups.append([a])
+            open_group = sliced[a][2] == 1
+        elif open_group:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+            open_group = True
+    if len(groups) > max_rank:
+        return f"needs {len(groups)} dims even after merging (more than {max_rank} sliced dims?)"
+    view, starts_v, ends_v, axes_v, steps_v = [], [], [], [], []
+    for g, dims in enumerate(groups):
+        inner = math.prod(shape[d] for d in dims[1:])
+        view.append(math.prod(shape[d] for d in dims))
+        if dims[0] in sliced:
+            begin, end, step = sliced[dims[0]]
+            starts_v.append(begin * inner)
+            ends_v.append(end * inner)
+            axes_v.append(g)
+            steps_v.append(step)
+    out_shape = [(len(range(*sliced[a])) if a in sliced else shape[a]) for a in range(rank)]
+    x = e.reshape(node.input[0], view)
+    inputs = [e.ints(starts_v), e.ints(ends_v), e.ints(axes_v)]
+    if any(k != 1 for k in steps_v):
+        inputs.append(e.ints(steps_v))
+    y = e.op("Slice", x, *inputs)
+    # The usual reader is a Squeeze of the sliced dim (unbind): reshape straight to its shape.
+    reader = e.only_consumer(node.output[0])
+    if reader is not None and reader.op_type == "Squeeze" and e.shape(reader.output[0]):
+        e.reshape(y, e.shape(reader.output[0]) or [], out=reader.output[0])
+        e.removed.add(reader.output[0])
+    else:
+        e.reshape(y, out_shape, out=node.output[0])
+    return None
+
+
+def _given(node: Any, i: int) -> bool:
+    return len(node.input) > i and bool(node.input[i])

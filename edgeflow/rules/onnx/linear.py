@@ -1,0 +1,292 @@
+"""onnx.lower_matmul, onnx.resize_to_matmul, onnx.sqrt_newton: linear algebra and Sqrt in the
+few ops a small TFLite runtime parses (measured on Arm NN 22's TfLite parser, which has no
+BATCH_MATMUL, no SQRT/RSQRT, rejects FULLY_CONNECTED without a bias, and computes bilinear
+RESIZE wrong).
+
+- MatMul by a constant 2-D weight becomes Gemm with a bias (the following Add's, or zeros):
+  FULLY_CONNECTED with its bias. Exact.
+- MatMul of two computed tensors (attention's Q K^T and A V) becomes a broadcast Mul and a
+  ReduceMean over K, times K: MUL and MEAN. The same sums in another order (1e-6 relative);
+  it holds an [M, K, N] product per batch, so it is for small attention maps.
+- A linear Resize is linear in its input: Y = A_h X A_w^T with constant interpolation
+  matrices, computed here from the ONNX formula of each coordinate mode. Two Gemms.
+- Sqrt starts from the least of its tangents and takes 3 rounds of Heron's iteration
+  s <- (s + x / s) / 2: Add, Mul, Min, Div. Float32 precision on [1e-12, 1e12].
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field
+
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.onnx._edit import Edit, attr, rewrite_nodes
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+
+class LowerMatMul(OnnxRule):
+    """Arm NN 22's TfLite parser rejects a FULLY_CONNECTED without a bias, which onnx2tf
+    writes for a MatMul by a weight, and has no BATCH_MATMUL. A MatMul by a constant 2-D
+    weight becomes Gemm with the bias of the Add that follows it (or zeros): exact. A MatMul of
+    two computed tensors (attention's Q K^T and A V), with static shapes and equal batch dims,
+    becomes Mul of [P, M, K, 1] and [P, 1, K, N] views, ReduceMean over K, times K: the same
+    sums in another order (within 1e-5), holding a P x M x K x N tensor, so `max_elements`
+    bounds it. A default rewrite of armnn."""
+
+    name = "onnx.lower_matmul"
+    description = "Turn MatMul into Gemm with a bias (constant weight) or Mul + ReduceMean."
+
+    class Options(RuleOptions):
+        """constant: MatMul by a constant 2-D weight -> Reshape/Gemm (with bias)/Reshape;
+        activations: MatMul of two computed tensors -> broadcast Mul + ReduceMean; max_elements:
+        the largest product tensor (batch x M x K x N) the activations form may create."""
+
+        constant: bool = True
+        activations: bool = True
+        max_elements: int = Field(1 << 22, ge=1)
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = Add(MatMul(x[1, 64, 128], W[128, 384]), b); a = MatMul(q[4, 64, 16], k[4, 16, 64])",
+        "y = Reshape(Gemm(Reshape(x, [64, 128]), W, b), [1, 64, 384]); "
+        "a = ReduceMean(Mul(q[4, 64, 16, 1], k[4, 1, 16, 64]), axis 2) * 16",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 1e-5 if opts.activations else 0.0
+
+    def apply(
+        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        def replace(node: Any, e: Edit) -> str | None:
+            weight = e.constants.get(node.input[1])
+            if weight is not None and weight.ndim == 2:
+                return _matmul_gemm(node, e, weight) if opts.constant else "constant: false"
+            if not opts.activations:
+                return "activations: false"
+            return _matmul_broadcast(node, e, opts.max_elements)
+
+        return rewrite_nodes(model, {"MatMul"}, replace, "MatMul")
+
+
+def _matmul_gemm(node: Any, e: Edit, weight: np.ndarray) -> str | None:
+    shape = e.shape(node.input[0])
+    if shape is None or len(shape) < 2:
+        return "the input shape is not static (or is 1-D)"
+    k, n = weight.shape
+    out, bias = node.output[0], None
+    reader = e.only_consumer(out)
+    if reader is not None and reader.op_type == "Add":
+        other = reader.input[1] if reader.input[0] == out else reader.input[0]
+        value = e.constants.get(other)
+        # a bias of shape [N] (or [1, .., N] adding no dims), not one that broadcasts wider
+        fits = value is not None and value.shape[-1:] == (n,) and value.size == n
+        if fits and value is not None and value.ndim <= len(shape):
+            bias, out = value.reshape(n).astype(weight.dtype), reader.output[0]
+            e.removed.add(out)
+    if len(shape) == 2:
+        e.gemm(node.input[0], weight, bias, out=out)
+        return None
+    flat = e.reshape(node.input[0], [math.prod(shape[:-1]), k])
+    e.reshape(e.gemm(flat, weight, bias), [*shape[:-1], n], out=out)
+    return None
+
+
+def _matmul_broadcast(node: Any, e: Edit, max_elements: int) -> str | None:
+    a, b = e.shape(node.input[0]), e.shape(node.input[1])
+    if a is None or b is None:
+        return "the input shapes are not static"
+    if len(a) < 2 or len(b) < 2:
+        return "a 1-D operand"
+    batch_a, batch_b = a[:-2], b[:-2]
+    width = max(len(batch_a), len(batch_b))
+    batch_a = [1] * (width - len(batch_a)) + batch_a
+    batch_b = [1] * (width - len(batch_b)) + batch_b
+    if batch_a != batch_b:
+        return f"batch dims {a[:-2]} and {b[:-2]} differ (broadcast MatMul)"
+    (m, k), n = a[-2:], b[-1]
+    p = math.prod(batch_a)
+    if p * m * k * n > max_elements:
+        return f"the product would hold {p * m * k * n} elements (max_elements {max_elements})"
+    left = e.reshape(node.input[0], [p, m, k, 1])
+    right = e.reshape(node.input[1], [p, 1, k, n])
+    mean = e.reduce_mean(e.op("Mul", left, right), [2], keepdims=0)
+    total = e.op("Mul", mean, e.scalar(float(k), node.input[0]))
+    e.reshape(total, [*batch_a, m, n], out=node.output[0])
+    return None
+
+
+class ResizeToMatMul(OnnxRule):
+    """Within float rounding (1e-5). Arm NN's CpuRef computes bilinear RESIZE wrong (relative
+    error 0.58 in the target's probe, half-pixel centres). A linear Resize of an [N, C, H, W]
+    tensor with constant sizes or scales is Y = A_h X A_w^T, with interpolation matrices
+    computed from the ONNX formula of its coordinate_transformation_mode (half_pixel,
+    pytorch_half_pixel, align_corners, asymmetric, half_pixel_symmetric): two Gemms with
+    Transposes, one per axis that changes size. Kept: nearest and cubic modes, antialias,
+    axes. A default rewrite of armnn."""
+
+    name = "onnx.resize_to_matmul"
+    description = "Turn a linear (bilinear) 4-D Resize into Gemms by interpolation matrices."
+
+    class Options(RuleOptions):
+        pass
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = Resize(x[1, 21, 16, 16], sizes=[1, 21, 128, 128], mode=linear)",
+        "y = Transpose(Gemm(Transpose(Gemm(x, A_w^T)), A_h^T)) with A_h, A_w [128, 16] constants",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 1e-5
+
+    def apply(
+        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        return rewrite_nodes(model, {"Resize"}, _resize, "linear Resize")
+
+
+COORDINATE_MODES = (
+    "half_pixel",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "half_pixel_symmetric",
+)
+
+
+def _resize(node: Any, e: Edit) -> str | None:
+    import numpy as np
+
+    if attr(node, "mode", "nearest") != "linear":
+        return f"mode {attr(node, 'mode', 'nearest')} (only linear)"
+    default_mode = "half_pixel" if e.opset >= 11 else "asymmetric"
+    mode = attr(node, "coordinate_transformation_mode", default_mode)
+    if mode not in COORDINATE_MODES:
+        return f"coordinate_transformation_mode {mode}"
+    if attr(node, "antialias", 0) or attr(node, "axes", None) is not None:
+        return "antialias or axes set"
+    if attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
+        return "keep_aspect_ratio_policy is not stretch"
+    shape = e.shape(node.input[0])
+    if shape is None or len(shape) != 4:
+        return "the input is not a static 4-D tensor"
+    scales_name = node.input[2] if e.opset >= 11 and len(node.input) > 2 else node.input[-1]
+    sizes_name = node.input[3] if len(node.input) > 3 else ""
+    sizes, scales = e.constants.get(sizes_name), e.constants.get(scales_name)
+    if sizes is not None and sizes.size == 4:
+        out = [int(v) for v in sizes]
+        factors = [o / i for o, i in zip(out, shape, strict=True)]
+    elif scales is not None and scales.size == 4:
+        factors = [float(v) for v in scales]
+        out = [math.floor(i * f) for i, f in zip(shape, factors, strict=True)]
+    else:
+        return "neither constant sizes nor constant scales"
+    if out[:2] != shape[:2]:
+        return "resizes the batch or channel dim"
+    x = node.input[0]
+    n, c, h, w = shape
+    matrices = [
+        _interpolation(shape[d], out[d], factors[d], mode) for d in (3, 2)
+    ]  # width first: the Gemm works on the last dim
+    sizes_now = [h, w]
+    for step, matrix in enumerate(matrices):
+        rows, length = sizes_now
+        identity = matrix.shape[0] == matrix.shape[1] and np.allclose(matrix, np.eye(len(matrix)))
+        if not identity:
+            flat = e.reshape(x, [n * c * rows, length])
+            product = e.gemm(flat, np.ascontiguousarray(matrix.T.astype(np.float32)), None)
+            x = e.reshape(product, [n, c, rows, matrix.shape[0]])
+            sizes_now = [rows, matrix.shape[0]]
+        if step == 0:  # bring H last for the second Gemm
+            x = e.op("Transpose", x, perm=[0, 1, 3, 2])
+            sizes_now = sizes_now[::-1]
+    e.op("Transpose", x, perm=[0, 1, 3, 2], out=node.output[0])
+    return None
+
+
+def _interpolation(size_in: int, size_out: int, scale: float, mode: str) -> np.ndarray:
+    """[size_out, size_in]: row i holds the weights of output i, per the ONNX Resize spec's
+    coordinate transformation and linear interpolation (edge values beyond the border)."""
+    import numpy as np
+
+    i = np.arange(size_out, dtype=np.float64)
+    if mode == "align_corners":
+        x = i * (size_in - 1) / (size_out - 1) if size_out > 1 else np.zeros_like(i)
+    elif mode == "asymmetric":
+        x = i / scale
+    elif mode == "pytorch_half_pixel":
+        x = (i + 0.5) / scale - 0.5 if size_out > 1 else np.zeros_like(i)
+    elif mode == "half_pixel_symmetric":
+        adjustment = size_out / (scale * size_in)
+        offset = size_in / 2 * (1 - adjustment)
+        x = offset + (i + 0.5) / scale - 0.5
+    else:  # half_pixel
+        x = (i + 0.5) / scale - 0.5
+    x = np.clip(x, 0, size_in - 1)
+    low = np.floor(x).astype(np.int64)
+    high = np.minimum(low + 1, size_in - 1)
+    frac = x - low
+    matrix = np.zeros((size_out, size_in))
+    np.add.at(matrix, (np.arange(size_out), low), 1 - frac)
+    np.add.at(matrix, (np.arange(size_out), high), frac)
+    return matrix
+
+
+class SqrtNewton(OnnxRule):
+    """Arm NN 22's TfLite parser has no SQRT or RSQRT, and `onnx.decompose`'s LayerNorm
+    takes one square root per normalisation. The start is the least of sqrt's tangents at
+    10^k, k = low..high (a concave function is the minimum of its tangents): within 17% on
+    [10^low, 10^high]. Then 3 rounds of Heron's iteration s <- (s + x / s) / 2 reach float32
+    precision (relative error 9e-8, measured). Outside the range the start is poorer and the
+    error grows; a LayerNorm's variance plus epsilon stays inside the default [1e-12, 1e12].
+    The graph stays shallow (about 16 ops deep per Sqrt; onnx2tf's conversion recurses once
+    per op of depth). float32/float64 only. A default rewrite of armnn, after
+    `onnx.decompose`."""
+
+    name = "onnx.sqrt_newton"
+    description = "Compute Sqrt from its tangents and Heron's iteration: Add, Mul, Div, Min only."
+
+    class Options(RuleOptions):
+        """iterations: rounds of s <- (s + x/s)/2 after the tangent start; low, high: the
+        powers of ten of the first and last tangent point."""
+
+        iterations: int = Field(3, ge=1, le=16)
+        low: int = Field(-12, ge=-30, le=0)
+        high: int = Field(12, ge=0, le=30)
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = Sqrt(v)",
+        "s = Min(v * 0.5e6 + 0.5e-6, ..., v * 0.5e-6 + 0.5e6); s = (s + v / s) * 0.5  (x3); y = s",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 1e-6 if opts.iterations >= 3 else None
+
+    def apply(
+        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        def replace(node: Any, e: Edit) -> str | None:
+            if e.dtypes.get(node.input[0]) not in (1, 11):  # float, double
+                return "not float32/float64"
+            x = node.input[0]
+            tangents = []
+            for k in range(opts.low, opts.high + 1):
+                root = 10.0 ** (k / 2)  # tangent at a = 10^k: sqrt(a)/2 + x / (2 sqrt(a))
+                slope = e.op("Mul", x, e.scalar(0.5 / root, x))
+                tangents.append(e.op("Add", slope, e.scalar(root / 2, x)))
+            while len(tangents) > 1:  # a balanced tree of Min: shallow
+                pairs = zip(tangents[::2], tangents[1::2], strict=False)
+                merged = [e.op("Min", a, b) for a, b in pairs]
+                tangents = merged + (tangents[-1:] if len(tangents) % 2 else [])
+            s, half = tangents[0], e.scalar(0.5, x)
+            for i in range(opts.iterations):
+                last = i == opts.iterations - 1
+                step = e.op("Add", s, e.op("Div", x, s))
+                s = e.op("Mul", step, half, out=node.output[0] if last else "")
+            return None
+
+        return rewrite_nodes(model, {"Sqrt"}, replace, "Sqrt")

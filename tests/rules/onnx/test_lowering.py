@@ -1,0 +1,264 @@
+"""The lowering rules (onnx.maxpool_edge_pad, split_groups, gather_to_slice, slice_rank,
+lower_matmul, resize_to_matmul, sqrt_newton): each construct becomes the ops named in the rule,
+with onnxruntime's outputs on the original graph, and every case it must not touch is kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+from edgeflow.rules.onnx.conv_pool import MaxPoolEdgePad, ShuffleToConv, SplitGroups
+from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank
+from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton, _interpolation
+from tests.rules.onnx.helpers import apply, model, ops, run
+
+RNG = np.random.default_rng(0)
+
+
+def same_outputs(before, after, feeds, atol: float = 0.0, rtol: float = 0.0) -> None:
+    for want, got in zip(run(before, feeds), run(after, feeds), strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "strides", "pads", "ceil"),
+    [
+        ([3, 3], [2, 2], [1, 1, 1, 1], 0),
+        ([3, 2], [1, 2], [2, 0, 1, 1], 0),
+        ([3, 3], [2, 1], [1, 1, 1, 1], 1),
+    ],  # ceil_mode without a partial window
+)
+def test_padded_maxpool_repeats_edges_exactly(kernel, strides, pads, ceil) -> None:
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=ceil
+    )
+    m = model([node], [("x", T.FLOAT, [1, 3, 9, 8])], [("y", T.FLOAT, None)])
+    result = apply(MaxPoolEdgePad, m)
+    assert result.changed and result.matches == 1
+    after = ops(result.model)
+    assert after["MaxPool"] == 1 and after["Concat"] >= 1 and "Pad" not in after
+    pool = next(n for n in result.model.graph.node if n.op_type == "MaxPool")
+    assert not any(a.name == "pads" for a in pool.attribute)
+    # All-negative inputs: a zero pad would win every border window; edge copies must not.
+    x = -np.abs(RNG.standard_normal((1, 3, 9, 8))).astype(np.float32) - 1
+    same_outputs(m, result.model, {"x": x})
+
+
+def test_maxpool_kept_when_edge_copies_would_change_it() -> None:
+    dilated = helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], dilations=[2, 2]
+    )
+    m = model([dilated], [("x", T.FLOAT, [1, 2, 9, 9])], [("y", T.FLOAT, None)])
+    result = apply(MaxPoolEdgePad, m)
+    assert not result.changed and "dilated" in result.reasons[0]
+    partial = helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1
+    )
+    m = model([partial], [("x", T.FLOAT, [1, 2, 8, 8])], [("y", T.FLOAT, None)])
+    result = apply(MaxPoolEdgePad, m)
+    assert not result.changed and "partial window" in result.reasons[0]
+
+
+def test_grouped_conv_splits_per_group_and_depthwise_is_kept() -> None:
+    w = RNG.standard_normal((12, 2, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(12).astype(np.float32)
+    dw = RNG.standard_normal((12, 1, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w", "b"], ["h"], group=3, pads=[1, 1, 1, 1], strides=[2, 1]
+        ),
+        helper.make_node("Conv", ["h", "dw"], ["y"], group=12),
+    ]
+    m = model(
+        nodes, [("x", T.FLOAT, [1, 6, 7, 7])], [("y", T.FLOAT, None)], {"w": w, "b": b, "dw": dw}
+    )
+    result = apply(SplitGroups, m)
+    assert result.matches == 1 and result.reasons == ["grouped Conv x1"]  # depthwise: silent
+    assert ops(result.model) == {"Split": 1, "Conv": 4, "Concat": 1}
+    x = RNG.standard_normal((1, 6, 7, 7)).astype(np.float32)
+    same_outputs(m, result.model, {"x": x}, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("indices", "axis", "want"),
+    [
+        (np.arange(6).reshape(1, 6, 1), 1, {"Reshape": 1}),  # timm's as_strided: a view
+        (np.array([1, 3, 5]), 1, {"Slice": 1, "Reshape": 1}),
+        (np.array(2), 0, {"Slice": 1, "Reshape": 1}),  # x[2]
+        (np.array([-2, -1]), 2, {"Slice": 1, "Reshape": 1}),
+    ],
+)
+def test_gather_of_a_constant_run_is_a_slice(indices, axis, want) -> None:
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=axis)
+    m = model([node], [("x", T.FLOAT, [4, 6, 5])], [("y", T.FLOAT, None)], {"i": indices})
+    result = apply(GatherToSlice, m)
+    assert result.changed and ops(result.model) == want
+    same_outputs(m, result.model, {"x": RNG.standard_normal((4, 6, 5)).astype(np.float32)})
+
+
+def test_gather_of_scattered_indices_is_kept() -> None:
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
+    m = model([node], [("x", T.FLOAT, [4, 3])], [("y", T.FLOAT, None)], {"i": np.array([0, 2, 3])})
+    result = apply(GatherToSlice, m)
+    assert not result.changed and "evenly spaced" in result.reasons[0]
+
+
+def test_five_d_unbind_slices_a_view_of_at_most_four_dims() -> None:
+    """mobilevit's qkv: Reshape to 5-D, Transpose, then Slice + Squeeze per q, k, v."""
+    shape = [2, 8, 3, 4, 5]  # batch*patches, tokens, qkv, heads, head dim
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 3, 1, 4])]
+    outputs = []
+    for i in range(3):
+        nodes.append(helper.make_node("Slice", ["t", f"s{i}", f"e{i}", "ax"], [f"p{i}"]))
+        nodes.append(helper.make_node("Squeeze", [f"p{i}", "ax"], [f"q{i}"]))
+        outputs.append((f"q{i}", T.FLOAT, None))
+    # and a strided 5-D slice on a middle axis, kept 5-D at its output
+    nodes.append(helper.make_node("Slice", ["x", "s0", "e9", "ax3", "st"], ["z"]))
+    outputs.append(("z", T.FLOAT, None))
+    inits = {f"s{i}": np.array([i]) for i in range(3)}
+    inits |= {f"e{i}": np.array([i + 1]) for i in range(3)}
+    inits |= {"ax": np.array([0]), "e9": np.array([9]), "ax3": np.array([3]), "st": np.array([2])}
+    m = model(nodes, [("x", T.FLOAT, shape)], outputs, inits)
+    result = apply(SliceRank, m)
+    assert result.matches == 4
+    assert "Squeeze" not in ops(result.model)
+    from edgeflow.rules.onnx._edit import Edit
+
+    e = Edit(result.model)
+    for node in result.model.graph.node:
+        if node.op_type == "Slice":
+            assert len(e.shape(node.input[0]) or [9] * 5) <= 4
+    same_outputs(m, result.model, {"x": RNG.standard_normal(shape).astype(np.float32)})
+
+
+def test_matmul_by_a_weight_becomes_gemm_with_the_following_bias() -> None:
+    w = RNG.standard_normal((6, 5)).astype(np.float32)
+    w2 = RNG.standard_normal((5, 3)).astype(np.float32)
+    bias = RNG.standard_normal(5).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Add", ["bias", "h"], ["hb"]),
+        helper.make_node("MatMul", ["hb", "w2"], ["y"]),  # no bias: Gemm with zeros
+    ]
+    inits = {"w": w, "w2": w2, "bias": bias}
+    m = model(nodes, [("x", T.FLOAT, [2, 4, 6])], [("y", T.FLOAT, None)], inits)
+    result = apply(LowerMatMul, m)
+    assert result.matches == 2
+    assert ops(result.model) == {"Reshape": 4, "Gemm": 2}
+    biases = {t.name: t for t in result.model.graph.initializer}
+    for gemm in (n for n in result.model.graph.node if n.op_type == "Gemm"):
+        # FULLY_CONNECTED with a bias; never all zeros, which TensorFlow's converter drops
+        assert len(gemm.input) == 3 and numpy_helper.to_array(biases[gemm.input[2]]).all()
+    x = RNG.standard_normal((2, 4, 6)).astype(np.float32)
+    same_outputs(m, result.model, {"x": x}, atol=1e-5)
+
+
+def test_attention_matmuls_become_mul_and_mean() -> None:
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["a"], axis=-1),
+        helper.make_node("MatMul", ["a", "v"], ["y"]),
+    ]
+    shapes = {"q": [1, 2, 7, 4], "k": [1, 2, 7, 4], "v": [1, 2, 7, 3]}
+    m = model(nodes, [(n, T.FLOAT, s) for n, s in shapes.items()], [("y", T.FLOAT, None)])
+    result = apply(LowerMatMul, m)
+    assert result.matches == 2 and "MatMul" not in ops(result.model)
+    assert ops(result.model)["ReduceMean"] == 2
+    feeds = {n: RNG.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    same_outputs(m, result.model, feeds, atol=1e-5, rtol=1e-5)
+    tiny = apply(LowerMatMul, m, max_elements=50)
+    assert not tiny.changed and "max_elements" in tiny.reasons[0]
+
+
+@pytest.mark.parametrize(
+    "mode", ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]
+)
+@pytest.mark.parametrize(("size", "out"), [((5, 6), (10, 12)), ((8, 8), (3, 13)), ((4, 4), (4, 9))])
+def test_linear_resize_as_interpolation_matrices(mode, size, out) -> None:
+    shape = [1, 3, *size]
+    node = helper.make_node(
+        "Resize", ["x", "", "", "sizes"], ["y"], mode="linear", coordinate_transformation_mode=mode
+    )
+    m = model(
+        [node],
+        [("x", T.FLOAT, shape)],
+        [("y", T.FLOAT, None)],
+        {"sizes": np.array([1, 3, *out])},
+    )
+    result = apply(ResizeToMatMul, m)
+    assert result.changed and "Resize" not in ops(result.model)
+    changed_axes = sum(a != b for a, b in zip(size, out, strict=True))
+    assert ops(result.model)["Gemm"] == changed_axes  # an unchanged axis needs no Gemm
+    x = RNG.standard_normal(shape).astype(np.float32)
+    same_outputs(m, result.model, {"x": x}, atol=1e-5)
+
+
+def test_resize_by_scales_and_kept_modes() -> None:
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+    m = model(
+        [node],
+        [("x", T.FLOAT, [1, 2, 6, 5])],
+        [("y", T.FLOAT, None)],
+        {"scales": np.array([1, 1, 2.5, 1.5], np.float32)},
+    )
+    result = apply(ResizeToMatMul, m)
+    same_outputs(
+        m, result.model, {"x": RNG.standard_normal((1, 2, 6, 5)).astype(np.float32)}, atol=1e-5
+    )
+    nearest = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+    m2 = model(
+        [nearest],
+        [("x", T.FLOAT, [1, 2, 6, 5])],
+        [("y", T.FLOAT, None)],
+        {"scales": np.array([1, 1, 2, 2], np.float32)},
+    )
+    kept = apply(ResizeToMatMul, m2)
+    assert not kept.changed and "only linear" in kept.reasons[0]
+    rows = _interpolation(4, 9, 9 / 4, "half_pixel")
+    np.testing.assert_allclose(rows.sum(axis=1), 1.0)  # every output a convex combination
+
+
+def test_sqrt_from_tangents_and_heron_matches_over_twenty_four_decades() -> None:
+    v = np.logspace(-12, 12, 5001).astype(np.float32).reshape(1, -1)
+    m = model(
+        [helper.make_node("Sqrt", ["x"], ["y"])],
+        [("x", T.FLOAT, list(v.shape))],
+        [("y", T.FLOAT, None)],
+    )
+    result = apply(SqrtNewton, m)
+    assert set(ops(result.model)) == {"Add", "Mul", "Div", "Min"}
+    got = run(result.model, {"x": v})[0]
+    np.testing.assert_allclose(got, np.sqrt(v.astype(np.float64)), rtol=2e-7)
+    narrow = apply(SqrtNewton, m, low=-4, high=4)  # fewer tangents, for a known range
+    assert ops(narrow.model)["Min"] == 8
+    got = run(narrow.model, {"x": v})[0]
+    inside = (v >= 1e-4) & (v <= 1e4)
+    np.testing.assert_allclose(got[inside], np.sqrt(v[inside].astype(np.float64)), rtol=2e-7)
+
+
+def test_channel_shuffle_becomes_a_permutation_conv() -> None:
+    nodes = [
+        helper.make_node("Reshape", ["x", "s5"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["t", "s4"], ["y"]),
+        # a chain that moves values across space is kept
+        helper.make_node("Reshape", ["x", "s5b"], ["r2"]),
+        helper.make_node("Transpose", ["r2"], ["t2"], perm=[0, 1, 2, 4, 3]),
+        helper.make_node("Reshape", ["t2", "s4"], ["z"]),
+    ]
+    inits = {
+        "s5": np.array([1, 2, 6, 5, 5]),
+        "s5b": np.array([1, 12, 1, 5, 5]),
+        "s4": np.array([1, 12, 5, 5]),
+    }
+    m = model(
+        nodes, [("x", T.FLOAT, [1, 12, 5, 5])], [("y", T.FLOAT, None), ("z", T.FLOAT, None)], inits
+    )
+    result = apply(ShuffleToConv, m)
+    assert result.matches == 1 and "across batch or space" in result.reasons[-1]
+    assert ops(result.model) == {"Conv": 1, "Reshape": 2, "Transpose": 1}
+    same_outputs(m, result.model, {"x": RNG.standard_normal((1, 12, 5, 5)).astype(np.float32)})
