@@ -122,15 +122,41 @@ class Edit:
         return self.op("Slice", x, *inputs)
 
     def gemm(self, x: str, weight: np.ndarray, bias: np.ndarray | None, out: str = "") -> str:
-        """x [M, K] @ weight [K, N] + bias, always with a bias: Arm NN's TfLite parser rejects
-        a FULLY_CONNECTED without one. TensorFlow's converter drops an all-zero bias, so a
-        missing or zero one becomes float32's smallest normal number (2^-126), which changes
-        no sum larger than 2e-31 in magnitude."""
+        """x [M, K] @ weight [K, N] + bias, always with a bias (see _kept_bias)."""
+        bias = _kept_bias(bias, weight)
+        return self.op("Gemm", x, self.array(weight, "weight"), self.array(bias, "bias"), out=out)
+
+    def linear(
+        self,
+        x: str,
+        shape: list[int],
+        axis: int,
+        weight: np.ndarray,
+        bias: np.ndarray | None,
+        out: str = "",
+    ) -> str:
+        """Multiply one axis of a static tensor by weight [K, N] (+ bias) as a 1x1 Conv:
+        the axis moves to the channel position, the dims after it become one spatial dim.
+        For ranks above 2 this, not Gemm between Reshapes: TensorFlow's converter fuses those
+        Reshapes into a FULLY_CONNECTED with keep_num_dims, whose output shape Arm NN 22
+        refuses."""
         import numpy as np
 
-        if bias is None or not bias.any():
-            bias = np.full(weight.shape[1], np.finfo(weight.dtype).tiny, weight.dtype)
-        return self.op("Gemm", x, self.array(weight, "weight"), self.array(bias, "bias"), out=out)
+        rank = len(shape)
+        perm = [0, axis, *[d for d in range(1, rank) if d != axis]] if axis else list(range(rank))
+        moved = [shape[d] for d in perm]
+        if perm != list(range(rank)):
+            x = self.op("Transpose", x, perm=perm)
+        x = self.reshape(x, [moved[0], moved[1], int(np.prod(moved[2:], dtype=np.int64)), 1])
+        kernel = self.array(np.ascontiguousarray(weight.T)[:, :, None, None], "weight")
+        y = self.op(
+            "Conv", x, kernel, self.array(_kept_bias(bias, weight), "bias"), kernel_shape=[1, 1]
+        )
+        result = [moved[0], weight.shape[1], *moved[2:]]
+        if perm == list(range(rank)):
+            return self.reshape(y, result, out=out)
+        back = [perm.index(d) for d in range(rank)]
+        return self.op("Transpose", self.reshape(y, result), out=out, perm=back)
 
     def reduce_mean(self, x: str, axes: list[int], keepdims: int, out: str = "") -> str:
         if self.opset >= 18:
@@ -141,6 +167,17 @@ class Edit:
         if self.opset >= 13:
             return self.op("Squeeze", x, self.ints(axes), out=out)
         return self.op("Squeeze", x, out=out, axes=axes)
+
+
+def _kept_bias(bias: np.ndarray | None, weight: np.ndarray) -> np.ndarray:
+    """The bias, or float32's smallest normal number (2^-126) where it is missing or all zero:
+    TensorFlow's converter drops a zero bias, and Arm NN 22 rejects a FULLY_CONNECTED without
+    one. Adding 2^-126 changes no sum larger than 2e-31 in magnitude."""
+    import numpy as np
+
+    if bias is None or not bias.any():
+        return np.full(weight.shape[1], np.finfo(weight.dtype).tiny, weight.dtype)
+    return bias
 
 
 Replace = Callable[[Any, Edit], "str | None"]

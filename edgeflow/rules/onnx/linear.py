@@ -3,13 +3,14 @@ few ops a small TFLite runtime parses (measured on Arm NN 22's TfLite parser, wh
 BATCH_MATMUL, no SQRT/RSQRT, rejects FULLY_CONNECTED without a bias, and computes bilinear
 RESIZE wrong).
 
-- MatMul by a constant 2-D weight becomes Gemm with a bias (the following Add's, or zeros):
-  FULLY_CONNECTED with its bias. Exact.
+- MatMul by a constant 2-D weight becomes Gemm with a bias (the following Add's, or a
+  negligible one) for a 2-D input, a 1x1 Conv for a higher rank: FULLY_CONNECTED with its
+  bias, or CONV_2D. Exact.
 - MatMul of two computed tensors (attention's Q K^T and A V) becomes a broadcast Mul and a
   ReduceMean over K, times K: MUL and MEAN. The same sums in another order (1e-6 relative);
   it holds an [M, K, N] product per batch, so it is for small attention maps.
 - A linear Resize is linear in its input: Y = A_h X A_w^T with constant interpolation
-  matrices, computed here from the ONNX formula of each coordinate mode. Two Gemms.
+  matrices, computed here from the ONNX formula of each coordinate mode. Two 1x1 Convs.
 - Sqrt starts from the least of its tangents and takes 3 rounds of Heron's iteration
   s <- (s + x / s) / 2: Add, Mul, Min, Div. Float32 precision on [1e-12, 1e12].
 """
@@ -32,17 +33,20 @@ if TYPE_CHECKING:
 class LowerMatMul(OnnxRule):
     """Arm NN 22's TfLite parser rejects a FULLY_CONNECTED without a bias, which onnx2tf
     writes for a MatMul by a weight, and has no BATCH_MATMUL. A MatMul by a constant 2-D
-    weight becomes Gemm with the bias of the Add that follows it (or zeros): exact. A MatMul of
+    weight takes the bias of the Add that follows it (or 2^-126, which changes no sum above
+    2e-31) and becomes Gemm for a 2-D input, else a 1x1 Conv over the input viewed as
+    [B, K, rest, 1] (TensorFlow's converter would fuse Reshape/Gemm/Reshape into a
+    FULLY_CONNECTED with keep_num_dims, which Arm NN 22 refuses): exact. A MatMul of
     two computed tensors (attention's Q K^T and A V), with static shapes and equal batch dims,
     becomes Mul of [P, M, K, 1] and [P, 1, K, N] views, ReduceMean over K, times K: the same
     sums in another order (within 1e-5), holding a P x M x K x N tensor, so `max_elements`
     bounds it. A default rewrite of armnn."""
 
     name = "onnx.lower_matmul"
-    description = "Turn MatMul into Gemm with a bias (constant weight) or Mul + ReduceMean."
+    description = "Turn MatMul into Gemm/1x1 Conv with bias (constant weight) or Mul + ReduceMean."
 
     class Options(RuleOptions):
-        """constant: MatMul by a constant 2-D weight -> Reshape/Gemm (with bias)/Reshape;
+        """constant: MatMul by a constant 2-D weight -> Gemm or 1x1 Conv, with a bias;
         activations: MatMul of two computed tensors -> broadcast Mul + ReduceMean; max_elements:
         the largest product tensor (batch x M x K x N) the activations form may create."""
 
@@ -52,7 +56,7 @@ class LowerMatMul(OnnxRule):
 
     example: ClassVar[tuple[str, str] | None] = (
         "y = Add(MatMul(x[1, 64, 128], W[128, 384]), b); a = MatMul(q[4, 64, 16], k[4, 16, 64])",
-        "y = Reshape(Gemm(Reshape(x, [64, 128]), W, b), [1, 64, 384]); "
+        "y = Transpose(Reshape(Conv(Reshape(Transpose(x), [1, 128, 64, 1]), W^T, b))); "
         "a = ReduceMean(Mul(q[4, 64, 16, 1], k[4, 1, 16, 64]), axis 2) * 16",
     )
 
@@ -77,7 +81,7 @@ def _matmul_gemm(node: Any, e: Edit, weight: np.ndarray) -> str | None:
     shape = e.shape(node.input[0])
     if shape is None or len(shape) < 2:
         return "the input shape is not static (or is 1-D)"
-    k, n = weight.shape
+    n = weight.shape[1]
     out, bias = node.output[0], None
     reader = e.only_consumer(out)
     if reader is not None and reader.op_type == "Add":
@@ -90,9 +94,8 @@ def _matmul_gemm(node: Any, e: Edit, weight: np.ndarray) -> str | None:
             e.removed.add(out)
     if len(shape) == 2:
         e.gemm(node.input[0], weight, bias, out=out)
-        return None
-    flat = e.reshape(node.input[0], [math.prod(shape[:-1]), k])
-    e.reshape(e.gemm(flat, weight, bias), [*shape[:-1], n], out=out)
+    else:
+        e.linear(node.input[0], shape, len(shape) - 1, weight, bias, out=out)
     return None
 
 
@@ -125,19 +128,19 @@ class ResizeToMatMul(OnnxRule):
     error 0.58 in the target's probe, half-pixel centres). A linear Resize of an [N, C, H, W]
     tensor with constant sizes or scales is Y = A_h X A_w^T, with interpolation matrices
     computed from the ONNX formula of its coordinate_transformation_mode (half_pixel,
-    pytorch_half_pixel, align_corners, asymmetric, half_pixel_symmetric): two Gemms with
-    Transposes, one per axis that changes size. Kept: nearest and cubic modes, antialias,
+    pytorch_half_pixel, align_corners, asymmetric, half_pixel_symmetric): a 1x1 Conv (with
+    Transposes) per axis that changes size. Kept: nearest and cubic modes, antialias,
     axes. A default rewrite of armnn."""
 
     name = "onnx.resize_to_matmul"
-    description = "Turn a linear (bilinear) 4-D Resize into Gemms by interpolation matrices."
+    description = "Turn a linear (bilinear) 4-D Resize into 1x1 Convs by interpolation matrices."
 
     class Options(RuleOptions):
         pass
 
     example: ClassVar[tuple[str, str] | None] = (
         "y = Resize(x[1, 21, 16, 16], sizes=[1, 21, 128, 128], mode=linear)",
-        "y = Transpose(Gemm(Transpose(Gemm(x, A_w^T)), A_h^T)) with A_h, A_w [128, 16] constants",
+        "y = the 1x1 Conv by A_w [128, 16] along W, then by A_h [128, 16] along H",
     )
 
     def tolerance(self, opts: Any) -> float | None:
@@ -188,23 +191,17 @@ def _resize(node: Any, e: Edit) -> str | None:
     if out[:2] != shape[:2]:
         return "resizes the batch or channel dim"
     x = node.input[0]
-    n, c, h, w = shape
-    matrices = [
-        _interpolation(shape[d], out[d], factors[d], mode) for d in (3, 2)
-    ]  # width first: the Gemm works on the last dim
-    sizes_now = [h, w]
-    for step, matrix in enumerate(matrices):
-        rows, length = sizes_now
-        identity = matrix.shape[0] == matrix.shape[1] and np.allclose(matrix, np.eye(len(matrix)))
-        if not identity:
-            flat = e.reshape(x, [n * c * rows, length])
-            product = e.gemm(flat, np.ascontiguousarray(matrix.T.astype(np.float32)), None)
-            x = e.reshape(product, [n, c, rows, matrix.shape[0]])
-            sizes_now = [rows, matrix.shape[0]]
-        if step == 0:  # bring H last for the second Gemm
-            x = e.op("Transpose", x, perm=[0, 1, 3, 2])
-            sizes_now = sizes_now[::-1]
-    e.op("Transpose", x, perm=[0, 1, 3, 2], out=node.output[0])
+    now = list(shape)
+    for axis in (3, 2):
+        matrix = _interpolation(shape[axis], out[axis], factors[axis], mode)
+        if matrix.shape[0] == matrix.shape[1] and np.allclose(matrix, np.eye(len(matrix))):
+            continue  # this axis keeps its size and values
+        last = axis == 2 or out[2] == shape[2]
+        weight = np.ascontiguousarray(matrix.T.astype(np.float32))
+        x = e.linear(x, now, axis, weight, None, out=node.output[0] if last else "")
+        now[axis] = out[axis]
+    if x == node.input[0]:
+        e.op("Identity", x, out=node.output[0])
     return None
 
 
