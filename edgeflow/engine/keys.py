@@ -36,6 +36,8 @@ def recipe_slice(loaded: LoadedRecipe, reads: tuple[str, ...]) -> dict[str, Any]
     for dotted in reads:
         if dotted == "target":
             out[dotted] = jsonable(loaded.profile)
+            # the profile's default rewrites by their code too, not only by name
+            out["target_rewrite_code"] = [s.fingerprint() for s in loaded.profile.rewrite_specs()]
             continue
         if dotted == "recipe_file":
             out[dotted] = loaded.stem

@@ -114,11 +114,34 @@ class RuleSpec:
         return _restore_spec, (self.source, self.options.model_dump(by_alias=True))
 
     def fingerprint(self) -> dict[str, Any]:
-        """What enters a stage's cache key: the rule, its options and its module's source."""
-        source = inspect.getsourcefile(self.rule)
-        digest = file_sha256(Path(source)) if source else "unknown"
+        """What enters a stage's cache key: the rule, its options, and the source of its
+        module and of the edgeflow.rules helpers it uses (e.g. onnx/_edit.py)."""
         options = self.options.model_dump(mode="json", by_alias=True)
-        return {"rule": self.name, "options": options, "code": digest}
+        return {"rule": self.name, "options": options, "code": _code_digest(self.rule)}
+
+
+def _code_digest(rule: type) -> str | dict[str, str]:
+    """sha256 of the rule's module file; for a built-in rule, of every edgeflow.rules module
+    it reaches through its imports too (a change to a shared helper changes the key)."""
+    import sys
+
+    module = sys.modules.get(rule.__module__)
+    source = inspect.getsourcefile(rule)
+    if module is None or not rule.__module__.startswith("edgeflow.rules."):
+        return file_sha256(Path(source)) if source else "unknown"
+    seen: dict[str, str] = {}
+    todo = [module]
+    while todo:
+        current = todo.pop()
+        path = getattr(current, "__file__", None)
+        if current.__name__ in seen or not path:
+            continue
+        seen[current.__name__] = file_sha256(Path(path))
+        for value in vars(current).values():
+            name = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", "")
+            if isinstance(name, str) and name.startswith("edgeflow.rules.") and name in sys.modules:
+                todo.append(sys.modules[name])
+    return dict(sorted(seen.items()))
 
 
 def _restore_spec(source: str, options: dict[str, Any]) -> RuleSpec:
