@@ -10,6 +10,7 @@ from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.fold_if import FoldIf
 from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank
 from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton
+from edgeflow.rules.onnx.norm import ChannelLayerNorm
 from edgeflow.rules.onnx.opset import ConvertOpset
 from edgeflow.rules.onnx.optimize import Optimize
 from edgeflow.rules.onnx.shapes import FixShapes
@@ -20,6 +21,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     Int64ToInt32,
     Optimize,
     Simplify,
+    ChannelLayerNorm,
     Decompose,
     SqrtNewton,
     MaxPoolEdgePad,

@@ -190,8 +190,10 @@ def _shuffle_to_conv(node: Any, e: Edit, max_channels: int) -> str | None:
     back = e.only_consumer(transpose.output[0])
     if back is None or back.op_type != "Reshape":
         return ""
-    if shape is None or len(shape) != 4 or e.shape(back.output[0]) != shape:
-        return "not a static 4-D tensor reshaped back to its shape"
+    if shape is None:
+        return "the input shape is not static"
+    if len(shape) != 4 or e.shape(back.output[0]) != shape:
+        return ""  # a view change (patches, heads), not a shuffle
     middle = e.shape(node.output[0])
     perm = attr(transpose, "perm", None)
     if middle is None or perm is None:

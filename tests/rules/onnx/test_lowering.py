@@ -12,6 +12,7 @@ from onnx import helper, numpy_helper
 from edgeflow.rules.onnx.conv_pool import MaxPoolEdgePad, ShuffleToConv, SplitGroups
 from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank
 from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton, _interpolation
+from edgeflow.rules.onnx.norm import ChannelLayerNorm
 from tests.rules.onnx.helpers import apply, model, ops, run
 
 RNG = np.random.default_rng(0)
@@ -272,3 +273,23 @@ def test_a_rules_cache_key_covers_the_helpers_it_shares() -> None:
     code = spec.fingerprint()["code"]
     assert {"edgeflow.rules.onnx.linear", "edgeflow.rules.onnx._edit"} <= set(code)
     assert all(len(digest) == 64 for digest in code.values())
+
+
+def test_layernorm2d_between_transposes_normalises_the_channel_axis() -> None:
+    """timm's LayerNorm2d as exported: Transpose, LayerNormalization, Transpose back."""
+    c = 6
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("LayerNormalization", ["t", "g", "b"], ["n"], axis=-1, epsilon=1e-6),
+        helper.make_node("Transpose", ["n"], ["y"], perm=[0, 3, 1, 2]),
+    ]
+    inits = {
+        "g": RNG.standard_normal(c).astype(np.float32),
+        "b": RNG.standard_normal(c).astype(np.float32),
+    }
+    m = model(nodes, [("x", T.FLOAT, [1, c, 5, 4])], [("y", T.FLOAT, None)], inits)
+    result = apply(ChannelLayerNorm, m)
+    after = ops(result.model)
+    assert result.matches == 1 and "Transpose" not in after and "LayerNormalization" not in after
+    x = (RNG.standard_normal((1, c, 5, 4)) * 3 + 1).astype(np.float32)
+    same_outputs(m, result.model, {"x": x}, atol=1e-5)
