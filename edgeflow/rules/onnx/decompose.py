@@ -139,7 +139,7 @@ NOTES: dict[str, Any] = {
     "Erf": lambda o: f"rational approximation on [-4, 4] (max error {ERF_MAX_ERROR:g})",
     "HardSwish": lambda o: "x * Clip(x + 3, 0, 6) / 6",
     "HardSigmoid": lambda o: "Clip(6 alpha x + 6 beta, 0, 6) / 6",
-    "LayerNormalization": lambda o: "ReduceMean/Sub/Mul/Sqrt/Div",
+    "LayerNormalization": lambda o: "ReduceMean/Sub/Mul/Sqrt/Div (on a [rows, C] view)",
     "Softplus": lambda o: "Relu(x) + Log(1 + Exp(-|x|))",
     "Mish": lambda o: "x * Tanh(Softplus(x))",
     "Softsign": lambda o: "x / (1 + |x|)",
@@ -293,6 +293,14 @@ def _layernorm(e: Emitter, node: Any, gelu: str, types: Any) -> None:
     assert axes is not None  # checked by Decompose._cannot
     x = node.input[0]
     outputs = [*node.output, "", ""]
+    shape = _static_shape(types, x)
+    # Over the last axis of a tensor above 2-D, the formula runs on a [rows, C] view:
+    # onnx2tf guesses a layout for 3-D and 4-D tensors, and within mobilevit_xxs its guess
+    # for these ReduceMeans fails (its parameter search then ends in a RecursionError).
+    flat = axes == [-1] and shape is not None and len(shape) > 2 and not any(outputs[1:3])
+    if flat:
+        assert shape is not None
+        x, axes = e.op("Reshape", x, e.ints([-1, shape[-1]])), [-1]
     mean = e.reduce_mean(x, axes, out=outputs[1])
     d = e.op("Sub", x, mean)
     var = e.reduce_mean(e.op("Mul", d, d), axes)  # Mul(d, d): no Pow / squared-difference
@@ -300,9 +308,21 @@ def _layernorm(e: Emitter, node: Any, gelu: str, types: Any) -> None:
     if outputs[2]:
         e.op("Div", e.const(1.0), std, out=outputs[2])
     bias = node.input[2] if len(node.input) > 2 and node.input[2] else ""
-    scaled = e.op("Mul", e.op("Div", d, std), node.input[1], out="" if bias else outputs[0])
+    last = "" if bias or flat else outputs[0]
+    y = e.op("Mul", e.op("Div", d, std), node.input[1], out=last)
     if bias:
-        e.op("Add", scaled, bias, out=outputs[0])
+        y = e.op("Add", y, bias, out="" if flat else outputs[0])
+    if flat:
+        assert shape is not None
+        e.op("Reshape", y, e.ints(shape), out=outputs[0])
+
+
+def _static_shape(types: dict[str, Any], name: str) -> list[int] | None:
+    t = types.get(name)
+    if t is None or not t.tensor_type.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else 0 for d in t.tensor_type.shape.dim]
+    return dims if all(dims) else None
 
 
 def _softplus_of(e: Emitter, x: str, out: str = "") -> str:
