@@ -58,6 +58,7 @@ class Edit:
             self.shapes[value.name] = dims if static else None
         for name, array in self.constants.items():
             self.shapes[name] = list(array.shape)
+        self.producers = {name: node for node in graph.node for name in node.output}
         self.consumers: dict[str, list[Any]] = {}
         for node in graph.node:
             for name in node.input:
@@ -210,6 +211,13 @@ def rewrite_nodes(
         nodes.extend(edit.nodes)
     if not matches:
         return RuleResult(copy_model(model), False, 0, kept or [f"no {what}"])
+    # original nodes a replacement took over that came before it (a Reshape feeding it)
+    originals = {id(n) for n in out.graph.node}
+    nodes = [
+        n
+        for n in nodes
+        if id(n) not in originals or not (n.output and all(o in edit.removed for o in n.output))
+    ]
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(edit.initializers)

@@ -73,6 +73,17 @@ def _gather_to_slice(node: Any, e: Edit) -> str | None:
     x = node.input[0]
     if not (start == 0 and count == n and step == 1):
         x = e.slice(x, axis, start, start + step * (count - 1) + 1, step)
+    else:
+        # A whole-axis Gather is a view: of a Reshape's input when the data is a Reshape
+        # (timm's head: [1, C, 1, 1] -> [C] -> Gather -> [1, C, 1, 1] is no change at all).
+        producer = e.producers.get(x)
+        if producer is not None and producer.op_type == "Reshape":
+            if e.only_consumer(x) is node:
+                e.removed.add(x)
+            x = producer.input[0]
+        if e.shape(x) == out_shape:
+            e.op("Identity", x, out=node.output[0])
+            return None
     e.reshape(x, out_shape, out=node.output[0])
     return None
 

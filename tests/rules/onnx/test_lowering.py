@@ -100,6 +100,20 @@ def test_gather_of_a_constant_run_is_a_slice(indices, axis, want) -> None:
     same_outputs(m, result.model, {"x": RNG.standard_normal((4, 6, 5)).astype(np.float32)})
 
 
+def test_a_whole_axis_gather_after_a_reshape_is_no_change() -> None:
+    """timm's ConvNeXt head: ReduceMean [1, C, 1, 1] -> Reshape [C] -> Gather -> [1, C, 1, 1]."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "flat"], ["f"]),
+        helper.make_node("Gather", ["f", "i"], ["y"], axis=0),
+    ]
+    inits = {"flat": np.array([6]), "i": np.arange(6).reshape(1, 6, 1, 1)}
+    m = model(nodes, [("x", T.FLOAT, [1, 6, 1, 1])], [("y", T.FLOAT, None)], inits)
+    result = apply(GatherToSlice, m)
+    assert [n.op_type for n in result.model.graph.node] == ["Identity"]
+    assert result.model.graph.node[0].input[0] == "x"
+    same_outputs(m, result.model, {"x": RNG.standard_normal((1, 6, 1, 1)).astype(np.float32)})
+
+
 def test_gather_of_scattered_indices_is_kept() -> None:
     node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
     m = model([node], [("x", T.FLOAT, [4, 3])], [("y", T.FLOAT, None)], {"i": np.array([0, 2, 3])})
