@@ -221,8 +221,24 @@ def rewrite_nodes(
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(edit.initializers)
+    _drop_unread_initializers(out, set().union(*(_reads(n) for n in nodes)))
     _drop_stale_value_info(out)
     return RuleResult(out, True, matches, [f"{what} x{matches}", *kept])
+
+
+def _reads(node: Any) -> set[str]:
+    from edgeflow.rules.onnx._graph import node_reads
+
+    return set(node_reads(node))
+
+
+def _drop_unread_initializers(model: onnx.ModelProto, read: set[str]) -> None:
+    """Forget the weights of replaced nodes (the replacement made its own copies)."""
+    keep = read | {v.name for v in (*model.graph.output, *model.graph.input)}
+    kept = [t for t in model.graph.initializer if t.name in keep]
+    if len(kept) != len(model.graph.initializer):
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept)
 
 
 def _drop_stale_value_info(model: onnx.ModelProto) -> None:
