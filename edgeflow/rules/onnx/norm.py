@@ -1,8 +1,10 @@
 """onnx.channel_layernorm: a LayerNorm over the channels of an NCHW tensor, written as the
 exporter writes timm's LayerNorm2d (Transpose to NHWC, LayerNormalization over the last axis,
 Transpose back), becomes its formula on the NCHW tensor itself: ReduceMean over axis 1, Sub,
-Mul, ReduceMean, Add epsilon, Sqrt, Div, Mul by the scale and Add the bias as [C, 1, 1]
-constants. No Transposes are left: onnx2tf keeps NCHW axis 1 as the NHWC channel axis, while
+Mul, ReduceMean, Add epsilon, Sqrt, Div, Mul by the scale and Add the bias as [1, C, 1, 1]
+constants (4-D: onnx2tf moves a 4-D constant to NHWC with the tensor, while it broadcast a
+[C, 1, 1] one against a [1, 1, 1, C] map into [1, C, 1, C] in convnext's head). No Transposes
+are left: onnx2tf keeps NCHW axis 1 as the NHWC channel axis, while
 the decomposed LayerNorm between the two Transposes sends onnx2tf 1.28.8 into its
 parameter-search fallback, which ends in a RecursionError (measured on timm's convnext_atto).
 """
@@ -32,8 +34,8 @@ class ChannelLayerNorm(OnnxRule):
 
     example: ClassVar[tuple[str, str] | None] = (
         "y = Transpose(LayerNormalization(Transpose(x, [0, 2, 3, 1]), g, b), [0, 3, 1, 2])",
-        "d = x - ReduceMean(x, [1]); y = d / Sqrt(ReduceMean(d * d, [1]) + eps) * g[C,1,1] "
-        "+ b[C,1,1]",
+        "d = x - ReduceMean(x, [1]); y = d / Sqrt(ReduceMean(d * d, [1]) + eps) * g[1,C,1,1] "
+        "+ b[1,C,1,1]",
     )
 
     def tolerance(self, opts: Any) -> float | None:
@@ -67,10 +69,10 @@ def _channel_layernorm(node: Any, e: Edit) -> str | None:
     d = e.op("Sub", x, mean)
     var = e.reduce_mean(e.op("Mul", d, d), [1], keepdims=1)
     std = e.op("Sqrt", e.op("Add", var, e.scalar(float(attr(norm, "epsilon", 1e-5)), x)))
-    scaled = e.op("Mul", e.op("Div", d, std), e.array(scale.reshape(-1, 1, 1), "scale"))
+    scaled = e.op("Mul", e.op("Div", d, std), e.array(scale.reshape(1, -1, 1, 1), "scale"))
     if bias is None:
         e.op("Identity", scaled, out=back.output[0])
     else:
-        e.op("Add", scaled, e.array(bias.reshape(-1, 1, 1), "bias"), out=back.output[0])
+        e.op("Add", scaled, e.array(bias.reshape(1, -1, 1, 1), "bias"), out=back.output[0])
     e.removed.update((norm.output[0], back.output[0]))
     return None
