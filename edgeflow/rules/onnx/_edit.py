@@ -28,7 +28,6 @@ class Edit:
         import onnx
         from onnx import numpy_helper
 
-        self.model = model
         self.opset = opset_version(model)
         self.namer = Namer(model)
         self.initializers: list[Any] = []
@@ -163,11 +162,6 @@ class Edit:
         if self.opset >= 18:
             return self.op("ReduceMean", x, self.ints(axes), out=out, keepdims=keepdims)
         return self.op("ReduceMean", x, out=out, axes=axes, keepdims=keepdims)
-
-    def squeeze(self, x: str, axes: list[int], out: str = "") -> str:
-        if self.opset >= 13:
-            return self.op("Squeeze", x, self.ints(axes), out=out)
-        return self.op("Squeeze", x, out=out, axes=axes)
 
 
 def _kept_bias(bias: np.ndarray | None, weight: np.ndarray) -> np.ndarray:
