@@ -88,3 +88,22 @@ def test_recipe_builds_a_static_graph_whose_detections_match_eager(tmp_path: Pat
         "labels": [1, 300],
         "valid": [1, 300],
     }
+
+
+@pytest.mark.slow
+def test_tflite_recipe_ships_the_post_processing_beside_the_artifact(tmp_path: Path) -> None:
+    """recipes/ssdlite320_tflite.yaml: model.tflite ends at the head; postprocess.onnx + the
+    generated postprocess.py compute the detections; verified together against eager."""
+    pytest.importorskip("ai_edge_litert", reason="the [tflite] extra is not installed")
+    recipe = load_recipe(find_recipe("ssdlite320_tflite"), {})
+    result = run_build(recipe, Cache(tmp_path / "cache"), tmp_path / "build", echo=lambda _: None)
+    metrics = result.metrics
+    assert metrics["verified"], result.failed_checks
+    agreement = metrics["agreement"]
+    assert agreement["reference_detections"] == agreement["matched"] == 8 * 300
+    assert agreement["max_box_diff_relative"] <= 1e-3  # measured: 5.4e-5 (0.017 px)
+    for name in ("model.tflite", "postprocess.onnx", "postprocess.py"):
+        assert (result.build_dir / name).is_file(), name
+    assert (result.build_dir / "postprocess.onnx").stat().st_size < 2_000_000  # shared constants
+    precheck = json.loads((result.build_dir / "precheck.json").read_text())
+    assert not FORBIDDEN & set(precheck["ops"]) and "TopK" not in precheck["ops"]

@@ -134,6 +134,15 @@ class ExportOptions(Strict):
     exporter: Literal["dynamo", "torchscript"] = "dynamo"
 
 
+class HostPostprocess(Strict):
+    """The model's tail that runs on the host instead of in the artifact (docs/detection.md):
+    the artifact ends at the `cut` tensors of the exported graph; the graph from them to the
+    model's outputs is shipped beside it as postprocess.onnx with a generated postprocess.py
+    (ONNX Runtime on the host), and verify checks the two together against the source."""
+
+    cut: list[str] = Field(min_length=1)
+
+
 class OptimizeOptions(Strict):
     onnxscript: bool = True
     passes: list[str] = ["eliminate_deadend", "eliminate_identity", "eliminate_nop_transpose"]
@@ -230,6 +239,7 @@ class Recipe(Strict):
     source: Source
     export: ExportOptions = ExportOptions()
     rewrites: list[Annotated[Any, AfterValidator(_rewrite_entry)]] = []
+    postprocess: HostPostprocess | None = None
     # the target profile's own rewrites (its `rewrites:`), applied after the recipe's
     target_rewrites: bool = True
     optimize: OptimizeOptions = OptimizeOptions()

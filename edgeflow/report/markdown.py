@@ -200,4 +200,14 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
         lines.append(f"  - int8 by the converter: {settings}{by_target}{scheme}")
     if conv.get("operators"):
         lines.append(f"  - operators in the artifact: {', '.join(conv['operators'])}")
+    host = conv.get("host")
+    if host:  # postprocess.cut: the tail of the graph runs on the host
+        timing = details["verify"].get("extra", {}).get("host_postprocess_ms_p50")
+        took = f", {timing:.1f} ms per batch (p50)" if timing is not None else ""
+        lines.append(
+            f"  - post-processing on the host, not in the artifact: {host['nodes']:,} nodes from "
+            f"{', '.join(host['inputs'])} in {', '.join(host['files'])} "
+            f"({host['size_bytes']:,} bytes, ONNX Runtime{took}); verified together with "
+            "the artifact"
+        )
     return lines

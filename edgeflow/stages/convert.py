@@ -24,6 +24,7 @@ RUNTIMES = ("onnxruntime", "ai-edge-litert", "tflite-micro", "tensorflow", "onnx
 
 
 def run(ctx: StageContext) -> None:
+    from edgeflow import postprocess
     from edgeflow.data import load_samples
     from edgeflow.targets import backend
     from edgeflow.targets.base import ConvertJob
@@ -51,6 +52,10 @@ def run(ctx: StageContext) -> None:
         info["imposed_by_target"] = imposed
     info["target"] = ctx.profile.name
     info["size_bytes"] = (artifact_dir / info["artifact"]).stat().st_size
+    tail = ctx.inputs["host"] / postprocess.HOST_MODEL if "host" in ctx.inputs else None
+    if tail is not None and tail.is_file():  # postprocess.cut: the tail runs on the host
+        info["host"] = postprocess.write_host(tail, artifact_dir, info["artifact"])
+        info["files"] = [*info["files"], *info["host"]["files"]]
     ctx.output("convert").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
@@ -59,9 +64,10 @@ STAGE = Stage(
     description="Convert the ONNX model to the target's artifact with the target's own tool.",
     run=run,
     consumes=("onnx",),
+    optional=("host",),
     produces={"artifact": "artifact", "convert": "convert.json"},
     reads=("target", "quantization", "calibration", "source.inputs"),
     tools=("onnx", *RUNTIMES),
-    code=BACKEND_CODE,
+    code=(*BACKEND_CODE, "edgeflow.postprocess"),
     isolated=True,
 )

@@ -9,7 +9,33 @@ from edgeflow.engine.stage import Stage, StageContext
 
 def run(ctx: StageContext) -> None:
     records = rewrite(ctx, list(ctx.recipe.rewrites))
-    ctx.write_json("rewrite_onnx", {"rules": records})
+    info: dict[str, Any] = {"rules": records}
+    ctx.output("host").mkdir()
+    if ctx.recipe.postprocess is not None:
+        info["postprocess"] = split_host(ctx)
+    ctx.write_json("rewrite_onnx", info)
+
+
+def split_host(ctx: StageContext) -> dict[str, Any]:
+    """postprocess.cut: the model becomes its head (the target's part); the tail goes to the
+    "host" folder, checked in ONNX Runtime to compute what the whole graph did."""
+    import numpy as np
+    import onnx
+
+    from edgeflow import postprocess
+
+    path = ctx.output("onnx")
+    model = onnx.load(str(path))
+    head, tail = postprocess.split(model, list(ctx.recipe.postprocess.cut))
+    rng = np.random.default_rng(0)
+    feeds = {
+        spec.name: rng.standard_normal(spec.shape).astype(spec.dtype)
+        for spec in ctx.recipe.source.inputs
+    }
+    postprocess.check_split(model, head, tail, feeds)
+    onnx.save(head, str(path))
+    onnx.save(tail, str(ctx.output("host") / postprocess.HOST_MODEL))
+    return {**postprocess.summary(tail), "head_nodes": len(head.graph.node)}
 
 
 def rewrite(ctx: StageContext, specs: list[Any]) -> list[dict[str, Any]]:
@@ -33,8 +59,8 @@ STAGE = Stage(
     description="Apply onnx.* rules to the ONNX model.",
     run=run,
     consumes=("onnx",),
-    produces={"onnx": "model.onnx", "rewrite_onnx": "rewrite_onnx.json"},
-    reads=("rewrites", "source.inputs"),
-    tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir"),
-    code=("edgeflow.rules.apply", "edgeflow.rules.base"),
+    produces={"onnx": "model.onnx", "host": "host", "rewrite_onnx": "rewrite_onnx.json"},
+    reads=("rewrites", "postprocess", "source.inputs"),
+    tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
+    code=("edgeflow.rules.apply", "edgeflow.rules.base", "edgeflow.postprocess"),
 )

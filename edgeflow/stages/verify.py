@@ -15,6 +15,7 @@ from edgeflow.targets.base import NotVerified
 
 def run(ctx: StageContext) -> None:
     from edgeflow.data import load_samples
+    from edgeflow.postprocess import HostChained, load_host
     from edgeflow.targets import backend
     from edgeflow.verify.compare import compare_outputs, percentile, top1_accuracy
     from edgeflow.verify.runners import batching, deployment_batch, latency_ms, run_all
@@ -33,6 +34,8 @@ def run(ctx: StageContext) -> None:
     convert_info = json.loads(ctx.inputs["convert"].read_text())
     try:
         runner = backend(profile).open_runner(ctx.inputs["artifact"], convert_info)
+        if "host" in convert_info:  # the artifact, then the generated host post-processing
+            runner = HostChained(runner, load_host(ctx.inputs["artifact"]))
     except NotVerified as exc:  # the runtime cannot run here: say so, compare nothing
         ctx.write_json(
             "verify",
@@ -125,6 +128,7 @@ STAGE = Stage(
         "edgeflow.verify.compare",
         "edgeflow.verify.detections",
         "edgeflow.verify.runners",
+        "edgeflow.postprocess",
         *BACKEND_CODE,
     ),
 )

@@ -11,6 +11,7 @@ Inputs of rank 3-5 become channel-last; the recorded layout lets runners feed NC
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import os
 import random
@@ -48,6 +49,8 @@ PACKAGES = {
     "tflite_micro": "tflite-micro",
 }
 LOG_TAIL = 25
+# The names TensorFlow takes for ops; onnx2tf names each output's op after the tensor.
+TF_OP_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*")
 
 
 def suffix(quantization: Any) -> str:
@@ -59,8 +62,6 @@ def suffix(quantization: Any) -> str:
 
 def require(module: str, target: str) -> ModuleType:
     """Import an optional tool (slow: TensorFlow costs seconds), or say how to install it."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as exc:
@@ -116,7 +117,7 @@ def outputs(job: ConvertJob, target: str) -> Iterator[tuple[Path, float]]:
     with tempfile.TemporaryDirectory(prefix="edgeflow-onnx2tf-") as tmp:
         work = Path(tmp)
         source = work / "model.onnx"
-        shutil.copyfile(job.onnx, source)  # onnx2tf rewrites the file it reads
+        _prepare(job.onnx, source)  # a copy: onnx2tf rewrites the file it reads
         _write_sample_file(work / SAMPLE_FILE)
         options: dict[str, Any] = {}
         if mode == "int8":
@@ -146,7 +147,7 @@ def _run_onnx2tf(
     with _contained(), _inside(source.parent):
         onnx2tf = require("onnx2tf", target)
         start = time.perf_counter()
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), _scalar_topk_k():
             try:
                 onnx2tf.convert(
                     input_onnx_file_path=str(source),
@@ -161,6 +162,67 @@ def _run_onnx2tf(
                     "see docs/debugging.md; rewrite rules can replace operators onnx2tf lacks",
                 ) from None
         return time.perf_counter() - start, log.getvalue()
+
+
+def _prepare(onnx_path: Path, copy: Path) -> None:
+    """Copy the model for onnx2tf, changed where onnx2tf would fail on it; the graph computes
+    the same values, with the same output order.
+
+    - Constant nodes become initializers: onnx2tf moves initializers to channel-last with the
+      tensors they meet, but not a Constant node's value (`images - mean` with mean a
+      [1, 3, 1, 1] Constant fails: "Dimensions must be equal, but are 320 and 3").
+    - Outputs whose names TensorFlow refuses as op names (an internal tensor such as
+      `/head/Concat_output_0`, after onnx.cut or postprocess.cut) are renamed
+      `edgeflow_output_K` behind an Identity ("Generation of saved_model failed because the
+      OP name does not match the following pattern").
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from edgeflow.rules.onnx._graph import constant_value
+
+    model = onnx.load(str(onnx_path))
+    graph = model.graph
+    values = [constant_value(n) if n.op_type == "Constant" else None for n in graph.node]
+    renamed = [k for k, o in enumerate(graph.output) if not TF_OP_NAME.fullmatch(o.name)]
+    if all(v is None for v in values) and not renamed:
+        shutil.copyfile(onnx_path, copy)
+        return
+    kept = []
+    for node, value in zip(graph.node, values, strict=True):
+        if value is None:
+            kept.append(node)
+        else:
+            graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+    del graph.node[:]
+    graph.node.extend(kept)
+    for k in renamed:
+        output = graph.output[k]
+        graph.node.append(helper.make_node("Identity", [output.name], [f"edgeflow_output_{k}"]))
+        output.name = f"edgeflow_output_{k}"
+    onnx.save(model, str(copy))
+
+
+@contextlib.contextmanager
+def _scalar_topk_k() -> Iterator[None]:
+    """onnx2tf 1.28.8's TopK calls `int(k)` on the constant K, a 1-element 1-D array (as the
+    ONNX spec has it), which NumPy >= 2.3 refuses ("only 0-dimensional arrays can be converted
+    to Python scalars"): every TopK with a constant K fails. While onnx2tf runs, its TopK
+    reads K as the 0-D array holding the same value."""
+    module: Any = importlib.import_module("onnx2tf.ops.TopK")
+    original = module.get_constant_or_variable
+
+    def scalar_k(*args: Any, **kwargs: Any) -> Any:
+        value = original(*args, **kwargs)
+        if isinstance(value, np.ndarray) and value.shape == (1,):
+            return value.reshape(())
+        return value
+
+    module.get_constant_or_variable = scalar_k
+    try:
+        yield
+    finally:
+        module.get_constant_or_variable = original
 
 
 @contextlib.contextmanager

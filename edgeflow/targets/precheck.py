@@ -165,6 +165,10 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
         name = node.name or f"#{i}"
         domain = node.domain or "ai.onnx"
         op = node.op_type if domain == "ai.onnx" else f"{node.domain}.{node.op_type}"
+        if op == "Constant":
+            # A value, not a kernel: ONNX Runtime makes it an initializer when it loads the
+            # model, edgeflow hands onnx2tf initializers (targets/_onnx2tf.py), TensorRT folds it.
+            continue
         spec = profile.operators.get(op)
         if spec is None:
             add(op, "", f"not supported by {profile.name}", name)

@@ -125,3 +125,46 @@ def test_every_backend_file_is_in_the_convert_and_verify_cache_keys() -> None:
     files = {p.stem for p in (REPO / "edgeflow" / "targets").glob("*.py")}
     backends = {f"edgeflow.targets.{m}" for m in files - not_backends - {"__init__"}}
     assert backends <= set(BACKEND_CODE), backends - set(BACKEND_CODE)
+
+
+def test_onnx2tf_gets_constants_as_initializers_and_usable_output_names(tmp_path: Path) -> None:
+    """Two onnx2tf failures avoided on its copy of the model: a Constant node's value is not
+    moved to channel-last ("Dimensions must be equal, but are 320 and 3"), and an output named
+    like an internal tensor cannot name a TensorFlow op. The copy computes the same outputs."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    mean = numpy_helper.from_array(np.full((1, 3, 1, 1), 0.5, np.float32))
+    graph = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["mean"], value=mean),
+            helper.make_node("Sub", ["x", "mean"], ["/head/Sub_output_0"]),
+            helper.make_node("Relu", ["/head/Sub_output_0"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 4, 4])],
+        [
+            helper.make_tensor_value_info("/head/Sub_output_0", T.FLOAT, [1, 3, 4, 4]),
+            helper.make_tensor_value_info("y", T.FLOAT, [1, 3, 4, 4]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(tmp_path / "in.onnx"))
+    _onnx2tf._prepare(tmp_path / "in.onnx", tmp_path / "out.onnx")
+    copy = onnx.load(str(tmp_path / "out.onnx"))
+    assert [n.op_type for n in copy.graph.node] == ["Sub", "Relu", "Identity"]
+    assert [t.name for t in copy.graph.initializer] == ["mean"]
+    assert [o.name for o in copy.graph.output] == ["edgeflow_output_0", "y"]
+    x = {"x": np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32)}
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)
+        for m in (model, copy)
+    ]
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # nothing to change: the file is copied as it is
+    onnx.save(copy, str(tmp_path / "clean.onnx"))
+    _onnx2tf._prepare(tmp_path / "clean.onnx", tmp_path / "again.onnx")
+    assert (tmp_path / "again.onnx").read_bytes() == (tmp_path / "clean.onnx").read_bytes()

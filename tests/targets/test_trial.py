@@ -45,6 +45,23 @@ def test_the_runtime_s_own_error_is_the_verdict() -> None:
     assert "GELU" in micro.reason and micro.builtins == ["GELU"]
 
 
+def test_top_k_with_a_constant_k_converts_and_runs() -> None:
+    """onnx2tf 1.28.8 calls int() on the 1-element K, which NumPy 2.4 refuses; edgeflow hands
+    its TopK the 0-D K (targets/_onnx2tf.py)."""
+    case = single(
+        "TopK",
+        "TopK",
+        [("x", T.FLOAT, [2, 16])],
+        {"k": const("k", [3], np.int64)},
+        outputs=2,
+        out_type=[T.FLOAT, T.INT64],
+    )
+    graph = Trial("TopK", case.model.SerializeToString(), case.feeds)
+    verdict = try_graph(graph, ["tflite"], ["none"])["tflite/none"]
+    assert verdict.runs, verdict
+    assert "TOPK_V2" in verdict.builtins and verdict.error == 0.0
+
+
 def test_a_float64_graph_becomes_a_flex_op_no_runtime_loads() -> None:
     case = single("Neg float64", "Neg", [("x", T.DOUBLE, [1, 4, 6, 6])])
     graph = Trial("Neg", case.model.SerializeToString(), case.feeds)

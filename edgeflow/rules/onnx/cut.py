@@ -48,7 +48,7 @@ class Cut(OnnxRule):
                 raise EdgeflowError(
                     f"the model has no tensor '{name}'", name_hint(name, available, "tensors", 16)
                 )
-        keep = _needed_nodes(graph, opts.outputs)
+        keep = needed_nodes(graph, opts.outputs)
         out = copy_model(model)
         g = out.graph
         types = tensor_types(model)
@@ -84,13 +84,19 @@ class Cut(OnnxRule):
         return RuleResult(out, True, len(graph.node) - len(nodes), reasons)
 
 
-def _needed_nodes(graph: onnx.GraphProto, outputs: list[str]) -> set[int]:
-    """Indices of the nodes the outputs depend on (subgraph outer references included)."""
+def needed_nodes(
+    graph: onnx.GraphProto, outputs: list[str], stop: frozenset[str] = frozenset()
+) -> set[int]:
+    """Indices of the nodes the outputs depend on (subgraph outer references included),
+    not looking past the tensors in `stop`."""
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
     keep: set[int] = set()
     stack = list(outputs)
     while stack:
-        index = producer.get(stack.pop())
+        name = stack.pop()
+        if name in stop:
+            continue
+        index = producer.get(name)
         if index is None or index in keep:
             continue
         keep.add(index)
