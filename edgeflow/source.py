@@ -13,7 +13,7 @@ from edgeflow.recipe.schema import PyTorchSource, TensorSpec
 if TYPE_CHECKING:
     import torch
 
-BATCH = 64
+    from edgeflow.data import Samples
 
 
 def build_module(source: PyTorchSource) -> torch.nn.Module:
@@ -78,27 +78,38 @@ def example_inputs(specs: list[TensorSpec], batch: int | None = None) -> tuple[t
 
 def run_module(
     module: torch.nn.Module,
-    inputs: dict[str, np.ndarray],
+    samples: Samples,
     specs: list[TensorSpec],
+    batch: tuple[int, bool],
     max_detections: int | None = None,
 ) -> list[np.ndarray]:
-    """Outputs of the module on all samples, computed in batches; one array per output.
-    With `max_detections`, the module is a detector and its outputs are given in the padded
-    form of `edgeflow.verify.detections` (boxes, scores, labels, valid)."""
+    """Outputs of the module on all samples, one array per output, fed in batches as the
+    artifact will be (`batch`: size, and whether it is fixed: a model declared with batch 1
+    gets one sample at a time). With `max_detections`, the module is a detector and its
+    outputs are given in the padded form of `edgeflow.verify.detections` (boxes, scores,
+    labels, valid)."""
     import torch
 
     from edgeflow.verify.detections import padded
 
-    n = len(next(iter(inputs.values())))
     chunks: list[list[np.ndarray]] = []
     with torch.inference_mode():
-        for start in range(0, n, BATCH):
-            args = [torch.from_numpy(inputs[s.name][start : start + BATCH]) for s in specs]
-            result = module(*args)
+        for feeds, size in samples.batches(*batch):
+            args = [torch.from_numpy(feeds[s.name]) for s in specs]
+            try:
+                result = module(*args)
+            except Exception as exc:  # the user's model code: say so, not "a bug in edgeflow"
+                shapes = ", ".join(f"{s.name} {list(feeds[s.name].shape)}" for s in specs)
+                raise EdgeflowError(
+                    f"the model raised {type(exc).__name__} on evaluation inputs ({shapes}): {exc}",
+                    "run the model on inputs of the declared source.inputs shapes in Python "
+                    "to reproduce it",
+                ) from exc
             if max_detections is not None:
-                chunks.append(padded(result, max_detections))
+                outputs = padded(result, max_detections)
             else:
-                chunks.append([t.detach().float().numpy() for t in flat_tensors(result)])
+                outputs = [t.detach().float().numpy() for t in flat_tensors(result)]
+            chunks.append([o[:size] for o in outputs])
     return [np.concatenate([c[i] for c in chunks]) for i in range(len(chunks[0]))]
 
 

@@ -119,6 +119,10 @@ def test_the_generated_function_computes_the_model_outputs(tmp_path: Path) -> No
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match=r"expected 1 artifact outputs \['feat'\], got 2"):
         fn(got[0], got[0])
+    nhwc = run(head, FEEDS)[0].transpose(0, 2, 3, 1)  # a channel-last runtime's layout
+    message = r"feat: expected shape \[1, 4, 6, 6\], got \[1, 6, 6, 4\]"
+    with pytest.raises(ValueError, match=message):
+        fn(nhwc)
 
 
 DETECTOR = '''

@@ -10,6 +10,7 @@ from edgeflow.engine.stage import Stage, StageContext
 def run(ctx: StageContext) -> None:
     from edgeflow.data import load_samples
     from edgeflow.source import build_module, run_module
+    from edgeflow.verify.runners import batching
 
     recipe = ctx.recipe
     source = recipe.source
@@ -17,7 +18,7 @@ def run(ctx: StageContext) -> None:
     samples = load_samples(recipe.evaluation, source.inputs, "evaluation")
     detections = recipe.evaluation.metric == "detections"
     limit = recipe.verify.detections.max_detections if detections else None
-    outputs = run_module(module, samples.inputs, source.inputs, limit)
+    outputs = run_module(module, samples, source.inputs, batching(source), limit)
     parameters = int(sum(p.numel() for p in module.parameters()))
     save_reference(ctx, outputs, str(source.model), len(samples), parameters=parameters)
 
@@ -44,5 +45,11 @@ STAGE = Stage(
     produces={"reference": "reference.npz", "source": "source.json"},
     reads=("source", "evaluation", "verify.detections.max_detections"),
     tools=("torch", "numpy"),
-    code=("edgeflow.source", "edgeflow.data", "edgeflow.recipe.refs", "edgeflow.verify.detections"),
+    code=(
+        "edgeflow.source",
+        "edgeflow.data",
+        "edgeflow.recipe.refs",
+        "edgeflow.verify.detections",
+        "edgeflow.verify.runners",
+    ),
 )
