@@ -101,7 +101,7 @@ def test_tflite_recipe_ships_the_post_processing_beside_the_artifact(tmp_path: P
     assert metrics["verified"], result.failed_checks
     agreement = metrics["agreement"]
     assert agreement["reference_detections"] == agreement["matched"] == 8 * 300
-    assert agreement["max_box_diff_relative"] <= 1e-3  # measured: 5.4e-5 (0.017 px)
+    assert agreement["max_box_diff_relative"] <= 1e-3  # measured: 6.2e-5 (0.020 px)
     for name in ("model.tflite", "postprocess.onnx", "postprocess.py"):
         assert (result.build_dir / name).is_file(), name
     assert (result.build_dir / "postprocess.onnx").stat().st_size < 2_000_000  # shared constants
