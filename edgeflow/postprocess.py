@@ -47,12 +47,10 @@ def split(model: onnx.ModelProto, cut: list[str]) -> tuple[onnx.ModelProto, onnx
     outputs = [o.name for o in graph.output]
     keep = needed_nodes(graph, outputs, frozenset(cut))
     nodes = [n for i, n in enumerate(graph.node) if i in keep]
-    initializers = {t.name for t in graph.initializer}
+    inputs = {v.name for v in graph.input} - {t.name for t in graph.initializer}
     produced = {o for n in nodes for o in n.output} | set(cut)
     reads = {r for n in nodes for r in node_reads(n)} | set(outputs)
-    raw = sorted(
-        r for r in reads if r not in produced and r not in initializers and r in _inputs(graph)
-    )
+    raw = sorted(r for r in reads if r in inputs and r not in produced)
     if raw:
         raise EdgeflowError(
             f"postprocess.cut {cut} does not separate the post-processing: it also reads the "
@@ -108,10 +106,6 @@ def _share_constants(model: onnx.ModelProto) -> None:
             node.input[i] = alias.get(name, name)
     del graph.node[:]
     graph.node.extend(kept)
-
-
-def _inputs(graph: Any) -> set[str]:
-    return {v.name for v in graph.input}
 
 
 def _value(name: str, types: dict[str, Any]) -> Any:

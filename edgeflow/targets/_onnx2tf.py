@@ -4,7 +4,9 @@ onnx2tf 1.28.8 traps handled here (see /work/shared/TOOLCHAIN.md): it rewrites i
 file (we convert a copy in a temporary folder); for 4-D 3-channel inputs it downloads a sample
 file from GitHub even for float conversion (we place a file of that name in its working
 folder, which it reads instead); int8 calibration comes only from NHWC .npy files; a failed
-int8 conversion is only a warning in its log (we check that the file exists and quote the log).
+int8 conversion is only a warning in its log (we check that the file exists and quote the log);
+Constant nodes, outputs named like internal tensors and a constant TopK K make it fail
+(`_prepare`, `_scalar_topk_k`).
 Inputs of rank 3-5 become channel-last; the recorded layout lets runners feed NCHW data.
 """
 
@@ -206,8 +208,8 @@ def _prepare(onnx_path: Path, copy: Path) -> None:
 @contextlib.contextmanager
 def _scalar_topk_k() -> Iterator[None]:
     """onnx2tf 1.28.8's TopK calls `int(k)` on the constant K, a 1-element 1-D array (as the
-    ONNX spec has it), which NumPy >= 2.3 refuses ("only 0-dimensional arrays can be converted
-    to Python scalars"): every TopK with a constant K fails. While onnx2tf runs, its TopK
+    ONNX spec has it), which NumPy 2.4 refuses ("only 0-dimensional arrays can be converted to
+    Python scalars"): every TopK with a constant K fails. While onnx2tf runs, its TopK
     reads K as the 0-D array holding the same value."""
     module: Any = importlib.import_module("onnx2tf.ops.TopK")
     original = module.get_constant_or_variable
