@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from edgeflow.engine.stage import Stage, StageContext
@@ -10,9 +11,12 @@ from edgeflow.engine.stage import Stage, StageContext
 def run(ctx: StageContext) -> None:
     records = rewrite(ctx, list(ctx.recipe.rewrites))
     info: dict[str, Any] = {"rules": records}
-    ctx.output("host").mkdir()
+    host = ctx.output("host")
+    host.mkdir()
     if ctx.recipe.postprocess is not None:
         info["postprocess"] = split_host(ctx)
+    # Never an empty folder: DVC does not restore one (a `dvc exp run` then lacks the input).
+    (host / "host.json").write_text(json.dumps(info.get("postprocess"), indent=2) + "\n")
     ctx.write_json("rewrite_onnx", info)
 
 
