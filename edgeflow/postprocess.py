@@ -36,7 +36,7 @@ def split(model: onnx.ModelProto, cut: list[str]) -> tuple[onnx.ModelProto, onnx
     import onnx
 
     from edgeflow.rules.base import RewriteContext
-    from edgeflow.rules.onnx._graph import node_reads, tensor_types
+    from edgeflow.rules.onnx._graph import constants_to_initializers, node_reads, tensor_types
     from edgeflow.rules.onnx.cut import Cut, needed_nodes
 
     try:
@@ -68,44 +68,11 @@ def split(model: onnx.ModelProto, cut: list[str]) -> tuple[onnx.ModelProto, onnx
     )
     tail = onnx.helper.make_model(tail_graph, opset_imports=list(model.opset_import))
     tail.ir_version = model.ir_version
-    _share_constants(tail)
+    # The TorchScript exporter copies a constant at every use (ssdlite320's [27000] labels:
+    # 301 copies, 65 MB of a 66 MB tail): one initializer per distinct value.
+    constants_to_initializers(tail.graph, share=True)
     onnx.checker.check_model(tail)
     return head, tail
-
-
-def _share_constants(model: onnx.ModelProto) -> None:
-    """Constant nodes become initializers, one per distinct value: the TorchScript exporter
-    copies a constant into the graph at every use (ssdlite320's [27000] labels: 301 copies,
-    65 MB of its 66 MB tail)."""
-    from onnx import numpy_helper
-
-    from edgeflow.rules.onnx._graph import constant_value
-
-    graph = model.graph
-    outputs = {o.name for o in graph.output}
-    first: dict[tuple[str, tuple[int, ...], bytes], str] = {}
-    alias: dict[str, str] = {}
-    values = [(t.name, numpy_helper.to_array(t)) for t in graph.initializer]
-    kept = []
-    for node in graph.node:
-        value = constant_value(node) if node.op_type == "Constant" else None
-        if value is None:
-            kept.append(node)
-        else:
-            values.append((node.output[0], value))
-    del graph.initializer[:]
-    for name, value in values:
-        key = (value.dtype.str, value.shape, value.tobytes())
-        if key in first and name not in outputs:
-            alias[name] = first[key]
-        else:
-            first[key] = name
-            graph.initializer.append(numpy_helper.from_array(value, name))
-    for node in kept:
-        for i, name in enumerate(node.input):
-            node.input[i] = alias.get(name, name)
-    del graph.node[:]
-    graph.node.extend(kept)
 
 
 def _value(name: str, types: dict[str, Any]) -> Any:

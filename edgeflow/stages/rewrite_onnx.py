@@ -9,27 +9,28 @@ from edgeflow.engine.stage import Stage, StageContext
 
 
 def run(ctx: StageContext) -> None:
-    records = rewrite(ctx, list(ctx.recipe.rewrites))
+    import onnx
+
+    model, records = rewritten(ctx, list(ctx.recipe.rewrites))
     info: dict[str, Any] = {"rules": records}
     host = ctx.output("host")
     host.mkdir()
     if ctx.recipe.postprocess is not None:
-        info["postprocess"] = split_host(ctx)
+        model, info["postprocess"] = split_host(ctx, model)
+    onnx.save(model, str(ctx.output("onnx")))
     # Never an empty folder: DVC does not restore one (a `dvc exp run` then lacks the input).
     (host / "host.json").write_text(json.dumps(info.get("postprocess"), indent=2) + "\n")
     ctx.write_json("rewrite_onnx", info)
 
 
-def split_host(ctx: StageContext) -> dict[str, Any]:
-    """postprocess.cut: the model becomes its head (the target's part); the tail goes to the
-    "host" folder, checked in ONNX Runtime to compute what the whole graph did."""
+def split_host(ctx: StageContext, model: Any) -> tuple[Any, dict[str, Any]]:
+    """postprocess.cut: (the head, the target's part; what the host gets). The tail goes to
+    the "host" folder, checked in ONNX Runtime to compute what the whole graph did."""
     import numpy as np
     import onnx
 
     from edgeflow import postprocess
 
-    path = ctx.output("onnx")
-    model = onnx.load(str(path))
     head, tail = postprocess.split(model, list(ctx.recipe.postprocess.cut))
     rng = np.random.default_rng(0)
     feeds = {
@@ -37,14 +38,23 @@ def split_host(ctx: StageContext) -> dict[str, Any]:
         for spec in ctx.recipe.source.inputs
     }
     postprocess.check_split(model, head, tail, feeds)
-    onnx.save(head, str(path))
     onnx.save(tail, str(ctx.output("host") / postprocess.HOST_MODEL))
-    return {**postprocess.summary(tail), "head_nodes": len(head.graph.node)}
+    return head, {**postprocess.summary(tail), "head_nodes": len(head.graph.node)}
 
 
 def rewrite(ctx: StageContext, specs: list[Any]) -> list[dict[str, Any]]:
     """Apply onnx.* rule specs to the stage's input model, write the checked result to its
     "onnx" output, and return what each rule did (for the report)."""
+    import onnx
+
+    model, records = rewritten(ctx, specs)
+    onnx.save(model, str(ctx.output("onnx")))
+    return records
+
+
+def rewritten(ctx: StageContext, specs: list[Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """The stage's input model with onnx.* rule specs applied and checked, and what each
+    rule did (for the report)."""
     import onnx
 
     from edgeflow.rules.apply import apply_rules
@@ -54,8 +64,7 @@ def rewrite(ctx: StageContext, specs: list[Any]) -> list[dict[str, Any]]:
     rewrite_ctx = RewriteContext(list(ctx.recipe.source.inputs), ctx.loaded.path.parent)
     model, records, _ = apply_rules(model, specs, ("onnx",), rewrite_ctx)
     onnx.checker.check_model(model)
-    onnx.save(model, str(ctx.output("onnx")))
-    return records
+    return model, records
 
 
 STAGE = Stage(

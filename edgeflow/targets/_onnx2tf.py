@@ -179,25 +179,16 @@ def _prepare(onnx_path: Path, copy: Path) -> None:
       OP name does not match the following pattern").
     """
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
-    from edgeflow.rules.onnx._graph import constant_value
+    from edgeflow.rules.onnx._graph import constants_to_initializers
 
     model = onnx.load(str(onnx_path))
     graph = model.graph
-    values = [constant_value(n) if n.op_type == "Constant" else None for n in graph.node]
     renamed = [k for k, o in enumerate(graph.output) if not TF_OP_NAME.fullmatch(o.name)]
-    if all(v is None for v in values) and not renamed:
+    if not constants_to_initializers(graph) and not renamed:
         shutil.copyfile(onnx_path, copy)
         return
-    kept = []
-    for node, value in zip(graph.node, values, strict=True):
-        if value is None:
-            kept.append(node)
-        else:
-            graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
-    del graph.node[:]
-    graph.node.extend(kept)
     for k in renamed:
         output = graph.output[k]
         graph.node.append(helper.make_node("Identity", [output.name], [f"edgeflow_output_{k}"]))

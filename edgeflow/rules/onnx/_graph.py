@@ -177,3 +177,38 @@ def constant_value(node: Any) -> Any:
         if attr.name in ("value_float", "value_floats"):
             return np.array(value, np.float32)
     return None
+
+
+def constants_to_initializers(graph: onnx.GraphProto, share: bool = False) -> int:
+    """Replace the graph's Constant nodes (not its subgraphs') by initializers of the same
+    names; with `share`, one initializer per distinct value (initializers included), the
+    readers of the others renamed to it. Returns how many Constant nodes went."""
+    from onnx import numpy_helper
+
+    keep_names = {o.name for o in graph.output}
+    values = [(t.name, numpy_helper.to_array(t)) for t in graph.initializer] if share else []
+    kept, hoisted = [], 0
+    for node in graph.node:
+        value = constant_value(node) if node.op_type == "Constant" else None
+        if value is None:
+            kept.append(node)
+        else:
+            values.append((node.output[0], value))
+            hoisted += 1
+    if share:
+        del graph.initializer[:]
+    first: dict[tuple[str, tuple[int, ...], bytes], str] = {}
+    alias: dict[str, str] = {}
+    for name, value in values:
+        key = (value.dtype.str, value.shape, value.tobytes())
+        if share and key in first and name not in keep_names:
+            alias[name] = first[key]
+            continue
+        first.setdefault(key, name)
+        graph.initializer.append(numpy_helper.from_array(value, name))
+    for node in kept:
+        for i, name in enumerate(node.input):
+            node.input[i] = alias.get(name, name)
+    del graph.node[:]
+    graph.node.extend(kept)
+    return hoisted
