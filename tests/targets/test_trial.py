@@ -15,6 +15,7 @@ from edgeflow.targets.armnn import python as armnn_python
 from edgeflow.targets.probes import const, single
 from edgeflow.targets.trial import Trial, run_trials, try_graph
 from tests.targets.conftest import needs_tflite
+from tests.targets.opzoo import cases
 
 pytestmark = [needs_tflite, pytest.mark.slow]
 X = [("x", T.FLOAT, [1, 4, 6, 6])]
@@ -48,14 +49,7 @@ def test_the_runtime_s_own_error_is_the_verdict() -> None:
 def test_top_k_with_a_constant_k_converts_and_runs() -> None:
     """onnx2tf 1.28.8 calls int() on the 1-element K, which NumPy 2.4 refuses; edgeflow hands
     its TopK the 0-D K (targets/_onnx2tf.py)."""
-    case = single(
-        "TopK",
-        "TopK",
-        [("x", T.FLOAT, [2, 16])],
-        {"k": const("k", [3], np.int64)},
-        outputs=2,
-        out_type=[T.FLOAT, T.INT64],
-    )
+    [case] = [c for c in cases() if c.name == "TopK"]  # the operator zoo's: [2, 16], K = 3
     graph = Trial("TopK", case.model.SerializeToString(), case.feeds)
     verdict = try_graph(graph, ["tflite"], ["none"])["tflite/none"]
     assert verdict.runs, verdict
