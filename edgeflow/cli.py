@@ -7,11 +7,15 @@ Heavy imports (torch, onnxruntime, hydra) happen inside the subcommands that nee
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 from edgeflow import __version__
-from edgeflow.errors import EdgeflowError
+from edgeflow.errors import EdgeflowError, InternalError, Interrupted
 
 RUN_HELP = """\
 usage: edgeflow run recipe=NAME|PATH [target=NAME] [quantization=PRESET] [KEY=VALUE ...] [-m]
@@ -96,28 +100,67 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args = parser.parse_args(argv[:1] if argv[:1] == ["run"] else argv)
     try:
-        if args.command == "run":
-            from edgeflow.hydra_app import run_hydra
-
-            return run_hydra(argv[1:])
-        if args.command == "validate":
-            return _validate(args.recipes)
-        if args.command == "list":
-            return _list()
-        if args.command == "precheck":
-            return _precheck(args.model, args.target, args.json, args.board, args.quantization)
-        if args.command == "dvc":
-            return _dvc(args)
-        if args.command == "explain":
-            return _explain(args.recipe, args.json, not args.no_rewrites)
-        if args.command == "rules":
-            from edgeflow.rules.catalogue import render_terminal
-
-            print(render_terminal())
-            return 0
+        with _sigterm_unwinds():
+            return _command(parser, args, argv)
     except EdgeflowError as exc:
         print(f"error: {exc.render()}", file=sys.stderr)
         return exc.exit_code
+    except InternalError as exc:
+        print(f"error: {exc.render()}", file=sys.stderr)
+        return exc.exit_code
+    except (KeyboardInterrupt, Interrupted) as exc:
+        name = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
+        print(f"edgeflow: stopped by {name}; nothing half-written was kept", file=sys.stderr)
+        return 128 + signal.Signals[name].value
+    except Exception:
+        print(
+            "error: internal error (a bug in edgeflow); please report it with this traceback:\n"
+            + traceback.format_exc(),
+            file=sys.stderr,
+        )
+        return 1
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises Interrupted (as Ctrl-C raises KeyboardInterrupt), so that temporary
+    folders are removed and worker processes stopped on the way out."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (an embedding application): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
+    """Run the chosen subcommand; errors are rendered by main."""
+    if args.command == "run":
+        from edgeflow.hydra_app import run_hydra
+
+        return run_hydra(argv[1:])
+    if args.command == "validate":
+        return _validate(args.recipes)
+    if args.command == "list":
+        return _list()
+    if args.command == "precheck":
+        return _precheck(args.model, args.target, args.json, args.board, args.quantization)
+    if args.command == "dvc":
+        return _dvc(args)
+    if args.command == "explain":
+        return _explain(args.recipe, args.json, not args.no_rewrites)
+    if args.command == "rules":
+        from edgeflow.rules.catalogue import render_terminal
+
+        print(render_terminal())
+        return 0
     parser.print_help()
     return 0
 

@@ -1,8 +1,18 @@
-"""Exception types: user errors are EdgeflowError subclasses; anything else is a bug."""
+"""Exception types: user errors are EdgeflowError subclasses; InternalError is a bug.
+
+Exit statuses of `edgeflow`: 0 verified (or nothing to verify), 1 a threshold missed, a tool
+crashed or a bug in edgeflow, 2 a problem that is the user's to fix, 3 built but NOT VERIFIED
+(the runtime is absent here) unless `verify.allow_unverified` is set.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+EXIT_FAILED = 1
+EXIT_USER = 2
+EXIT_NOT_VERIFIED = 3
 
 
 class EdgeflowError(Exception):
@@ -62,10 +72,14 @@ class StageFailed(EdgeflowError):
         super().__init__(f"stage '{stage}' failed: {reason}", hint)
 
 
-class VerificationFailed(EdgeflowError):
-    """The artifact was built but misses one or more of the recipe's verify thresholds."""
+class StageCrashed(StageFailed):
+    """A stage's worker process died inside a native library (SIGABRT, SIGSEGV, ...)."""
 
-    exit_code = 1
+    details: Path | None = None  # where the stage's partial output and log were kept
+
+    def render(self) -> str:
+        kept = f"\n  the stage's output and log: {self.details}" if self.details else ""
+        return super().render() + kept
 
 
 class ToolCrashed(EdgeflowError):
@@ -80,3 +94,34 @@ class MissingDependency(EdgeflowError):
     def __init__(self, what: str, package: str, extra: str | None = None) -> None:
         how = f"pip install 'edgeflow[{extra}]'" if extra else f"pip install {package}"
         super().__init__(f"{what} needs {package}: install it with {how}")
+
+
+class InternalError(Exception):
+    """An unexpected exception inside edgeflow: a bug, never the user's mistake (exit 1).
+
+    `where` names the stage or rule; `details` is the folder holding the full chained
+    traceback (traceback.txt) and whatever the stage had written when it failed.
+    """
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, where: str, cause: str, details: Path | None = None) -> None:
+        super().__init__(f"internal error in {where} (a bug in edgeflow): {cause}")
+        self.where, self.cause, self.details = where, cause, details
+
+    def render(self) -> str:
+        text = str(self)
+        if self.details is not None:
+            text += f"\n  full traceback: {self.details / TRACEBACK_FILE}"
+        return text + "\nhint: please report it with that file"
+
+
+TRACEBACK_FILE = "traceback.txt"
+
+
+class Interrupted(BaseException):
+    """SIGTERM or Ctrl-C: unwinds like KeyboardInterrupt, so every stage cleans up after it."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name

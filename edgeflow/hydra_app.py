@@ -12,11 +12,12 @@ import hashlib
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from edgeflow import resources
-from edgeflow.errors import EdgeflowError
+from edgeflow.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError, InternalError
 
 QUANTIZATION_KEYS = ("mode", "per_channel", "symmetric", "method", "reduce_range", "activations")
 # Presets set some keys; the rest stay as the recipe has them (None).
@@ -238,10 +239,16 @@ def _job(cfg: Any) -> None:
     try:
         loaded = load_recipe(Path(cfg.recipe.path), overrides)
         result = run_build(loaded, Cache(Path(cfg.cache_dir)), Path(cfg.build_dir))
-    except EdgeflowError as exc:
+    except (EdgeflowError, InternalError) as exc:
         print(f"error: {exc.render()}", file=sys.stderr)
         row = sweep.row(cfg.recipe.name, job, None, exc.render().splitlines()[0])
         _record(row, str(cfg.build_dir), exc.exit_code)
+        return
+    except Exception:  # a bug outside any stage: say so, with its traceback
+        text = traceback.format_exc()
+        print(f"error: internal error (a bug in edgeflow), report it:\n{text}", file=sys.stderr)
+        row = sweep.row(cfg.recipe.name, job, None, "internal error (a bug in edgeflow)")
+        _record(row, str(cfg.build_dir), EXIT_FAILED)
         return
     from edgeflow.report.markdown import one_line
 
@@ -253,8 +260,18 @@ def _job(cfg: Any) -> None:
         print(f"  the artifact is kept for inspection in {result.build_dir}", file=sys.stderr)
         _record(row, str(cfg.build_dir), 1)
     elif result.metrics.get("not_verified"):
-        print(f"  not verified: {result.metrics['not_verified']}")
-        _record(row, str(cfg.build_dir), 0)  # built as asked; metrics.json says verified: false
+        reason = result.metrics["not_verified"]
+        if loaded.recipe.verify.allow_unverified:  # metrics.json still says verified: false
+            print(f"  not verified: {reason} (allowed by verify.allow_unverified)")
+            _record(row, str(cfg.build_dir), 0)
+        else:
+            print(f"NOT VERIFIED: {reason}", file=sys.stderr)
+            print(
+                "  the artifact is built but was not run; set verify.allow_unverified: true "
+                "(verify.allow_unverified=true) to accept that",
+                file=sys.stderr,
+            )
+            _record(row, str(cfg.build_dir), EXIT_NOT_VERIFIED)
     else:
         print("  verified: every threshold in the recipe holds")
         _record(row, str(cfg.build_dir), 0)

@@ -19,7 +19,12 @@ METRICS_SHAPE = {
     "quantization": str,
     "verified": bool,
     "accuracy": {"source": float, "artifact": float, "drop": float},
-    "agreement": {"top1": float, "max_abs_diff": float, "max_relative_diff": float},
+    "agreement": {
+        "top1": float,
+        "max_abs_diff": float,
+        "max_relative_diff": float,
+        "non_finite_samples": int,
+    },
     "latency_ms": {"p50": float, "p90": float},
     "size_bytes": int,
 }

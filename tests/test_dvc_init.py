@@ -128,7 +128,7 @@ def test_init_is_deterministic_and_keeps_the_users_stages(tmp_path: Path) -> Non
     assert init(root) == 0
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
     optimize = stages["digits_cnn.recipe-int8.optimize"]
-    assert optimize["params"][-1] == {"recipes/digits_cnn.yaml": ["optimize"]}
+    assert optimize["params"][-1] == {"recipes/digits_cnn.yaml": ["optimize", "source.inputs"]}
     assert "train" in stages
 
     assert init(root, "--quantization", "int8") == 0  # a build that is gone loses its stages

@@ -17,7 +17,7 @@ from pathlib import Path
 from edgeflow.engine.dvcfile import plan
 from edgeflow.engine.dvcparams import Params, read_params
 from edgeflow.engine.stage import WARNINGS_FILE
-from edgeflow.errors import EdgeflowError
+from edgeflow.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError
 from edgeflow.recipe import load_recipe
 from edgeflow.recipe.loader import display_path
 
@@ -77,11 +77,14 @@ def run_stage(
         echo("  warning: " + message.replace("\n", "\n  "))
     if step.last:
         metrics = json.loads((out / "metrics.json").read_text())
+        if metrics.get("not_verified") and not loaded.recipe.verify.allow_unverified:
+            print(f"NOT VERIFIED: {metrics['not_verified']}", file=sys.stderr)
+            return EXIT_NOT_VERIFIED
         if not metrics["verified"] and not metrics.get("not_verified"):
             print(
                 f"error: verification failed; the build is kept for inspection in "
                 f"{display_path(out)} (see report.md)",
                 file=sys.stderr,
             )
-            return 1
+            return EXIT_FAILED
     return 0

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+import edgeflow
 from edgeflow.recipe import LoadedRecipe
 from edgeflow.recipe.refs import ImportRef, file_sha256
 
@@ -50,23 +52,54 @@ def recipe_slice(loaded: LoadedRecipe, reads: tuple[str, ...]) -> dict[str, Any]
 
 
 def tool_versions(dists: tuple[str, ...]) -> dict[str, str]:
-    versions = {"python": platform.python_version()}
+    """Versions of Python, edgeflow and each tool: a distribution name, or `debian:PATTERN`
+    for Debian packages (Arm NN comes from Debian, not PyPI)."""
+    versions = {"python": platform.python_version(), "edgeflow": _version("edgeflow")}
     for dist in dists:
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            versions[dist] = "not installed"
+        if dist.startswith("debian:"):
+            versions[dist] = debian_versions(dist.removeprefix("debian:"))
+        else:
+            versions[dist] = _version(dist)
     return versions
 
 
-def code_digest(modules: tuple[str, ...]) -> dict[str, str]:
-    digests = {}
-    for module in sorted(set(modules)):
-        spec = importlib.util.find_spec(module)
-        if spec is None or spec.origin is None:
-            raise AssertionError(f"stage code module '{module}' not found")
-        digests[module] = file_sha256(Path(spec.origin))
-    return digests
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+@functools.cache
+def debian_versions(pattern: str) -> str:
+    """`package=version` of each installed Debian package matching the pattern."""
+    try:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${db:Status-Abbrev}|${Package}|${Version}\\n", pattern],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown (no dpkg-query)"
+    rows = [line.split("|") for line in out.splitlines()]
+    installed = sorted(f"{r[1]}={r[2]}" for r in rows if len(r) == 3 and r[0].startswith("ii"))
+    return ",".join(installed) or "not installed"
+
+
+@functools.lru_cache(maxsize=1)
+def edgeflow_code() -> str:
+    """One hash of all of edgeflow's own modules: every stage's code key.
+
+    Stages reach most of the package (the recipe schema, rules, targets) and a hand-kept list
+    of the modules each one uses goes stale; hashing all of it costs ~5 ms per process."""
+    return package_digest(Path(edgeflow.__file__).resolve().parent)
+
+
+def package_digest(root: Path) -> str:
+    """One hash of every .py file under `root`, by relative path and content."""
+    return digest({p.relative_to(root).as_posix(): file_sha256(p) for p in root.rglob("*.py")})
 
 
 def digest(payload: Any) -> str:

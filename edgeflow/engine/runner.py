@@ -14,11 +14,12 @@ from typing import Any
 from filelock import FileLock
 
 from edgeflow.engine import keys
-from edgeflow.engine.cache import Cache
+from edgeflow.engine.cache import Cache, slot_digest
 from edgeflow.engine.pipeline import load_pipeline
 from edgeflow.engine.stage import WARNINGS_FILE, Stage, StageContext
+from edgeflow.engine.tracebacks import summary, write_traceback
 from edgeflow.engine.worker import run_isolated
-from edgeflow.errors import EdgeflowError, StageFailed
+from edgeflow.errors import EdgeflowError, InternalError, StageFailed
 from edgeflow.recipe import LoadedRecipe
 from edgeflow.recipe.refs import file_sha256
 
@@ -29,7 +30,7 @@ PUBLISHED_SLOTS = ("artifact", "metrics", "report", "plots", "precheck", "layers
 @dataclass(frozen=True)
 class Slot:
     path: Path
-    key: str  # identifies the content: the producing stage's key + slot, or a file hash
+    key: str  # identifies the content: the producing stage + a hash of the files, or a file hash
 
 
 @dataclass
@@ -54,7 +55,7 @@ def stage_key(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Slot]) -> st
         {
             "stage": stage.name,
             "version": stage.version,
-            "code": keys.code_digest((stage.run.__module__, *stage.code)),
+            "code": keys.edgeflow_code(),
             "tools": keys.tool_versions(stage.tools),
             "recipe": keys.recipe_slice(loaded, stage.reads),
             "inputs": {slot: inputs[slot].key for slot in inputs},
@@ -63,12 +64,25 @@ def stage_key(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Slot]) -> st
 
 
 def execute(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Path], out_dir: Path) -> None:
-    """Run one stage into `out_dir`; in a worker process when a native crash is possible."""
+    """Run one stage into `out_dir`; in a worker process when a native crash is possible.
+
+    A user error stays an EdgeflowError; any other exception is a bug in edgeflow: an
+    InternalError naming the stage, its full traceback written to out_dir/traceback.txt."""
     ctx = StageContext(stage, loaded, inputs, out_dir)
     if stage.isolated:
         run_isolated(ctx)
-    else:
+        return
+    try:
         stage.run(ctx)
+    except EdgeflowError:
+        raise
+    except InternalError as exc:
+        write_traceback(out_dir)
+        exc.details = out_dir
+        raise
+    except Exception as exc:
+        write_traceback(out_dir)
+        raise InternalError(f"stage '{stage.name}'", summary(exc), out_dir) from exc
 
 
 def run_build(
@@ -82,6 +96,7 @@ def run_build(
     result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
     slots = seed_slots(loaded, pipeline.seeds)
     echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
+    cache.sweep()  # temporary folders of runs that were killed
     for stage in pipeline.stages:
         used = {s: slots[s] for s in (*stage.consumes, *stage.optional) if s in slots}
         key = stage_key(stage, loaded, used)
@@ -97,22 +112,20 @@ def run_build(
         }
         try:
             entry, cached = cache.get_or_create(stage.name, key, produce, meta)
+        except InternalError:
+            _report(echo, result, stage.name, "failed", start, key)
+            raise
         except EdgeflowError as exc:
             _report(echo, result, stage.name, "failed", start, key)
             if isinstance(exc, StageFailed):
                 raise
             raise StageFailed(stage.name, exc.message, exc.hint, exc.exit_code) from exc
-        except Exception as exc:
-            _report(echo, result, stage.name, "failed", start, key)
-            raise StageFailed(
-                stage.name, f"internal error (a bug, please report it): {exc!r}"
-            ) from exc
         _report(echo, result, stage.name, "cached" if cached else "ran", start, key)
         warnings = entry / WARNINGS_FILE
         for message in json.loads(warnings.read_text()) if warnings.is_file() else []:
             echo("  warning: " + message.replace("\n", "\n  "))
-        for slot, name in stage.produces.items():
-            slots[slot] = Slot(entry / name, f"{stage.name}:{key}:{slot}")
+        for slot, name in stage.produces.items():  # keyed by content: early cut-off
+            slots[slot] = Slot(entry / name, f"{stage.name}:{slot_digest(entry, name)}")
     if all(o.status == "cached" for o in result.outcomes):
         echo(f"  nothing to do: all {len(result.outcomes)} stages cached")
     publish(result.build_dir, {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots})

@@ -1,4 +1,8 @@
-"""What a stage is: a pure function of declared inputs, a recipe slice, code and tool versions."""
+"""What a stage is: a pure function of declared inputs, a recipe slice, code and tool versions.
+
+The code is edgeflow's own source (all of it: see engine/keys.py) and, through the recipe
+slice, the user's code its references reach; the tools are distributions by version.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +31,6 @@ class Stage:
     # Dotted recipe keys; "target" is the resolved profile, "recipe_file" the recipe's file stem.
     reads: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()  # distributions whose versions enter the key
-    code: tuple[str, ...] = ()  # modules besides the stage's own whose source enters the key
     isolated: bool = False  # run in a worker process, so a native crash is a stage failure
     version: int = 1  # bump when outputs change meaning without a code change
 

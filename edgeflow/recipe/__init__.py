@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from edgeflow import resources
 from edgeflow.errors import EdgeflowError, Problem, RecipeError
+from edgeflow.recipe import checks
 from edgeflow.recipe.loader import (
     COMMAND_LINE,
     apply_overrides,
-    display_path,
+    locate,
+    plain,
     read_yaml,
     validate,
 )
@@ -30,6 +32,8 @@ class LoadedRecipe:
     path: Path
     recipe: Recipe
     profile: TargetProfile
+    # user rules checked from their source only (load_recipe(user_code=False)), not loaded
+    unchecked: tuple[str, ...] = ()
 
     @property
     def stem(self) -> str:
@@ -63,66 +67,104 @@ def find_recipe(name_or_path: str, cwd: Path | None = None) -> Path:
 
 
 def load_recipe(
-    path: Path, overrides: Mapping[str, Any] | None = None, cwd: Path | None = None
+    path: Path,
+    overrides: Mapping[str, Any] | None = None,
+    cwd: Path | None = None,
+    user_code: bool = True,
 ) -> LoadedRecipe:
-    """Parse and validate a recipe; `overrides` are dotted keys from the command line."""
-    from edgeflow.targets import load_profile
+    """Parse and validate a recipe; `overrides` are dotted keys from the command line (a key
+    ending in `+` appends to a list). Every problem of every phase (the schema, the rules and
+    their options, the target and board, checks across sections) is reported in one
+    RecipeError. With `user_code=False` nothing of the user's runs: user rules are checked
+    from their source only (`edgeflow validate`), and left out of `recipe.rewrites`."""
+    from edgeflow.rules import resolve_rewrites
 
     path = Path(path).resolve()
     tree = read_yaml(path)
-    overrides = dict(overrides or {})
-    apply_overrides(tree, overrides)
+    located = apply_overrides(tree, dict(overrides or {}))
     context = {"base_dir": path.parent, "cwd": str(cwd or Path.cwd())}
-    recipe = validate(Recipe, tree, path, context, overrides)
-    if recipe.rewrites:
-        from edgeflow.rules import resolve_rewrites
+    problems: list[Problem] = []
+    recipe: Recipe | None = None
+    try:
+        recipe = validate(Recipe, tree, path, context, located)
+    except RecipeError as exc:
+        problems += exc.problems
+    sections = _sections(recipe, tree, path, context, problems)
+    entries = tree.get("rewrites")
+    specs: list[Any] = []
+    unchecked: list[str] = []
+    if isinstance(entries, list):
+        try:
+            specs, unchecked = resolve_rewrites(entries, tree, path, located, user_code)
+        except RecipeError as exc:
+            problems += exc.problems
+    profile = _profile(sections.get("target"), tree, path, located, cwd, problems)
+    for check in checks.CHECKS:
+        for key, message, hint in check(sections, profile):
+            problems.append(locate(tree, path, located, key, message, hint))
+    if problems or recipe is None or profile is None:
+        problems.sort(key=lambda p: (p.file == COMMAND_LINE, p.file, p.line, p.col))
+        raise RecipeError(_unique(problems))
+    recipe = recipe.model_copy(update={"rewrites": specs})
+    return LoadedRecipe(path=path, recipe=recipe, profile=profile, unchecked=tuple(unchecked))
 
-        specs = resolve_rewrites(recipe.rewrites, tree, path, path.parent)
-        recipe = recipe.model_copy(update={"rewrites": specs})
-    target = recipe.target
-    profile = target if isinstance(target, TargetProfile) else load_profile(target, cwd)
-    q = recipe.quantization
-    if q.mode not in profile.quantization:
-        raise _conflict(
-            tree,
-            path,
-            overrides,
-            "quantization.mode",
-            f"target '{profile.name}' does not support mode '{q.mode}'",
-            f"choose one of {', '.join(profile.quantization)}",
+
+def _sections(
+    recipe: Recipe | None, tree: Any, path: Path, context: dict[str, Any], problems: list[Problem]
+) -> dict[str, Any]:
+    """The sections the cross checks read: from the recipe, or (when it did not validate)
+    each section that validates on its own, so that its checks still run."""
+    from pydantic import TypeAdapter, ValidationError
+
+    if recipe is not None:
+        return {name: getattr(recipe, name) for name in checks.SECTIONS}
+    failed = {p.key.split(".")[0].split("[")[0] for p in problems} | {""}
+    found: dict[str, Any] = {}
+    for name in checks.SECTIONS:
+        if name in failed:
+            continue
+        field = Recipe.model_fields[name]
+        if name not in tree:
+            if field.is_required():
+                continue
+            found[name] = field.get_default(call_default_factory=True)
+            continue
+        annotation = (
+            Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
         )
-    if q.method == "qat" and profile.backend in ("tflite", "tflite_micro", "armnn"):
-        raise _conflict(
-            tree,
-            path,
-            overrides,
-            "quantization.method",
-            f"target '{profile.name}' cannot take a QAT model's own scales: its converter "
-            "(onnx2tf) calibrates again and cannot carry Q/DQ scales into a .tflite "
-            "(onnx2tf issue 680)",
-            "use onnxruntime_micro or tensorrt, which run the exported Q/DQ as it is",
-        )
-    if q.activations == "int16" and (q.mode != "int8" or profile.backend not in INT16_ACT):
-        raise _conflict(
-            tree,
-            path,
-            overrides,
-            "quantization.activations",
-            f"int16 activations need quantization.mode int8 and a target whose runtime has "
-            f"16x8 kernels ({', '.join(INT16_ACT)}); got mode {q.mode}, target {profile.name}",
-            "set quantization.activations: int8, or choose tflite or tflite_micro",
-        )
-    board = recipe.precheck.board
-    if board is not None and board not in profile.boards:
-        raise _conflict(
-            tree,
-            path,
-            overrides,
-            "precheck.board",
-            f"target '{profile.name}' has no board '{board}'",
-            did_you_mean(board, list(profile.boards)) or "this target defines no boards",
-        )
-    return LoadedRecipe(path=path, recipe=recipe, profile=profile)
+        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        try:
+            found[name] = adapter.validate_python(plain(tree[name]), context=context)
+        except ValidationError:
+            continue  # reported by the whole recipe's validation already
+    return found
+
+
+def _profile(
+    target: Any,
+    tree: Any,
+    path: Path,
+    located: dict[str, Any],
+    cwd: Path | None,
+    problems: list[Problem],
+) -> TargetProfile | None:
+    """The recipe's target profile: inline, or loaded by name (its own file's problems are
+    reported too)."""
+    from edgeflow.targets import load_profile
+
+    if isinstance(target, TargetProfile) or target is None:
+        return target
+    try:
+        return load_profile(target, cwd)
+    except RecipeError as exc:
+        problems += exc.problems
+    except EdgeflowError as exc:
+        problems.append(locate(tree, path, located, "target", exc.message, exc.hint))
+    return None
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    return list(dict.fromkeys(problems))
 
 
 # Name parts of int8 builds whose settings differ from the defaults that presets change.
@@ -131,20 +173,3 @@ BUILD_SUFFIXES: dict[str, Any] = {
     "symmetric": lambda q: q.symmetric,
     "int16act": lambda q: q.activations == "int16",
 }
-# Backends whose runtime runs int8-weight, int16-activation ("16x8") models.
-INT16_ACT = ("tflite", "tflite_micro")
-
-
-def _conflict(
-    tree: Any, path: Path, overrides: Mapping[str, Any], key: str, message: str, hint: str
-) -> RecipeError:
-    """A recipe value the resolved target does not allow, located at the value (or, when the
-    recipe does not set it, at `target:`); a command-line override is named as such."""
-    if key in overrides:  # as the schema's own errors name an override
-        shown = f"{COMMAND_LINE} ({key}={overrides[key]})"
-        return RecipeError([Problem(shown, 0, 0, key, message, hint)])
-    section, _, name = key.partition(".")
-    node: Any = tree.get(section)
-    has_key = isinstance(node, dict) and name in node
-    line, col = node.lc.value(name) if has_key else tree.lc.key("target")
-    return RecipeError([Problem(display_path(path), line + 1, col + 1, key, message, hint)])

@@ -29,13 +29,43 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+# Limits that keep a malformed or hostile file from hanging or crashing the loader: a recipe
+# is a few hundred lines; an alias "bomb" expands a few lines into billions of values.
+MAX_FILE_BYTES = 1 << 20
+MAX_VALUES = 100_000  # after expanding aliases, as validation sees them
+MAX_DEPTH = 64
+
+
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file keeping positions; syntax errors become a located RecipeError."""
+    """Parse a YAML file keeping positions. Anything wrong with the file (unreadable, not
+    UTF-8, too big, invalid YAML, nested too deep, aliases expanding too far) becomes a
+    located RecipeError."""
     shown = display_path(path)
+
+    def fail(line: int, col: int, message: str, hint: str | None = None) -> RecipeError:
+        return RecipeError([Problem(shown, line, col, "", message, hint)])
+
     try:
-        text = path.read_text(encoding="utf-8")
+        if path.is_dir():
+            raise fail(0, 0, "is a folder, not a YAML file", "give the path of a .yaml file")
+        data = path.read_bytes()
     except OSError as exc:
-        raise RecipeError([Problem(shown, 0, 0, "", f"cannot read file: {exc.strerror}")]) from None
+        raise fail(0, 0, f"cannot read file: {exc.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise fail(
+            1,
+            1,
+            f"file is {len(data):,} bytes, more than a recipe's limit of {MAX_FILE_BYTES:,}",
+            "is this the right file?",
+        )
+    text = _decode(data, fail)
+    deep = _too_deep_flow(text)
+    if deep:
+        raise fail(
+            *deep,
+            f"YAML nested more than {MAX_DEPTH} levels deep",
+            "a recipe needs a few levels; look for unbalanced [ or {",
+        )
     try:
         tree = YAML(typ="rt").load(text)
     except MarkedYAMLError as exc:
@@ -46,21 +76,110 @@ def read_yaml(path: Path) -> Any:
         hint = "check the indentation and quoting on this line or the one above"
         if "duplicate key" in problem or "found duplicate key" in str(exc):
             hint = "remove or rename one of the two keys"
-        raise RecipeError(
-            [Problem(shown, line, col, "", f"invalid YAML: {problem}{context}", hint)]
-        ) from None
+        raise fail(line, col, f"invalid YAML: {problem}{context}", hint) from None
     except YAMLError as exc:
-        raise RecipeError([Problem(shown, 1, 1, "", f"invalid YAML: {exc}")]) from None
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        raise fail(line, col, f"invalid YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise fail(
+            1,
+            1,
+            f"YAML nested too deeply (more than about {MAX_DEPTH} levels)",
+            "a recipe needs a few levels; look for unbalanced [ or {",
+        ) from None
     if not isinstance(tree, CommentedMap):
-        raise RecipeError(
-            [Problem(shown, 1, 1, "", "expected a mapping of keys at the top level", None)]
-        )
+        raise fail(1, 1, "expected a mapping of keys at the top level")
+    _check_extent(tree, fail)
     return tree
 
 
-def apply_overrides(tree: CommentedMap, overrides: Mapping[str, Any]) -> None:
-    """Set dotted keys (from the command line) in a parsed tree, creating mappings as needed."""
-    for dotted, value in overrides.items():
+def _decode(data: bytes, fail: Any) -> str:
+    """UTF-8 text (a UTF-8 BOM is allowed); other encodings are located errors."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise fail(1, 1, "the file is UTF-16 text", "save it as UTF-8")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise fail(
+            line,
+            col,
+            f"not UTF-8 text: byte 0x{data[exc.start]:02x} cannot be decoded",
+            "save the file as UTF-8",
+        ) from None
+    if "\x00" in text:
+        offset = text.index("\x00")
+        line = text.count("\n", 0, offset) + 1
+        col = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        raise fail(line, col, "the file holds a NUL byte (binary data?)", "save it as text")
+    return text
+
+
+def _too_deep_flow(text: str) -> tuple[int, int] | None:
+    """(line, col) where [ and { nest deeper than MAX_DEPTH, found before the parser, whose
+    recursion on 10,000 levels takes seconds before it fails."""
+    depth, quote, line, col = 0, "", 1, 0
+    for char in text:
+        col += 1
+        if char == "\n":
+            line, col = line + 1, 0
+            if quote == "#":
+                quote = ""
+        elif quote:
+            if char == quote and quote != "#":
+                quote = ""
+        elif char in "'\"#":
+            quote = char
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return line, col
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return None
+
+
+def _check_extent(tree: CommentedMap, fail: Any) -> None:
+    """Refuse trees that validation would expand too far (aliases) or too deep (recursive
+    aliases, deep nesting), reporting the top-level key under which it happens."""
+    for key in tree:
+        line, col = tree.lc.key(key) if key in tree.lc.data else (0, 0)
+        count = 0
+        stack: list[tuple[Any, int]] = [(tree[key], 1)]
+        while stack:
+            node, depth = stack.pop()
+            count += 1
+            if depth > MAX_DEPTH:
+                raise fail(
+                    line + 1,
+                    col + 1,
+                    f"{key}: nested more than {MAX_DEPTH} levels deep (a recursive YAML alias?)",
+                    "remove the alias or the nesting",
+                )
+            if count > MAX_VALUES:
+                raise fail(
+                    line + 1,
+                    col + 1,
+                    f"{key}: expands to more than {MAX_VALUES:,} values (YAML aliases?)",
+                    "write the values out; do not nest aliases",
+                )
+            if isinstance(node, dict):
+                stack.extend((v, depth + 1) for v in node.values())
+                stack.extend((k, depth + 1) for k in node if not isinstance(k, str | int))
+            elif isinstance(node, list):
+                stack.extend((v, depth + 1) for v in node)
+
+
+def apply_overrides(tree: CommentedMap, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Set dotted keys (from the command line) in a parsed tree, creating mappings as needed;
+    a key ending in `+` appends to the list there (`rewrites+`). Returns the dotted keys that
+    now hold command-line values (appended items by index, `rewrites[2]`), with the values,
+    for errors to name the command line instead of the file."""
+    located: dict[str, Any] = {}
+    for given, value in overrides.items():
+        dotted = given.removesuffix("+")
         node = tree
         *parents, last = dotted.split(".")
         for part in parents:
@@ -69,7 +188,45 @@ def apply_overrides(tree: CommentedMap, overrides: Mapping[str, Any]) -> None:
                 child = CommentedMap()
                 node[part] = child
             node = child
-        node[last] = value
+        if not given.endswith("+"):
+            node[last] = value
+            located[dotted] = value
+            continue
+        current = node.get(last)
+        if not isinstance(current, list):  # absent, or a wrong type the schema reports
+            current = CommentedSeq() if current is None else current
+            node[last] = current
+        if not isinstance(current, list):
+            located[dotted] = value
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            located[f"{dotted}[{len(current)}]"] = item
+            current.append(item)
+    return located
+
+
+def locate(
+    tree: Any, path: Path, overridden: Mapping[str, Any], key: str, message: str, hint: str | None
+) -> Problem:
+    """A problem at a dotted key: at its value where the file sets it, at the command line
+    where an override does, else at the nearest key above it that the file has (or at
+    `target:`, which decides most defaults)."""
+    for given, value in overridden.items():
+        if key == given or key.startswith(given + ".") or key.startswith(given + "["):
+            return Problem(f"{COMMAND_LINE} ({given}={value})", 0, 0, key, message, hint)
+    node, line, col = tree, None, None
+    for part in key.split("."):
+        if not isinstance(node, CommentedMap) or part not in node or part not in node.lc.data:
+            break
+        child = node[part]
+        scalar = not isinstance(child, CommentedMap | CommentedSeq)
+        line, col = node.lc.value(part) if scalar else node.lc.key(part)
+        node = child
+    if line is None and isinstance(tree, CommentedMap) and "target" in tree.lc.data:
+        line, col = tree.lc.key("target")
+    if line is None or col is None:
+        return Problem(display_path(path), 1, 1, key, message, hint)
+    return Problem(display_path(path), line + 1, col + 1, key, message, hint)
 
 
 def plain(node: Any) -> Any:

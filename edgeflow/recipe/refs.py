@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgeflow.codehash import closure, digest, file_sha256, find_spec
 from edgeflow.errors import EdgeflowError
+
+__all__ = ["ImportRef", "file_sha256", "top_level_names"]
 
 
 @dataclass(frozen=True)
@@ -37,13 +40,10 @@ class ImportRef:
         return f"{self.module}:{self.attr}"
 
     def source_file(self) -> Path | None:
-        """The file that defines the module, found without executing it."""
+        """The file that defines the module, found without executing it (nor its packages)."""
         if self.is_file:
             return Path(self.module)
-        try:
-            spec = importlib.util.find_spec(self.module)
-        except (ImportError, ValueError):
-            return None
+        spec = find_spec(self.module)
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
             return None
         return Path(spec.origin)
@@ -62,10 +62,14 @@ class ImportRef:
             hint = f" (did you mean '{guess}'?)" if guess else ""
             raise ValueError(f"'{self.attr}' is not defined in {path.name}{hint}")
 
-    def fingerprint(self) -> dict[str, str]:
+    def fingerprint(self) -> dict[str, Any]:
+        """What a cache key records: the reference, and the source of its module and of every
+        module of the user's that it imports (codehash.closure)."""
         path = self.source_file()
-        digest = file_sha256(path) if path and path.is_file() else "unknown"
-        return {"ref": str(self), "source_sha256": digest}
+        if path is None or not path.is_file():
+            return {"ref": str(self), "source_sha256": "unknown"}
+        search = [str(path.parent)] if self.is_file else []
+        return {"ref": str(self), "source_sha256": digest(closure([path], search=search))}
 
     def load(self) -> Any:
         """Import the module (or execute the file) and return the attribute."""
@@ -74,6 +78,10 @@ class ImportRef:
                 name = "edgeflow_user_" + hashlib.sha1(self.module.encode()).hexdigest()[:12]
                 module = sys.modules.get(name)
                 if module is None:
+                    # as for a script: `import helpers` finds the file's neighbours
+                    folder = str(Path(self.module).parent)
+                    if folder not in sys.path:
+                        sys.path.append(folder)
                     spec = importlib.util.spec_from_file_location(name, self.module)
                     assert spec is not None and spec.loader is not None
                     module = importlib.util.module_from_spec(spec)
@@ -110,19 +118,3 @@ def top_level_names(source: str) -> set[str] | None:
         elif isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
             return None
     return names
-
-
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}
-
-
-def file_sha256(path: Path) -> str:
-    """Content hash of a file, memoised per (path, size, mtime) within the process."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_CACHE:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _SHA_CACHE[key] = h.hexdigest()
-    return _SHA_CACHE[key]

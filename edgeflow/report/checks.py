@@ -7,8 +7,11 @@ from typing import Any
 from edgeflow.recipe.schema import Verify
 
 
-def check_thresholds(verify: Verify, metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """One entry per threshold set in the recipe: metric, value, threshold, passed, message."""
+def check_thresholds(
+    verify: Verify, metrics: dict[str, Any], outputs: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """One entry per threshold set in the recipe (metric, value, threshold, passed, message),
+    after the check that the artifact's `outputs` (verify's per-output figures) are finite."""
     agreement, accuracy = metrics["agreement"], metrics["accuracy"]
     if "match_rate" in agreement:  # evaluation.metric: detections
         rate = verify.detections.min_match_rate
@@ -36,19 +39,39 @@ def check_thresholds(verify: Verify, metrics: dict[str, Any]) -> list[dict[str, 
         ("max_latency_ms", metrics["latency_ms"]["p50"], verify.max_latency_ms, "max"),
         ("max_size_bytes", metrics["size_bytes"], verify.max_size_bytes, "max"),
     ]
-    checks = []
+    checks = _finite_outputs(outputs or [])
     for name, value, limit, kind in rows:
         if limit is None:
             continue
+        if value is None:  # no finite output to measure: the threshold cannot hold
+            message = f"verify.{name}: cannot be measured (the artifact's outputs are NaN/Inf)"
+            checks.append(_check(name, value, limit, False, message))
+            continue
         passed = value <= limit if kind == "max" else value >= limit
         relation = ("is above" if kind == "max" else "is below") if not passed else "is within"
-        checks.append(
-            {
-                "metric": f"verify.{name}",
-                "value": value,
-                "threshold": limit,
-                "passed": bool(passed),
-                "message": f"verify.{name}: {value:.6g} {relation} the threshold {limit:.6g}",
-            }
-        )
+        message = f"verify.{name}: {value:.6g} {relation} the threshold {limit:.6g}"
+        checks.append(_check(name, value, limit, bool(passed), message))
     return checks
+
+
+def _finite_outputs(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Always checked: an artifact that outputs NaN or Inf (the source never does: the load
+    stage refuses such a source) fails."""
+    bad = [o for o in outputs if o.get("non_finite_samples")]
+    if not bad:
+        return []
+    where = "; ".join(f"output {o['index']} on {o['non_finite_samples']} samples" for o in bad)
+    message = f"the artifact outputs NaN or Inf where the source model does not: {where}"
+    return [_check("finite_outputs", len(bad), 0, False, message, prefix="")]
+
+
+def _check(
+    name: str, value: Any, limit: Any, passed: bool, message: str, prefix: str = "verify."
+) -> dict[str, Any]:
+    return {
+        "metric": f"{prefix}{name}",
+        "value": value,
+        "threshold": limit,
+        "passed": passed,
+        "message": message,
+    }

@@ -33,7 +33,7 @@ def render(
     if checks:
         lines += ["| check | value | threshold | result |", "|---|---|---|---|"]
         lines += [
-            f"| {c['metric']} | {c['value']:.6g} | {c['threshold']:.6g} | "
+            f"| {c['metric']} | {_value(c['value'])} | {_value(c['threshold'])} | "
             f"{'pass' if c['passed'] else '**FAIL**'} |"
             for c in checks
         ]
@@ -58,8 +58,10 @@ def one_line(metrics: dict[str, Any]) -> str:
         accuracy = f"accuracy {acc['artifact']:.4f} (source {acc['source']:.4f}), " if acc else ""
         head = (
             f"{accuracy}top-1 agreement {agree['top1']:.4f}, "
-            f"max abs diff {agree['max_abs_diff']:.3g}"
+            f"max abs diff {_g(agree['max_abs_diff'])}"
         )
+        if agree.get("non_finite_samples"):
+            head += f", NaN/Inf outputs on {agree['non_finite_samples']} samples"
     return f"{head}, p50 {metrics['latency_ms']['p50']:.3f} ms, {metrics['size_bytes']:,} bytes"
 
 
@@ -87,13 +89,27 @@ def _agreement_rows(metrics: dict[str, Any]) -> list[str]:
     return [
         *accuracy,
         f"| top-1 agreement with source | {agree['top1']:.4f} |",
-        f"| max abs diff of outputs | {agree['max_abs_diff']:.3g} |",
+        f"| max abs diff of outputs | {_g(agree['max_abs_diff'])} |",
         *(
-            [f"| max diff relative to the output range | {agree['max_relative_diff']:.3g} |"]
+            [f"| max diff relative to the output range | {_g(agree['max_relative_diff'])} |"]
             if "max_relative_diff" in agree
             else []
         ),
+        *(
+            [f"| samples with NaN/Inf artifact outputs | {agree['non_finite_samples']} |"]
+            if agree.get("non_finite_samples")
+            else []
+        ),
     ]
+
+
+def _value(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.6g}"
+
+
+def _g(value: float | None) -> str:
+    """A figure, or why there is none (every sample's output was NaN or Inf)."""
+    return "n/a (no finite outputs)" if value is None else f"{value:.3g}"
 
 
 def _per_output(agreement: dict[str, Any]) -> list[str]:
@@ -106,11 +122,12 @@ def _per_output(agreement: dict[str, Any]) -> list[str]:
                 f"{o['max_box_diff_px']:.3g} px |"
             )
         return lines
-    lines = ["## Per output", "", "| output | shape | max abs diff | mean abs diff |"]
-    lines.append("|---|---|---|---|")
+    lines = ["## Per output", "", "| output | shape | max abs diff | mean abs diff | NaN/Inf |"]
+    lines.append("|---|---|---|---|---|")
     for o in agreement["outputs"]:
         lines.append(
-            f"| {o['index']} | {o['shape']} | {o['max_abs_diff']:.3g} | {o['mean_abs_diff']:.3g} |"
+            f"| {o['index']} | {o['shape']} | {_g(o['max_abs_diff'])} | "
+            f"{_g(o['mean_abs_diff'])} | {o.get('non_finite_samples', 0)} samples |"
         )
     return lines
 

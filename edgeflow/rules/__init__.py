@@ -43,52 +43,95 @@ def validate_entry(entry: Any) -> dict[str, Any]:
 
 
 def resolve_rewrites(
-    entries: list[dict[str, Any]], tree: Any, path: Path, base_dir: Path
-) -> list[Any]:
-    """RuleSpecs for validated entries; every unknown rule or bad option is a located problem."""
-    from edgeflow.recipe.loader import display_path, validate
+    entries: list[Any], tree: Any, path: Path, located: dict[str, Any], user_code: bool = True
+) -> tuple[list[Any], list[str]]:
+    """RuleSpecs for a recipe's `rewrites:` entries, and the user rules checked from their
+    source only (`user_code=False`: nothing of the user's is imported). Every malformed
+    entry, unknown rule, bad option and misordered level is a located problem, all at once;
+    entries from the command line are located there (`located`, from apply_overrides)."""
+    from edgeflow.recipe.loader import plain, validate
     from edgeflow.rules.base import LEVEL_ORDER, Rule, RuleSpec
 
     known = builtin_rules()
+    base_dir = path.parent
     specs: list[RuleSpec] = []
+    unchecked: list[str] = []
     problems: list[Problem] = []
-    for i, entry in enumerate(entries):
-        name = entry["rule"]
-        node = tree["rewrites"][i]
-        line, col = tree["rewrites"].lc.item(i)
-        where = (display_path(path), line + 1, col + 1, f"rewrites[{i}]")
-        rule, source = known.get(name), name
-        if rule is None and ":" in name:
-            rule, message, source = _user_rule(name, base_dir, Rule)
-            if message:
-                problems.append(
-                    Problem(*where, message, "a user rule subclasses AstRule, FxRule or OnnxRule")
-                )
-                continue
-        if rule is None:
-            hint = did_you_mean(name, known) if known else "no built-in rules are registered"
-            problems.append(Problem(*where, f"unknown rule '{name}'", hint))
-            continue
-        options = {k: v for k, v in entry.items() if k != "rule"}
-        at = ("rewrites", i) if isinstance(node, dict) else ()
+    last: tuple[str, str] | None = None  # (level, name) of the previous rule
+    for i, raw in enumerate(entries):
+        key = f"rewrites[{i}]"
+
+        def problem(message: str, hint: str | None, key: str = key, i: int = i) -> None:
+            problems.append(locate_item(tree, path, located, key, i, message, hint))
+
         try:
-            opts = validate(rule.Options, tree, path, at=at, data=options)
-        except RecipeError as exc:
-            problems.extend(exc.problems)
+            entry = validate_entry(plain(raw))
+        except RuleEntryError as exc:
+            problem(str(exc), exc.hint)
             continue
-        if specs and LEVEL_ORDER[rule.level] < LEVEL_ORDER[specs[-1].rule.level]:
-            problems.append(
-                Problem(
-                    *where,
-                    f"{rule.level} rule '{rule.name}' after {specs[-1].rule.level} rule "
-                    f"'{specs[-1].name}': rules run in level order ast, fx, onnx",
-                    "move it above the other level's rules",
-                )
+        name = entry["rule"]
+        rule, level, source = known.get(name), None, name
+        if rule is None and ":" in name:
+            if not user_code:
+                level, message = _user_rule_from_source(name, base_dir)
+                if message:
+                    problem(message, "a user rule subclasses AstRule, FxRule or OnnxRule")
+                    continue
+                unchecked.append(name)
+                if level is None:  # its level is not visible in its source: order unknown
+                    continue
+            else:
+                rule, message, source = _user_rule(name, base_dir, Rule)
+                if message:
+                    problem(message, "a user rule subclasses AstRule, FxRule or OnnxRule")
+                    continue
+        if rule is None and not (":" in name and not user_code):
+            hint = did_you_mean(name, known) if known else "no built-in rules are registered"
+            problem(f"unknown rule '{name}'", hint)
+            continue
+        if rule is not None:
+            options = {k: v for k, v in entry.items() if k != "rule"}
+            at = ("rewrites", i) if isinstance(raw, dict) else ()
+            try:
+                opts = validate(rule.Options, tree, path, at=at, data=options, overridden=located)
+            except RecipeError as exc:
+                problems.extend(exc.problems)
+                continue
+            level, name = rule.level, rule.name
+            specs.append(RuleSpec(rule, opts, source, base_dir))
+        assert level is not None
+        if last is not None and LEVEL_ORDER[level] < LEVEL_ORDER[last[0]]:
+            problem(
+                f"{level} rule '{name}' after {last[0]} rule '{last[1]}': rules run in level "
+                "order ast, fx, onnx",
+                "move it above the other level's rules",
             )
-        specs.append(RuleSpec(rule, opts, source))
+        last = (level, name)
     if problems:
         raise RecipeError(problems)
-    return specs
+    return specs, unchecked
+
+
+def locate_item(
+    tree: Any,
+    path: Path,
+    located: dict[str, Any],
+    key: str,
+    index: int,
+    message: str,
+    hint: str | None,
+) -> Problem:
+    """A problem at rewrites[index]: its place in the file, or the command line."""
+    from edgeflow.recipe.loader import display_path, locate
+
+    seq = tree.get("rewrites")
+    if any(key == k or key.startswith(k + "[") or k == "rewrites" for k in located):
+        return locate(tree, path, located, key, message, hint)
+    try:
+        line, col = seq.lc.item(index)
+    except (AttributeError, KeyError, TypeError):
+        return locate(tree, path, located, "rewrites", message, hint)
+    return Problem(display_path(path), line + 1, col + 1, key, message, hint)
 
 
 def _user_rule(ref_text: str, base_dir: Path, base: type) -> tuple[Any, str, str]:
@@ -105,3 +148,34 @@ def _user_rule(ref_text: str, base_dir: Path, base: type) -> tuple[Any, str, str
     if not (isinstance(rule, type) and issubclass(rule, base) and hasattr(rule, "level")):
         return None, f"'{ref_text}' is not a Rule subclass", ref_text
     return rule, "", str(ref)
+
+
+# A user rule's level, from the base class its source names (edgeflow validate runs no code).
+_BASES = {"AstRule": "ast", "FxRule": "fx", "OnnxRule": "onnx"}
+
+
+def _user_rule_from_source(ref_text: str, base_dir: Path) -> tuple[str | None, str]:
+    """(level if its source shows it, error message) for a user rule, without importing it:
+    the module must exist and define a class of that name."""
+    import ast
+
+    from edgeflow.recipe.refs import ImportRef
+
+    try:
+        ref = ImportRef.parse(ref_text, base_dir)
+        ref.check()
+    except ValueError as exc:
+        return None, f"cannot load rule '{ref_text}': {exc}"
+    source = ref.source_file()
+    assert source is not None  # check() found it
+    try:
+        tree = ast.parse(source.read_bytes())
+    except (SyntaxError, ValueError) as exc:
+        return None, f"cannot load rule '{ref_text}': {source.name} does not parse: {exc}"
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == ref.attr:
+            if not node.bases:
+                return None, f"'{ref_text}' is not a Rule subclass"
+            names = [getattr(b, "id", getattr(b, "attr", "")) for b in node.bases]
+            return next((_BASES[n] for n in names if n in _BASES), None), ""
+    return None, f"'{ref_text}' is not a Rule subclass (no class {ref.attr} in {source.name})"

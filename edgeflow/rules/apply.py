@@ -1,56 +1,171 @@
-"""Apply a recipe's rules in order, recording what each one changed."""
+"""Apply a recipe's rules in order, recording what each one changed and checking its contract.
+
+Each rule, as it runs in a build: its input model is left as it was, its output passes the
+ONNX checker (onnx rules), and its output computes what its input did on the declared inputs
+within the rule's tolerance (edgeflow.rules.contract). A built-in rule that breaks this is a
+bug in edgeflow (InternalError); a user rule that does is the user's to fix. Either way the
+message names the rule and the rules that ran before it.
+"""
 
 from __future__ import annotations
 
-import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.errors import EdgeflowError, InternalError
+from edgeflow.rules import contract
 from edgeflow.rules.base import RewriteContext, RuleSpec
 
 
+@dataclass
+class _Checked:
+    """The model a rule gets, with what the contract needs to judge the rule's result."""
+
+    model: Any
+    onnx: bool
+    digest: str
+    outputs: contract.Outputs
+
+
 def apply_rules(
-    model: Any, specs: list[RuleSpec], levels: tuple[str, ...], ctx: RewriteContext
+    model: Any,
+    specs: list[RuleSpec],
+    levels: tuple[str, ...],
+    ctx: RewriteContext,
+    check: bool = True,
 ) -> tuple[Any, list[dict[str, Any]], dict[str, str]]:
-    """Apply the specs of the given levels in order: (model, per-rule records, sources)."""
+    """Apply the specs of the given levels in order: (model, per-rule records, sources).
+    With `check`, each rule's contract is enforced and recorded."""
     records: list[dict[str, Any]] = []
     sources: dict[str, str] = {}
+    ran: list[str] = []
+    feeds = contract.probes(ctx.inputs) if check else []
+    current = _snapshot(model, feeds, ctx) if check else None
     for spec in specs:
         if spec.rule.level not in levels:
             continue
-        start = time.perf_counter()
-        try:
-            result = spec.rule().apply(model, spec.options, ctx)
-        except EdgeflowError as exc:
-            raise EdgeflowError(f"rule {spec.name}: {exc.message}", exc.hint) from exc
-        except Exception as exc:
-            raise EdgeflowError(
-                f"rule {spec.name} failed: {type(exc).__name__}: {exc}",
-                "this is a bug in the rule or a model it does not handle; "
-                "remove the rule from the recipe to get past it",
-            ) from exc
+        result = _apply(spec, model, ctx, ran)
+        record = {
+            "rule": spec.name,
+            "level": spec.rule.level,
+            "options": spec.options.model_dump(mode="json", by_alias=True),
+            **result.summary(),
+        }
+        if current is not None:
+            current, record["contract"] = _enforce(spec, current, result.model, feeds, ctx, ran)
         model = result.model
-        records.append(
-            {
-                "rule": spec.name,
-                "level": spec.rule.level,
-                "options": spec.options.model_dump(mode="json", by_alias=True),
-                "seconds": round(time.perf_counter() - start, 4),
-                **result.summary(),
-            }
-        )
+        records.append(record)
+        ran.append(spec.name)
         sources.update({f"{spec.name}.{name}": text for name, text in result.sources.items()})
     return model, records, sources
 
 
+def _apply(spec: RuleSpec, model: Any, ctx: RewriteContext, ran: list[str]) -> Any:
+    try:
+        return spec.rule().apply(model, spec.options, ctx)
+    except EdgeflowError as exc:
+        raise EdgeflowError(f"rule {spec.name}: {exc.message}", exc.hint) from exc
+    except Exception as exc:
+        cause = f"{type(exc).__name__}: {exc}{_after(ran)}"
+        if not spec.is_user_rule:
+            raise InternalError(f"rule '{spec.name}'", cause) from exc
+        raise EdgeflowError(
+            f"your rule {spec.source} raised {cause} ({_innermost(exc)})",
+            "fix the rule, or remove it from the recipe's rewrites:",
+        ) from exc
+
+
+def _snapshot(model: Any, feeds: list[dict[str, Any]], ctx: RewriteContext) -> _Checked:
+    if _is_onnx(model):
+        return _Checked(
+            model, True, contract.onnx_digest(model), contract.onnx_outputs(model, feeds)
+        )
+    outputs = contract.torch_outputs(model, feeds, ctx.inputs) if ctx.check_numerics else None
+    return _Checked(model, False, contract.torch_state(model), outputs or contract.Outputs(None))
+
+
+def _enforce(
+    spec: RuleSpec,
+    before: _Checked,
+    after_model: Any,
+    feeds: list[dict[str, Any]],
+    ctx: RewriteContext,
+    ran: list[str],
+) -> tuple[_Checked, list[str]]:
+    """Check one rule's result against its input; returns the result's snapshot (the next
+    rule's input) and what was checked, for the record."""
+    unchanged = (
+        contract.onnx_digest(before.model) if before.onnx else contract.torch_state(before.model)
+    )
+    in_place = "it changed its input model in place (a rule must return a new one)"
+    if unchanged != before.digest:
+        _broken(spec, in_place, ran)
+    if not before.onnx and before.outputs.per_probe is not None:  # e.g. a forward rebound
+        again = contract.torch_outputs(before.model, feeds, ctx.inputs)
+        if contract.difference(before.outputs, again, 0.0):
+            _broken(spec, in_place, ran)
+    checked = ["input left unchanged"]
+    after = _snapshot(after_model, feeds, ctx)
+    if after.onnx:
+        import onnx
+
+        try:
+            onnx.checker.check_model(after_model)
+        except onnx.checker.ValidationError as exc:
+            _broken(spec, f"its output fails the ONNX checker: {str(exc).splitlines()[0]}", ran)
+        checked.append("ONNX checker")
+    tolerance = spec.rule().tolerance(spec.options)
+    if tolerance is None:
+        checked.append("numerics not compared (the rule changes them on purpose)")
+    elif before.outputs.per_probe is None:
+        why = before.outputs.error or "numerics checked by the stage as a whole"
+        checked.append(f"numerics not compared: {why}")
+    else:
+        problem = contract.difference(before.outputs, after.outputs, tolerance)
+        if problem:
+            _broken(spec, problem, ran)
+        checked.append(f"outputs within tolerance {tolerance:g} on random and all-zero inputs")
+    return after, checked
+
+
+def _broken(spec: RuleSpec, problem: str, ran: list[str]) -> None:
+    cause = f"{problem}{_after(ran)}"
+    if spec.is_user_rule:
+        raise EdgeflowError(
+            f"rule {spec.source} broke its contract: {cause}",
+            "fix the rule (a rule returns a new model that computes what its input did within "
+            "its tolerance()), or remove it from the recipe's rewrites:",
+        )
+    raise InternalError(f"rule '{spec.name}'", f"it broke its contract: {cause}")
+
+
+def _after(ran: list[str]) -> str:
+    return f" (rules before it: {', '.join(ran)})" if ran else " (the first rule to run)"
+
+
+def _innermost(exc: BaseException) -> str:
+    """Where the exception was raised: the last frame of its traceback, as file:line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "no traceback"
+
+
+def _is_onnx(model: Any) -> bool:
+    return type(model).__name__ == "ModelProto"
+
+
 def rewritten_module(
-    recipe: Any, base_dir: Path
+    recipe: Any, base_dir: Path, check: bool = False
 ) -> tuple[Any, list[dict[str, Any]], dict[str, str]]:
-    """The recipe's PyTorch module with its ast.* and fx.* rules applied."""
+    """The recipe's PyTorch module with its ast.* and fx.* rules applied (`check`: enforce
+    each rule's contract, as the rewrite stage does; the export stage re-applies the same
+    deterministic rules without checking them again)."""
     from edgeflow.source import build_module
 
     module = build_module(recipe.source)
     dynamic = recipe.source.dynamic_batch is not None
-    ctx = RewriteContext(list(recipe.source.inputs), base_dir, dynamic)
-    return apply_rules(module, list(recipe.rewrites), ("ast", "fx"), ctx)
+    # a detector's rules may change its output form: the stage compares detections as sets
+    numerics = check and recipe.evaluation.metric != "detections"
+    ctx = RewriteContext(list(recipe.source.inputs), base_dir, dynamic, numerics)
+    return apply_rules(module, list(recipe.rewrites), ("ast", "fx"), ctx, check)

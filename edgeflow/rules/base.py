@@ -7,7 +7,6 @@ mutates its input: it returns the rewritten model in the result (or the input, u
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from edgeflow.recipe.refs import file_sha256
 from edgeflow.recipe.schema import TensorSpec
 
 Level = Literal["ast", "fx", "onnx"]
@@ -36,6 +34,9 @@ class RewriteContext:
     inputs: list[TensorSpec]
     base_dir: Path = Path(".")  # relative paths in rule options ("patterns.py:fn") start here
     dynamic_batch: bool = False  # the recipe exports with a dynamic batch dimension
+    # compare each rule's outputs with its input's (off for detectors, whose output form a
+    # rule may change on purpose: the rewrite stage compares their detections as sets)
+    check_numerics: bool = True
 
     def example_inputs(self) -> tuple[Any, ...]:
         from edgeflow.source import example_inputs
@@ -96,6 +97,9 @@ class OnnxRule(Rule[Any]):
     level: ClassVar[Level] = "onnx"
 
 
+CODE_REF = "edgeflow:code-ref"  # Annotated[str, CODE_REF]: an option naming a function
+
+
 @dataclass(frozen=True)
 class RuleSpec:
     """A validated `rewrites:` entry: the rule class and its options."""
@@ -103,51 +107,45 @@ class RuleSpec:
     rule: type[Rule[Any]]
     options: RuleOptions
     source: str  # the built-in name, or the user rule's import reference ("/abs/rules.py:Cls")
+    base_dir: Path = Path(".")  # the recipe's folder: code options' file paths start here
 
     @property
     def name(self) -> str:
         return self.rule.name
 
+    @property
+    def is_user_rule(self) -> bool:
+        return ":" in self.source
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Worker processes re-import the rule: a user rule's module may be a file that only
         # this process loaded.
-        return _restore_spec, (self.source, self.options.model_dump(by_alias=True))
+        options = self.options.model_dump(by_alias=True)
+        return _restore_spec, (self.source, options, str(self.base_dir))
 
     def fingerprint(self) -> dict[str, Any]:
-        """What enters a stage's cache key: the rule, its options, and the source of its
-        module and of the edgeflow.rules helpers it uses (e.g. onnx/_edit.py)."""
+        """What enters a stage's cache key: the rule and its options; for a user rule, the
+        source of its module and of the user's modules that it imports; for options that
+        name code (`Annotated[str, CODE_REF]`, e.g. fx.replace_pattern's pattern), that
+        code's. Built-in rules' code is edgeflow's, which every key holds."""
+        from edgeflow.recipe.refs import ImportRef
+
         options = self.options.model_dump(mode="json", by_alias=True)
-        return {"rule": self.name, "options": options, "code": _code_digest(self.rule)}
+        found: dict[str, Any] = {"rule": self.name, "options": options}
+        if self.is_user_rule:
+            found["code"] = ImportRef.parse(self.source, Path("/")).fingerprint()
+        for name, info in type(self.options).model_fields.items():
+            value = getattr(self.options, name)
+            if CODE_REF in info.metadata and isinstance(value, str):
+                ref = ImportRef.parse(value, self.base_dir)
+                found.setdefault("option_code", {})[name] = ref.fingerprint()
+        return found
 
 
-def _code_digest(rule: type) -> str | dict[str, str]:
-    """sha256 of the rule's module file; for a built-in rule, of every edgeflow.rules module
-    it reaches through its imports too (a change to a shared helper changes the key)."""
-    import sys
-
-    module = sys.modules.get(rule.__module__)
-    source = inspect.getsourcefile(rule)
-    if module is None or not rule.__module__.startswith("edgeflow.rules."):
-        return file_sha256(Path(source)) if source else "unknown"
-    seen: dict[str, str] = {}
-    todo = [module]
-    while todo:
-        current = todo.pop()
-        path = getattr(current, "__file__", None)
-        if current.__name__ in seen or not path:
-            continue
-        seen[current.__name__] = file_sha256(Path(path))
-        for value in vars(current).values():
-            name = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", "")
-            if isinstance(name, str) and name.startswith("edgeflow.rules.") and name in sys.modules:
-                todo.append(sys.modules[name])
-    return dict(sorted(seen.items()))
-
-
-def _restore_spec(source: str, options: dict[str, Any]) -> RuleSpec:
+def _restore_spec(source: str, options: dict[str, Any], base_dir: str) -> RuleSpec:
     from edgeflow.recipe.refs import ImportRef
     from edgeflow.rules import builtin_rules
 
     user = ":" in source
     rule = ImportRef.parse(source, Path("/")).load() if user else builtin_rules()[source]
-    return RuleSpec(rule, rule.Options.model_validate(options), source)
+    return RuleSpec(rule, rule.Options.model_validate(options), source, Path(base_dir))

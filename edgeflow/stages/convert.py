@@ -6,21 +6,15 @@ import json
 
 from edgeflow.engine.stage import Stage, StageContext
 
-# Every backend module: editing any of them re-runs conversion and verification.
-BACKEND_CODE = (
-    "edgeflow.targets",
-    "edgeflow.targets.base",
-    "edgeflow.targets.onnxruntime_micro",
-    "edgeflow.targets.tflite",
-    "edgeflow.targets.tflite_micro",
-    "edgeflow.targets._arena_search",
-    "edgeflow.targets._onnx2tf",
-    "edgeflow.targets._tflite_io",
-    "edgeflow.targets.armnn",
-    "edgeflow.targets._armnn_worker",
-    "edgeflow.targets.tensorrt",
+# The converters and runtimes of every backend (Arm NN by its Debian packages' versions).
+RUNTIMES = (
+    "onnxruntime",
+    "ai-edge-litert",
+    "tflite-micro",
+    "tensorflow",
+    "onnx2tf",
+    "debian:*armnn*",
 )
-RUNTIMES = ("onnxruntime", "ai-edge-litert", "tflite-micro", "tensorflow", "onnx2tf")
 
 
 def run(ctx: StageContext) -> None:
@@ -68,6 +62,5 @@ STAGE = Stage(
     produces={"artifact": "artifact", "convert": "convert.json"},
     reads=("target", "quantization", "calibration", "source.inputs"),
     tools=("onnx", *RUNTIMES),
-    code=(*BACKEND_CODE, "edgeflow.postprocess"),
     isolated=True,
 )

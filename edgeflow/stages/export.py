@@ -81,6 +81,5 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "export": "export.json"},
     reads=("source", "export", "rewrites"),
     tools=("torch", "onnx", "onnxscript"),
-    code=("edgeflow.source", "edgeflow.rules.apply", "edgeflow.rules.base"),
     isolated=True,
 )

@@ -42,5 +42,4 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "reference": "reference.npz", "source": "source.json"},
     reads=("source.inputs", "source.dynamic_batch", "evaluation"),
     tools=("onnxruntime", "numpy"),
-    code=("edgeflow.data", "edgeflow.verify.runners"),
 )

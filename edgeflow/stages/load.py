@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.errors import EdgeflowError
 
 
 def run(ctx: StageContext) -> None:
@@ -26,7 +27,22 @@ def run(ctx: StageContext) -> None:
 def save_reference(
     ctx: StageContext, outputs: list[np.ndarray], model: str, samples: int, **extra: object
 ) -> None:
-    """Write the source model's outputs (the verify stage's reference) and a summary."""
+    """Write the source model's outputs (the verify stage's reference) and a summary; a
+    source that outputs NaN or Inf on the user's own data cannot be a reference."""
+    from edgeflow.verify.compare import non_finite_samples
+
+    for i, output in enumerate(outputs):
+        bad = non_finite_samples(output)
+        if bad.any():
+            names = ctx.recipe.source.outputs or []
+            name = f" '{names[i]}'" if i < len(names) else ""
+            raise EdgeflowError(
+                f"the source model {model} outputs NaN or Inf on {int(bad.sum())} of "
+                f"{len(bad)} evaluation samples (output {i}{name}; first at sample "
+                f"{int(bad.argmax())}): there is nothing finite to compare an artifact with",
+                "run the model on those samples in Python: check its weights and that the "
+                "data is scaled as the model expects",
+            )
     np.savez(ctx.output("reference"), *outputs)
     summary = {
         "model": model,
@@ -45,11 +61,4 @@ STAGE = Stage(
     produces={"reference": "reference.npz", "source": "source.json"},
     reads=("source", "evaluation", "verify.detections.max_detections"),
     tools=("torch", "numpy"),
-    code=(
-        "edgeflow.source",
-        "edgeflow.data",
-        "edgeflow.recipe.refs",
-        "edgeflow.verify.detections",
-        "edgeflow.verify.runners",
-    ),
 )

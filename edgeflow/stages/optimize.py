@@ -1,25 +1,45 @@
-"""optimize: onnxscript's optimizer (constant folding, cleanup) and named onnxoptimizer passes."""
+"""optimize: onnxscript's optimizer (constant folding, cleanup) and named onnxoptimizer passes.
+
+Each of the two steps is held to the rules' contract (edgeflow.rules.contract): its output must
+compute what its input did on the declared inputs, or the stage fails and names the step.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.errors import StageFailed
+
+TOLERANCE = 1e-4  # constant folding reorders float arithmetic (e.g. BatchNorm into Conv)
 
 
 def run(ctx: StageContext) -> None:
     import onnx
     import onnxoptimizer
 
+    from edgeflow.rules import contract
+    from edgeflow.rules.onnx.simplify import simplify
+
     options = ctx.recipe.optimize
     model = onnx.load(str(ctx.inputs["onnx"]))
     before = Counter(n.op_type for n in model.graph.node)
+    feeds = contract.probes(list(ctx.recipe.source.inputs))
+    outputs = contract.onnx_outputs(model, feeds)
     if options.onnxscript:
-        import onnxscript.optimizer
-
-        model = onnxscript.optimizer.optimize(model)
+        model, outputs = _checked(
+            "onnxscript's optimizer", simplify(model), outputs, feeds, "optimize.onnxscript: false"
+        )
     if options.passes:
-        model = onnxoptimizer.optimize(model, list(options.passes))
+        passes = list(options.passes)
+        model, outputs = _checked(
+            f"onnxoptimizer passes {', '.join(passes)}",
+            onnxoptimizer.optimize(model, passes),
+            outputs,
+            feeds,
+            "remove the pass from optimize.passes",
+        )
     onnx.checker.check_model(model)
     onnx.save(model, str(ctx.output("onnx")))
     after = Counter(n.op_type for n in model.graph.node)
@@ -32,8 +52,24 @@ def run(ctx: StageContext) -> None:
             "nodes_after": sum(after.values()),
             "ops_before": dict(before),
             "ops_after": dict(after),
+            "checked": outputs.error or f"outputs within {TOLERANCE:g} on the declared inputs",
         },
     )
+
+
+def _checked(step: str, model: Any, before: Any, feeds: list[Any], off: str) -> tuple[Any, Any]:
+    """The step's model and outputs, unless it changed what the model computes."""
+    from edgeflow.rules import contract
+
+    after = contract.onnx_outputs(model, feeds)
+    problem = contract.difference(before, after, TOLERANCE)
+    if problem:
+        raise StageFailed(
+            "optimize",
+            f"{step} changed what the model computes: {problem}",
+            f"set {off} in the recipe to skip it, and report the model to that tool",
+        )
+    return model, after
 
 
 STAGE = Stage(
@@ -42,6 +78,6 @@ STAGE = Stage(
     run=run,
     consumes=("onnx",),
     produces={"onnx": "model.onnx", "optimize": "optimize.json"},
-    reads=("optimize",),
-    tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir"),
+    reads=("optimize", "source.inputs"),
+    tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
 )

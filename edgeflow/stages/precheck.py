@@ -75,10 +75,4 @@ STAGE = Stage(
     produces={"precheck": "precheck.json", "layers": "layers.csv"},
     reads=("target", "precheck", "quantization.mode", "quantization.activations"),
     tools=("onnx",),
-    code=(
-        "edgeflow.targets.precheck",
-        "edgeflow.targets.profile",
-        "edgeflow.targets.checkers",
-        "edgeflow.targets.memory",
-    ),
 )

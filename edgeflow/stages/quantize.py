@@ -142,5 +142,4 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "quantize": "quantize.json"},
     reads=("quantization", "calibration", "source.inputs", "source.dynamic_batch", "target"),
     tools=("onnx", "onnxruntime", "numpy"),
-    code=("edgeflow.data", "edgeflow.recipe.refs", "edgeflow.verify.runners"),
 )

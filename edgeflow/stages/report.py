@@ -55,7 +55,7 @@ def run(ctx: StageContext) -> None:
     memory = details["precheck"].get("memory")
     if memory and "arena_bytes" in metrics:  # the precheck's prediction next to the measurement
         metrics["arena_predicted_bytes"] = int(memory["arena_bytes"])
-    checks = check_thresholds(ctx.recipe.verify, metrics)
+    checks = check_thresholds(ctx.recipe.verify, metrics, v["agreement"].get("outputs"))
     metrics["verified"] = all(c["passed"] for c in checks)
     ctx.write_json("metrics", metrics)
     ctx.write_json("checks", checks)
@@ -66,10 +66,11 @@ def run(ctx: StageContext) -> None:
 
 def _agreement(v: dict) -> dict:
     agreement = {k: v["agreement"][k] for k in AGREEMENT[v.get("metric", "top1")]}
-    if "outputs" in v["agreement"]:  # relative to each output's range: comparable across models
-        agreement["max_relative_diff"] = max(
-            o["max_rel_to_range"] for o in v["agreement"]["outputs"]
-        )
+    outputs = v["agreement"].get("outputs")
+    if outputs:  # relative to each output's range: comparable across models
+        relative = [o["max_rel_to_range"] for o in outputs]
+        agreement["max_relative_diff"] = None if None in relative else max(relative)
+        agreement["non_finite_samples"] = v["agreement"]["non_finite_samples"]
     return agreement
 
 
@@ -85,10 +86,8 @@ def _write_plots(ctx: StageContext, v: dict) -> None:
     (folder / "latency.csv").write_text("\n".join(["run,ms", *rows]) + "\n", encoding="utf-8")
     outputs = ((v.get("agreement") or {}).get("outputs")) or []
     lines = ["output,max_abs_diff,mean_abs_diff,max_rel_to_range"]
-    lines += [
-        f"{o['index']},{o['max_abs_diff']},{o['mean_abs_diff']},{o['max_rel_to_range']}"
-        for o in outputs
-    ]
+    keys = ("index", "max_abs_diff", "mean_abs_diff", "max_rel_to_range")
+    lines += [",".join("" if o[k] is None else str(o[k]) for k in keys) for o in outputs]
     (folder / "outputs.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -127,5 +126,4 @@ STAGE = Stage(
         "plots": "plots",
     },
     reads=("verify", "quantization.mode", "target", "recipe_file"),
-    code=("edgeflow.report.checks", "edgeflow.report.markdown", "edgeflow.targets.precheck"),
 )

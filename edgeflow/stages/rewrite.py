@@ -23,7 +23,7 @@ def run(ctx: StageContext) -> None:
     from edgeflow.source import build_module, example_inputs, flat_tensors
 
     recipe = ctx.recipe
-    module, records, sources = rewritten_module(recipe, ctx.loaded.path.parent)
+    module, records, sources = rewritten_module(recipe, ctx.loaded.path.parent, check=True)
     sources_dir = ctx.output("sources")
     sources_dir.mkdir()
     for name, text in sources.items():
@@ -96,11 +96,5 @@ STAGE = Stage(
     produces={"rewrite": "rewrite.json", "sources": "rewritten"},
     reads=("source", "rewrites", "evaluation.metric", "verify.detections"),
     tools=("torch",),
-    code=(
-        "edgeflow.rules.apply",
-        "edgeflow.rules.base",
-        "edgeflow.source",
-        "edgeflow.verify.detections",
-    ),
     isolated=True,
 )

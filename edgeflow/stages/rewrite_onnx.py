@@ -75,5 +75,4 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "host": "host", "rewrite_onnx": "rewrite_onnx.json"},
     reads=("rewrites", "postprocess", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
-    code=("edgeflow.rules.apply", "edgeflow.rules.base", "edgeflow.postprocess"),
 )

@@ -42,5 +42,4 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "rewrite_target": "rewrite_target.json"},
     reads=("target", "target_rewrites", "rewrites", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir"),
-    code=("edgeflow.rules.apply", "edgeflow.rules.base", "edgeflow.stages.rewrite_onnx"),
 )

@@ -9,7 +9,7 @@ import numpy as np
 
 from edgeflow.engine.stage import Stage, StageContext
 from edgeflow.errors import EdgeflowError
-from edgeflow.stages.convert import BACKEND_CODE, RUNTIMES
+from edgeflow.stages.convert import RUNTIMES
 from edgeflow.targets.base import NotVerified
 
 
@@ -123,12 +123,4 @@ STAGE = Stage(
         "target",
     ),
     tools=(*RUNTIMES, "numpy"),
-    code=(
-        "edgeflow.data",
-        "edgeflow.verify.compare",
-        "edgeflow.verify.detections",
-        "edgeflow.verify.runners",
-        "edgeflow.postprocess",
-        *BACKEND_CODE,
-    ),
 )

@@ -16,7 +16,7 @@ from pydantic import (
 
 
 class OpsetRange(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
     min: int = Field(7, ge=1)
     max: int = Field(23, ge=1)
 
@@ -30,7 +30,7 @@ class OpsetRange(BaseModel):
 class Kernel(BaseModel):
     """The runtime has a kernel for versions `since`..`until` of the op's schema."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
     since: int = Field(ge=1)
     until: int | None = None  # None: every later version
     dtypes: list[str] | None = None  # of the first input; None: not restricted
@@ -45,7 +45,7 @@ class Kernel(BaseModel):
 class OperatorSpec(BaseModel):
     """What the runtime takes of one operator; an empty spec means: any version, any type."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
     kernels: list[Kernel] | None = None  # None: every version
     dtypes: list[str] | None = None  # of the first input, whatever the version
     checks: list[str] = []  # names of edgeflow.targets.checkers.CHECKERS
@@ -92,7 +92,7 @@ def operator_list(value: Any) -> Any:
 class Board(BaseModel):
     """A device class the target runs on: the memory a model may use there."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
     description: str = ""
     ram_bytes: PositiveInt | None = None  # for activations (the arena); None: not limited
     flash_bytes: PositiveInt | None = None  # for weights; None: not limited
@@ -101,9 +101,10 @@ class Board(BaseModel):
 class TargetProfile(BaseModel):
     """One edge target: which backend builds for it and what its runtime supports."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
-    name: str
+    # names the build folder (build/<recipe>/<name>-<mode>): a plain file name
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
     description: str = ""
     backend: Literal["onnxruntime_micro", "tflite", "tflite_micro", "armnn", "tensorrt"]
     source: str = Field("", description="where the support data comes from, with versions")

@@ -205,10 +205,12 @@ def _convert(
     from edgeflow.targets.base import ConvertJob
 
     specs = [
-        TensorSpec(name=n, shape=list(trial.feeds[n].shape), dtype=str(trial.feeds[n].dtype))
+        TensorSpec.model_validate(
+            {"name": n, "shape": list(trial.feeds[n].shape), "dtype": str(trial.feeds[n].dtype)}
+        )
         for n in names
     ]
-    quantization = Quantization(mode=mode, per_channel=per_channel)
+    quantization = Quantization.model_validate({"mode": mode, "per_channel": per_channel})
     job = ConvertJob(source, work, None, quantization, specs, _calibration(trial))  # type: ignore[arg-type]
     files = {}
     with _onnx2tf.outputs(job, "tflite") as (out, _):

@@ -95,8 +95,9 @@ def test_a_rule_that_changes_the_result_fails_the_rewrite_stage(recipe, tmp_path
     path = recipe("  - {rule: rules.py:Scale, factor: 2.0}\n")
     with pytest.raises(StageFailed) as info:
         run_build(load_recipe(path), Cache(tmp_path / "c"), tmp_path / "b", print)
-    assert info.value.stage == "rewrite"
-    assert "the rewritten module computes something else" in info.value.message
+    assert info.value.stage == "rewrite" and info.value.exit_code == 2  # the user's rule
+    assert "rules.py:Scale broke its contract: output 0 changes by" in info.value.message
+    assert "(the first rule to run)" in info.value.message
     assert not list((tmp_path / "c").glob("rewrite/*/*"))
 
 

@@ -69,7 +69,10 @@ def test_without_a_gpu_the_build_says_not_verified(
     tmp_path: Path, shared_cache: Path, capsys
 ) -> None:  # type: ignore[no-untyped-def]
     args = ["run", "recipe=digits_cnn", "target=tensorrt", "quantization=int8"]
-    assert main([*args, f"cache_dir={shared_cache}", f"build_dir={tmp_path}"]) == 0
+    args += [f"cache_dir={shared_cache}", f"build_dir={tmp_path}"]
+    assert main(args) == 3  # built, but nothing ran it: not a pass
+    assert "NOT VERIFIED: no GPU" in capsys.readouterr().err
+    assert main([*args, "verify.allow_unverified=true"]) == 0  # accepted, and still marked
     assert "not verified: no GPU" in capsys.readouterr().out
     out = tmp_path / "digits_cnn" / "tensorrt-int8"
     metrics = json.loads((out / "metrics.json").read_text())

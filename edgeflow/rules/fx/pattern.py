@@ -9,13 +9,13 @@ aten ops that graph holds, e.g. `torch.ops.aten.relu.default(x)`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
 from edgeflow.errors import EdgeflowError
 from edgeflow.recipe.schema import user_error
-from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import CODE_REF, FxRule, RewriteContext, RuleOptions, RuleResult
 from edgeflow.rules.fx._graph import EXPORT, finish, to_graph_module
 
 
@@ -44,8 +44,8 @@ class ReplacePattern(FxRule):
         the recipe's folder), traced and matched with torch.fx.subgraph_rewriter; tolerance:
         the output change the replacement may cause, null when it changes numerics on purpose."""
 
-        pattern: str
-        replacement: str
+        pattern: Annotated[str, CODE_REF]
+        replacement: Annotated[str, CODE_REF]
         # The output change the replacement may cause; null when it changes numerics on purpose.
         tolerance: float | None = Field(1e-5, ge=0)
 

@@ -42,15 +42,51 @@ class Simplify(OnnxRule):
 
 
 def simplify(model: onnx.ModelProto, iterations: int = 2, inline: bool = True) -> onnx.ModelProto:
-    """A simplified copy of the model (the input is left as it was)."""
+    """A simplified copy of the model (the input is left as it was): onnxscript's optimizer
+    (constant folding, its default rewrite rules, dead-code and duplicate removal), with its
+    no-op rules made exact.
+
+    onnxscript matches `x + 0`, `x - 0`, `x * 1` and `x / 1` with a tolerance (|c| <= 1e-8,
+    or within 1e-5 of 1), so it deletes the `+ 1e-10` that keeps a Log or a division finite
+    on silence (an audio model's float build then outputs NaN). Here those four rules match
+    only the exact constants; the passes around them are optimize_ir's, in its order."""
     import onnx_ir as ir
-    import onnxscript.optimizer
+    import onnx_ir.passes.common as common
+    from onnxscript import rewriter
+    from onnxscript.optimizer import _constant_folding
 
     from edgeflow.errors import EdgeflowError
 
     ir_model = ir.serde.deserialize_model(copy_model(model))
+    loop = ir.passes.PassManager(
+        [
+            _constant_folding.FoldConstantsPass(
+                shape_inference=True,
+                input_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
+                output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
+                should_fold=lambda node: None,
+            ),
+            rewriter.RewritePass(_rules()),
+            common.RemoveUnusedNodesPass(),
+            common.RemoveUnusedFunctionsPass(),
+            common.RemoveUnusedOpsetsPass(),
+        ],
+        steps=iterations,
+        early_stop=True,
+    )
+    passes = [
+        *([common.InlinePass()] if inline else []),
+        loop,
+        common.RemoveUnusedNodesPass(),
+        common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+        common.LiftSubgraphInitializersToMainGraphPass(),
+        common.DeduplicateInitializersPass(),
+        common.CommonSubexpressionEliminationPass(),
+        common.OutputFixPass(),
+        common.NameFixPass(),
+    ]
     try:
-        onnxscript.optimizer.optimize_ir(ir_model, num_iterations=iterations, inline=inline)
+        ir.passes.Sequential(*passes)(ir_model)
     except Exception as exc:  # the optimizer's errors are not typed
         raise EdgeflowError(
             f"onnxscript's optimizer failed: {type(exc).__name__}: {exc}",
@@ -59,6 +95,53 @@ def simplify(model: onnx.ModelProto, iterations: int = 2, inline: bool = True) -
     out = ir.serde.serialize_model(ir_model)
     _drop_provenance(out)
     return out
+
+
+def _rules() -> list[Any]:
+    """onnxscript's default rewrite rules with its tolerant no-op rules swapped for exact ones."""
+    from onnxscript import rewriter
+    from onnxscript.rewriter.rules.common import _no_op
+
+    tolerant = set(_no_op.rules.rules)
+    kept = [r for r in rewriter._DEFAULT_REWRITE_RULES if r not in tolerant]
+    return [*_exact_no_op_rules(), *kept]
+
+
+def _exact_no_op_rules() -> list[Any]:
+    from onnxscript.rewriter import RewriteRule
+
+    def add(op: Any, x: Any, c: Any) -> Any:
+        return op.Add(x, c)
+
+    def sub(op: Any, x: Any, c: Any) -> Any:
+        return op.Sub(x, c)
+
+    def mul(op: Any, x: Any, c: Any) -> Any:
+        return op.Mul(x, c)
+
+    def div(op: Any, x: Any, c: Any) -> Any:
+        return op.Div(x, c)
+
+    def identity(op: Any, x: Any, **_: Any) -> Any:
+        return op.Identity(x)
+
+    def is_(value: float) -> Any:
+        def check(context: Any, x: Any, c: Any, **_: Any) -> bool:
+            const = c.const_value
+            if const is None:
+                return False
+            array = const.numpy()
+            return array.ndim == 0 and array.item() == value
+
+        return check
+
+    zero, one = is_(0.0), is_(1.0)
+    return [
+        *RewriteRule(add, identity, zero).commute(),
+        RewriteRule(sub, identity, zero),
+        *RewriteRule(mul, identity, one).commute(),
+        RewriteRule(div, identity, one),
+    ]
 
 
 def _drop_provenance(model: onnx.ModelProto) -> None:

@@ -1,0 +1,112 @@
+"""Checks across recipe sections and the resolved target, run even when other sections fail.
+
+Each check reads the sections it needs (those that validated) and returns (dotted key,
+message, hint) for every problem; the loader locates them. A check whose sections did not
+validate is skipped: their own problems are reported instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from edgeflow.targets.profile import TargetProfile
+
+Found = tuple[str, str, str]
+# Backends whose runtime runs int8-weight, int16-activation ("16x8") models.
+INT16_ACT = ("tflite", "tflite_micro")
+
+
+def calibration_for_int8(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    if "quantization" not in s or "calibration" not in s:
+        return []
+    q = s["quantization"]
+    if q.mode == "int8" and q.method != "qat" and s["calibration"] is None:
+        return [
+            (
+                "quantization.mode",
+                "int8 quantization needs a calibration dataset",
+                "add calibration: {dataset: ..., split: ..., samples: 256}",
+            )
+        ]
+    return []
+
+
+def thresholds_fit_the_metric(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    if "evaluation" not in s or "verify" not in s:
+        return []
+    metric, verify = s["evaluation"].metric, s["verify"]
+    if metric == "top1":
+        return []
+    refused = ["max_accuracy_drop"]  # needs labels
+    if metric == "detections":
+        refused += ["max_abs_diff", "max_relative_diff", "min_top1_agreement"]
+    hint = (
+        "detections are checked by verify.detections (box_atol, score_atol, min_match_rate); "
+        "remove this key"
+        if metric == "detections"
+        else "accuracy needs labels (metric: top1); use max_relative_diff, max_abs_diff or "
+        "min_top1_agreement, or remove this key"
+    )
+    return [
+        (f"verify.{key}", f"does not apply to evaluation.metric: {metric}", hint)
+        for key in refused
+        if key in verify.model_fields_set and getattr(verify, key) is not None
+    ]
+
+
+def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    if profile is None or "quantization" not in s:
+        return []
+    q, found = s["quantization"], []
+    if q.mode not in profile.quantization:
+        found.append(
+            (
+                "quantization.mode",
+                f"target '{profile.name}' does not support mode '{q.mode}'",
+                f"choose one of {', '.join(profile.quantization)}",
+            )
+        )
+    if q.method == "qat" and profile.backend in ("tflite", "tflite_micro", "armnn"):
+        found.append(
+            (
+                "quantization.method",
+                f"target '{profile.name}' cannot take a QAT model's own scales: its converter "
+                "(onnx2tf) calibrates again and cannot carry Q/DQ scales into a .tflite "
+                "(onnx2tf issue 680)",
+                "use onnxruntime_micro or tensorrt, which run the exported Q/DQ as it is",
+            )
+        )
+    if q.activations == "int16" and (q.mode != "int8" or profile.backend not in INT16_ACT):
+        found.append(
+            (
+                "quantization.activations",
+                f"int16 activations need quantization.mode int8 and a target whose runtime "
+                f"has 16x8 kernels ({', '.join(INT16_ACT)}); got mode {q.mode}, target "
+                f"{profile.name}",
+                "set quantization.activations: int8, or choose tflite or tflite_micro",
+            )
+        )
+    return found
+
+
+def board_of_the_target(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    from edgeflow.recipe.suggest import did_you_mean
+
+    if profile is None or "precheck" not in s:
+        return []
+    board = s["precheck"].board
+    if board is None or board in profile.boards:
+        return []
+    hint = did_you_mean(board, list(profile.boards)) or "this target defines no boards"
+    return [("precheck.board", f"target '{profile.name}' has no board '{board}'", hint)]
+
+
+CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...] = (
+    calibration_for_int8,
+    thresholds_fit_the_metric,
+    quantization_fits_the_target,
+    board_of_the_target,
+)
+# The sections the checks read: validated on their own when the whole recipe does not.
+SECTIONS = ("quantization", "calibration", "evaluation", "verify", "precheck", "target")
