@@ -68,7 +68,14 @@ def user_code(name: str, path: Path) -> bool:
 def closure(
     roots: Iterable[Path], follow: Follow = user_code, search: Iterable[str] = ()
 ) -> dict[str, str]:
-    """Module name -> sha256 for each root file and each module it reaches by imports.
+    """Module name -> sha256 for each root file and each module it reaches by imports."""
+    return {name: file_sha256(path) for name, path in closure_files(roots, follow, search).items()}
+
+
+def closure_files(
+    roots: Iterable[Path], follow: Follow = user_code, search: Iterable[str] = ()
+) -> dict[str, Path]:
+    """Module name -> file for each root file and each module it reaches by imports.
 
     `search` adds folders to look for top-level modules in, before sys.path (the folder of a
     recipe's `file.py:Name`, which edgeflow puts on sys.path when it loads the file)."""
@@ -76,13 +83,13 @@ def closure(
     path = [*search, *(str(r.parent) for r in roots), *(p or "." for p in sys.path)]
     path += [str(package_root(r)) for r in roots]
     search_path = list(dict.fromkeys(str(Path(p).resolve()) for p in path))
-    found: dict[str, str] = {}
+    found: dict[str, Path] = {}
     todo = [(module_name(r), r) for r in roots]
     while todo:
         name, file = todo.pop()
         if name in found:
             continue
-        found[name] = file_sha256(file)
+        found[name] = file
         if file.suffix != ".py":
             continue  # an extension module: hashed, not read
         for wanted in _imports(str(file), file.stat().st_mtime_ns, name, file.name):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.errors import EdgeflowError
-from edgeflow.recipe.refs import ImportRef
+from edgeflow.recipe.refs import ImportRef, user_frame
 from edgeflow.recipe.schema import DatasetSpec, TensorSpec
 
 LABEL_KEY = "label"
@@ -53,7 +53,14 @@ def load_samples(spec: DatasetSpec, inputs: list[TensorSpec], what: str) -> Samp
                 f"(has: {', '.join(raw) or 'nothing'})",
                 "name the dataset's arrays after the recipe's source.inputs",
             )
-        arr = np.asarray(raw[tensor.name]).astype(tensor.dtype, copy=False)
+        try:
+            arr = np.asarray(raw[tensor.name]).astype(tensor.dtype, copy=False)
+        except (TypeError, ValueError) as exc:
+            raise EdgeflowError(
+                f"{what} dataset {spec.dataset}: '{tensor.name}' cannot be read as "
+                f"{tensor.dtype}: {exc}",
+                "the dataset's arrays must hold numbers of the declared dtype",
+            ) from exc
         if tuple(arr.shape[1:]) != tuple(tensor.shape[1:]):
             raise EdgeflowError(
                 f"{what} dataset {spec.dataset}: '{tensor.name}' has samples of shape "
@@ -74,10 +81,7 @@ def load_samples(spec: DatasetSpec, inputs: list[TensorSpec], what: str) -> Samp
 def _read(spec: DatasetSpec, what: str) -> Mapping[str, Any]:
     source: Any = spec.dataset
     if isinstance(source, Path):
-        if source.suffix == ".npy":
-            return {"__single__": np.load(source, allow_pickle=False)}
-        with np.load(source, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
+        return _read_file(source, what)
     assert isinstance(source, ImportRef)
     fn = source.load()
     kwargs = dict(spec.options)
@@ -85,13 +89,38 @@ def _read(spec: DatasetSpec, what: str) -> Mapping[str, Any]:
         kwargs["split"] = spec.split
     try:
         result = fn(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise EdgeflowError(f"{what} dataset {source} failed: {exc}") from exc
+    except EdgeflowError:
+        raise
+    except Exception as exc:  # the dataset function's own error (built-in or the user's)
+        raise EdgeflowError(
+            f"{what} dataset {source} raised {type(exc).__name__}: {exc} ({user_frame(exc)})",
+            f"call {source.attr}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) in "
+            "Python to reproduce it",
+        ) from exc
     if isinstance(result, Mapping):
         return result
     if isinstance(result, Iterable):
         return _stack(list(result), f"{what} dataset {source}")
     raise EdgeflowError(f"{what} dataset {source} returned {type(result).__name__}")
+
+
+def _read_file(path: Path, what: str) -> dict[str, np.ndarray]:
+    """The arrays of a .npy or .npz file, read without pickle (object arrays are refused)."""
+    import zipfile
+
+    try:
+        if path.suffix == ".npy":
+            return {"__single__": np.load(path, allow_pickle=False)}
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, EOFError, MemoryError, zipfile.BadZipFile) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "allow_pickle" in why:
+            why = "it holds Python objects (pickled data), which edgeflow never loads"
+        raise EdgeflowError(
+            f"{what} dataset {path} cannot be read: {why}",
+            "save plain numeric arrays with numpy.save / numpy.savez",
+        ) from exc
 
 
 def _stack(items: list[Any], what: str) -> dict[str, np.ndarray]:

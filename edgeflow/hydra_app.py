@@ -39,7 +39,7 @@ def run_hydra(args: list[str]) -> int:
     """Run `edgeflow run ARGS`; returns the worst exit status over all jobs."""
     import hydra
 
-    args = _recipe_keys(_register_groups(args))
+    args = _route(_register_groups(args))
     _exit_codes.clear()
     app = hydra.main(version_base=None, config_name="edgeflow_run")(_job)
     sweep_dir = None
@@ -101,11 +101,16 @@ def _record(row: dict[str, Any], build_dir: str, code: int) -> None:
 
 
 # Recipe sections (and top-level keys) any key of which can be set on the command line
-# (`verify.max_abs_diff=1e-4`, `precheck.continue_on_failure=true`, `target_rewrites=false`);
-# target and quantization are config groups instead.
+# (`verify.max_abs_diff=1e-4`, `precheck.continue_on_failure=true`, `target_rewrites=false`,
+# `rewrites=[onnx.decompose]`, `+rewrites=[...]` to append); target and quantization are
+# config groups instead.
 RECIPE_SECTIONS = (
+    "name",
+    "description",
     "source",
     "export",
+    "rewrites",
+    "postprocess",
     "optimize",
     "calibration",
     "evaluation",
@@ -113,20 +118,61 @@ RECIPE_SECTIONS = (
     "verify",
     "target_rewrites",
 )
+RUN_KEYS = ("recipe", "target", "quantization", "cache_dir", "build_dir")
 OVERRIDES = "recipe_overrides"  # where Hydra keeps them: +recipe_overrides.<key>=<value>
+APPENDS = "recipe_appends"  # +rewrites=[...]: appended to the recipe's list
 
 
-def _recipe_keys(args: list[str]) -> list[str]:
-    """`verify.max_abs_diff=1e-4` -> `+recipe_overrides.verify.max_abs_diff=1e-4`, so that
-    Hydra accepts (and sweeps) any recipe key; the job hands them to the recipe loader, which
-    validates them and names the command line in its errors."""
-    rewritten = []
+def _route(args: list[str]) -> list[str]:
+    """Check every override and route recipe keys to where the job finds them:
+    `verify.max_abs_diff=1e-4` -> `+recipe_overrides.verify.max_abs_diff=1e-4` (Hydra then
+    accepts and sweeps any recipe key; the job hands them to the recipe loader, which
+    validates them and names the command line in its errors), `+rewrites=[...]` ->
+    `+recipe_appends.rewrites=[...]`. An override of a key nothing reads is an error: no
+    override is ever ignored."""
+    from edgeflow.recipe.suggest import did_you_mean
+
+    routed = []
     for arg in args:
-        key = arg.split("=", 1)[0]
-        if "=" in arg and key.split(".", 1)[0] in RECIPE_SECTIONS:
-            arg = f"+{OVERRIDES}.{arg}"
-        rewritten.append(arg)
-    return rewritten
+        if arg.startswith("-") or ("=" not in arg and not arg.startswith("~")):
+            routed.append(arg)  # a flag (-m, --cfg job) or a flag's value
+            continue
+        prefix = next(p for p in ("++", "+", "~", "") if arg.startswith(p))
+        key, _, value = arg[len(prefix) :].partition("=")
+        head, _, rest = key.partition(".")
+        if head == "hydra" or head.startswith("hydra/"):
+            routed.append(arg)
+        elif head in RUN_KEYS and not (head == "quantization" and rest):
+            if prefix == "~" or rest:
+                raise EdgeflowError(f"{arg}: cannot be removed or set part by part", RUN_HELP_HINT)
+            routed.append(f"{key}={value}")  # `+cache_dir=x` means the same as `cache_dir=x`
+        elif head == "quantization":
+            if rest not in QUANTIZATION_KEYS or prefix == "~":
+                raise EdgeflowError(
+                    f"{arg}: unknown quantization key '{rest}'",
+                    did_you_mean(rest, QUANTIZATION_KEYS)
+                    or f"quantization keys: {', '.join(QUANTIZATION_KEYS)}",
+                )
+            routed.append(f"{key}={value}")
+        elif head in RECIPE_SECTIONS:
+            if prefix == "~":
+                raise EdgeflowError(
+                    f"{arg}: a recipe key cannot be removed on the command line",
+                    f"set it instead ({key}=null where null means its default), or edit the recipe",
+                )
+            if prefix == "+" and key == "rewrites":
+                routed.append(f"+{APPENDS}.rewrites={value}")
+            else:
+                routed.append(f"+{OVERRIDES}.{key}={value}")
+        else:
+            raise EdgeflowError(
+                f"{arg}: unknown key '{head}'",
+                did_you_mean(head, [*RUN_KEYS, *RECIPE_SECTIONS]) or RUN_HELP_HINT,
+            )
+    return routed
+
+
+RUN_HELP_HINT = "see `edgeflow run --help` for the keys a run takes"
 
 
 def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -145,9 +191,13 @@ def _register_groups(args: list[str]) -> list[str]:
     recipes, targets = resources.available("recipes"), resources.available("targets")
     for name, path in recipes.items():
         store.store(group="recipe", name=name, node={"name": name, "path": str(path)})
-    args = [_register_recipe_paths(store, a) if a.startswith("recipe=") else a for a in args]
+    given: dict[str, Path] = {}  # recipes given by path, by the option name they get
+    args = [_register_recipe_paths(store, a, given) if a.startswith("recipe=") else a for a in args]
     _check_choices(
-        args, "recipe", recipes, "a recipe name from ./recipes/ or a path to a YAML file"
+        args,
+        "recipe",
+        {**recipes, **given},
+        "a recipe name from ./recipes/ or a path to a YAML file",
     )
     _check_choices(args, "target", targets, "a profile name from ./targets/ or the built-ins")
     _check_choices(
@@ -198,8 +248,10 @@ def _check_choices(args: list[str], group: str, known: Any, hint: str) -> None:
                 )
 
 
-def _register_recipe_paths(store: Any, arg: str) -> str:
-    """`recipe=path/to/x.yaml[,other]`: register each path as a group option; rewrite the value."""
+def _register_recipe_paths(store: Any, arg: str, given: dict[str, Path]) -> str:
+    """`recipe=path/to/x.yaml[,other]`: register each path as a group option (named under
+    file/ or, outside the working directory, path/<hash>/, apart from the recipes known by
+    name); rewrite the value."""
     values = []
     for value in arg.split("=", 1)[1].split(","):
         path = Path(value)
@@ -208,14 +260,15 @@ def _register_recipe_paths(store: Any, arg: str) -> str:
             continue
         if not path.is_file():
             raise EdgeflowError(f"recipe file not found: {value}", "check the path")
-        rel = path.with_suffix("")
-        if rel.is_absolute() or ".." in rel.parts:
+        rel = Path("file") / path.with_suffix("")
+        if path.is_absolute() or ".." in path.parts:
             digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
             rel = Path("path") / digest / path.stem
         group = "/".join(("recipe", *rel.parts[:-1]))
         store.store(
             group=group, name=rel.name, node={"name": path.stem, "path": str(path.resolve())}
         )
+        given[rel.as_posix()] = path
         values.append(rel.as_posix())
     return "recipe=" + ",".join(values)
 
@@ -230,6 +283,9 @@ def _job(cfg: Any) -> None:
 
     extra = OmegaConf.to_container(cfg[OVERRIDES]) if OVERRIDES in cfg else {}
     overrides: dict[str, Any] = _flat(extra)
+    if APPENDS in cfg:
+        appended: Any = OmegaConf.to_container(cfg[APPENDS])
+        overrides["rewrites+"] = appended["rewrites"]
     if cfg.target.name:
         overrides["target"] = cfg.target.name
     for key in QUANTIZATION_KEYS:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgeflow.errors import EdgeflowError
-from edgeflow.recipe.refs import ImportRef
+from edgeflow.recipe.refs import ImportRef, user_frame
 from edgeflow.recipe.schema import PyTorchSource, TensorSpec
 
 if TYPE_CHECKING:
@@ -37,6 +38,14 @@ def build_module(source: PyTorchSource) -> torch.nn.Module:
             f"cannot build {ref}: it imports '{exc.name}', which is not installed",
             f"install the package that provides '{exc.name}' in this environment",
         ) from exc
+    except EdgeflowError:
+        raise
+    except Exception as exc:  # the user's constructor: their error, said as such
+        raise EdgeflowError(
+            f"{ref}({', '.join(source.init)}) raised {type(exc).__name__}: {exc} "
+            f"({user_frame(exc)})",
+            "run the constructor in Python with source.init's arguments to reproduce it",
+        ) from exc
     if not isinstance(module, torch.nn.Module):
         raise EdgeflowError(f"{ref} built a {type(module).__name__}, not a torch.nn.Module")
     if source.weights is not None:
@@ -49,9 +58,14 @@ def build_module(source: PyTorchSource) -> torch.nn.Module:
             ) from exc
         if isinstance(state, dict) and "state_dict" in state and len(state) <= 4:
             state = state["state_dict"]
+        if not isinstance(state, Mapping) or not all(isinstance(k, str) for k in state):
+            raise EdgeflowError(
+                f"weights {source.weights} hold a {type(state).__name__}, not a state_dict",
+                "save a state_dict with torch.save(model.state_dict(), path)",
+            )
         try:
             module.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
+        except (RuntimeError, TypeError, ValueError, AttributeError, KeyError) as exc:
             first = str(exc).splitlines()[0]
             raise EdgeflowError(
                 f"weights {source.weights} do not fit {ref}: {first}",

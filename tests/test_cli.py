@@ -165,3 +165,47 @@ def test_parallel_sweep_with_joblib_shares_one_cache(tmp_path: Path) -> None:
     jobs = json.loads((tmp_path / "b" / "sweep.json").read_text())["jobs"]
     assert sorted(j["build"] for j in jobs) == ["onnxruntime_micro-int8", "onnxruntime_micro-none"]
     assert all(j["status"] == "verified" for j in jobs)
+
+
+@pytest.mark.parametrize(
+    ("arg", "expected"),
+    [
+        ("rewrites=[fx.fuse_conv_bnn]",
+         "<command line> (rewrites=['fx.fuse_conv_bnn']): rewrites[0]: unknown rule"),
+        ("+rewrites=[onnx.made_up]", "<command line> (rewrites[0]=onnx.made_up): rewrites[0]: "
+         "unknown rule 'onnx.made_up'"),
+        ("++rewrites=[{rule: fx.replace_activation, frm: relu}]", "rewrites[0].frm: unknown key"),
+        ("+rewrites=[onnx.simplify,fx.fuse_conv_bn]",
+         "fx rule 'fx.fuse_conv_bn' after onnx rule 'onnx.simplify'"),
+        ("+foo=1", "+foo=1: unknown key 'foo'"),
+        ("++verfy.max_abs_diff=1", "unknown key 'verfy'\nhint: did you mean 'verify'?"),
+        ("quantization.per_chanel=false", "unknown quantization key 'per_chanel'"),
+        ("~verify.max_abs_diff", "a recipe key cannot be removed on the command line"),
+        ("name=123", "<command line> (name=123): name: must be a valid string"),
+    ],
+)  # fmt: skip
+def test_no_override_is_ignored(arg: str, expected: str, capsys) -> None:
+    """Rewrites are set (`rewrites=`), appended to (`+rewrites=`) and validated like the
+    file's; a key nothing reads is an error, never silently dropped."""
+    assert main(["run", "recipe=digits_cnn", arg]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_recipe_file_in_the_working_folder_and_an_appended_rule(
+    tmp_path: Path, shared_cache: Path, monkeypatch, capsys
+) -> None:
+    """`recipe=my.yaml` and `recipe=./my.yaml` run the file here (not "unknown recipe 'my'");
+    `+rewrites=[...]` adds the rule the precheck suggests without editing the file."""
+    text = DEMO_RECIPE.read_text().replace("../models/", f"{DEMO_WEIGHTS.parent}/")
+    (tmp_path / "my.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    common = [f"cache_dir={shared_cache}", "build_dir=out"]
+    for given in ("my.yaml", "./my.yaml"):
+        assert main(["run", f"recipe={given}", *common]) == 0
+    report = tmp_path / "out" / "my" / "onnxruntime_micro-int8" / "report.md"
+    assert "`fx.fuse_conv_bn`" not in report.read_text()
+    assert main(["run", "recipe=my.yaml", "+rewrites=[fx.fuse_conv_bn]", *common]) == 0
+    assert "`fx.fuse_conv_bn`: changed" in report.read_text()
+    capsys.readouterr()

@@ -14,7 +14,6 @@ Hydra config groups are edgeflow/engine/dvcparams.py.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,10 +278,11 @@ def _referenced_files(loaded: LoadedRecipe, planned: PlannedStage, root: Path) -
                 walk(getattr(value, name))
         elif isinstance(value, Path):
             files.add(value)
-        elif isinstance(value, ImportRef):
-            files.add(value.source_file() or Path(value.module))
-        elif hasattr(value, "rule") and hasattr(value, "fingerprint"):  # a RuleSpec
-            files.add(Path(inspect.getsourcefile(value.rule) or "."))
+        elif isinstance(value, ImportRef):  # its module and the user's modules it imports
+            files.update(value.files().values())
+        elif hasattr(value, "rule") and hasattr(value, "code_refs"):  # a RuleSpec
+            for ref in value.code_refs().values():
+                files.update(ref.files().values())
         elif isinstance(value, dict | list | tuple):
             for item in value.values() if isinstance(value, dict) else value:
                 walk(item)

@@ -29,7 +29,8 @@ def run_stage(
     import json
     import time
 
-    from edgeflow.engine.runner import PUBLISHED_SLOTS, execute, publish, replace_folder
+    from edgeflow.engine.publish import publish, replace_folder
+    from edgeflow.engine.runner import PUBLISHED_SLOTS, execute
 
     root = root.resolve()
     recipe_path = (root / recipe).resolve()
@@ -52,7 +53,8 @@ def run_stage(
             f"{wanted}: input {missing[0]} is missing", "run `dvc repro`, which makes it first"
         )
     out = root / step.out
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    _sweep_work_folders(out)
+    tmp = out.parent / f".{out.name}.work-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     tmp.mkdir(parents=True)
     start = time.perf_counter()
     inputs = {slot: root / path for slot, path in step.inputs.items()}
@@ -65,7 +67,7 @@ def run_stage(
             slots.update(
                 {s: tmp / f for s, f in step.stage.produces.items() if s in PUBLISHED_SLOTS}
             )
-            publish(out, slots)
+            publish(out, slots, recipe_path)
             shutil.rmtree(tmp)
         else:
             replace_folder(tmp, out)
@@ -88,3 +90,21 @@ def run_stage(
             )
             return EXIT_FAILED
     return 0
+
+
+def _sweep_work_folders(out: Path) -> None:
+    """Remove the work folders of this stage's killed runs (their process is gone)."""
+    for folder in out.parent.glob(f".{out.name}.work-*"):
+        pid = folder.name.rsplit("-", 2)[-2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

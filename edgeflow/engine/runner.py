@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from edgeflow.engine import keys
 from edgeflow.engine.cache import Cache, slot_digest
 from edgeflow.engine.pipeline import load_pipeline
+from edgeflow.engine.publish import publish
 from edgeflow.engine.stage import WARNINGS_FILE, Stage, StageContext
 from edgeflow.engine.tracebacks import summary, write_traceback
 from edgeflow.engine.worker import run_isolated
@@ -128,7 +125,8 @@ def run_build(
             slots[slot] = Slot(entry / name, f"{stage.name}:{slot_digest(entry, name)}")
     if all(o.status == "cached" for o in result.outcomes):
         echo(f"  nothing to do: all {len(result.outcomes)} stages cached")
-    publish(result.build_dir, {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots})
+    published = {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots}
+    publish(result.build_dir, published, loaded.path)
     result.metrics = json.loads((result.build_dir / "metrics.json").read_text())
     checks = json.loads(slots["checks"].path.read_text()) if "checks" in slots else []
     result.failed_checks = [c["message"] for c in checks if not c["passed"]]
@@ -158,26 +156,3 @@ def _report(
     seconds = time.perf_counter() - start
     result.outcomes.append(StageOutcome(stage, status, seconds, key))
     echo(f"  {stage:<14} {status:<7} {seconds:7.2f} s")
-
-
-def publish(build_dir: Path, files: dict[str, Path]) -> None:
-    """Replace the build folder with links/copies of the published files, atomically."""
-    build_dir.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(build_dir.parent / f".{build_dir.name}.lock")):
-        tmp = build_dir.parent / f".{build_dir.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        for path in files.values():
-            sources = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-            for src in sources:
-                shutil.copy2(src, tmp / src.name)
-        replace_folder(tmp, build_dir)
-
-
-def replace_folder(new: Path, final: Path) -> None:
-    """Put the complete folder `new` at `final` by renames; the old one is removed after."""
-    old = final.parent / f".{final.name}.old-{os.getpid()}"
-    if final.exists():
-        os.rename(final, old)
-    os.rename(new, final)
-    shutil.rmtree(old, ignore_errors=True)

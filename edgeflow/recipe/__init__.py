@@ -13,6 +13,7 @@ from edgeflow.recipe import checks
 from edgeflow.recipe.loader import (
     COMMAND_LINE,
     apply_overrides,
+    display_path,
     locate,
     plain,
     read_yaml,
@@ -84,6 +85,9 @@ def load_recipe(
     located = apply_overrides(tree, dict(overrides or {}))
     context = {"base_dir": path.parent, "cwd": str(cwd or Path.cwd())}
     problems: list[Problem] = []
+    if path.stem.startswith("."):  # build/<stem>/ must be a folder inside build_dir
+        message = f"the file name {path.name} cannot name a build folder (build/{path.stem}/)"
+        problems.append(Problem(display_path(path), 1, 1, "", message, "rename the file"))
     recipe: Recipe | None = None
     try:
         recipe = validate(Recipe, tree, path, context, located)

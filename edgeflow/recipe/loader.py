@@ -145,7 +145,7 @@ def _check_extent(tree: CommentedMap, fail: Any) -> None:
     """Refuse trees that validation would expand too far (aliases) or too deep (recursive
     aliases, deep nesting), reporting the top-level key under which it happens."""
     for key in tree:
-        line, col = tree.lc.key(key) if key in tree.lc.data else (0, 0)
+        line, col = tree.lc.key(key) if key in positions(tree) else (0, 0)
         count = 0
         stack: list[tuple[Any, int]] = [(tree[key], 1)]
         while stack:
@@ -189,7 +189,7 @@ def apply_overrides(tree: CommentedMap, overrides: Mapping[str, Any]) -> dict[st
                 node[part] = child
             node = child
         if not given.endswith("+"):
-            node[last] = value
+            node[last] = _commented(value)
             located[dotted] = value
             continue
         current = node.get(last)
@@ -201,8 +201,17 @@ def apply_overrides(tree: CommentedMap, overrides: Mapping[str, Any]) -> dict[st
             continue
         for item in value if isinstance(value, list) else [value]:
             located[f"{dotted}[{len(current)}]"] = item
-            current.append(item)
+            current.append(_commented(item))
     return located
+
+
+def _commented(value: Any) -> Any:
+    """Command-line values as ruamel containers (without positions), like the file's."""
+    if isinstance(value, Mapping):
+        return CommentedMap((k, _commented(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return CommentedSeq(_commented(v) for v in value)
+    return value
 
 
 def locate(
@@ -216,13 +225,13 @@ def locate(
             return Problem(f"{COMMAND_LINE} ({given}={value})", 0, 0, key, message, hint)
     node, line, col = tree, None, None
     for part in key.split("."):
-        if not isinstance(node, CommentedMap) or part not in node or part not in node.lc.data:
+        if not isinstance(node, CommentedMap) or part not in node or part not in positions(node):
             break
         child = node[part]
         scalar = not isinstance(child, CommentedMap | CommentedSeq)
         line, col = node.lc.value(part) if scalar else node.lc.key(part)
         node = child
-    if line is None and isinstance(tree, CommentedMap) and "target" in tree.lc.data:
+    if line is None and isinstance(tree, CommentedMap) and "target" in positions(tree):
         line, col = tree.lc.key("target")
     if line is None or col is None:
         return Problem(display_path(path), 1, 1, key, message, hint)
@@ -301,7 +310,7 @@ def _locate(
     for i, part in enumerate(loc):
         last = i == len(loc) - 1
         if isinstance(node, CommentedMap) and part in node:
-            if part in node.lc.data:
+            if part in positions(node):
                 key_line, key_col = node.lc.key(part)
                 val_line, val_col = node.lc.value(part)
             else:  # set from the command line: no position; stay at the parent's
@@ -316,14 +325,20 @@ def _locate(
             node = child
             keys.append(part)
         elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
-            item_line, item_col = node.lc.item(part)
-            line, col = item_line + 1, item_col + 1
+            position = positions(node).get(part)  # None for an item set on the command line
+            if position is not None:
+                line, col = position[0] + 1, position[1] + 1
             node = node[part]
             keys.append(part)
         elif isinstance(node, CommentedMap) and (last or isinstance(part, int)):
             keys.append(part)  # a missing key: report it at its parent
         # otherwise a union tag that pydantic put into the location: it is not in the YAML
     return keys, line, col
+
+
+def positions(node: CommentedMap | CommentedSeq) -> dict[Any, Any]:
+    """ruamel's positions of a container's keys or items (none for one made in code)."""
+    return getattr(node.lc, "data", None) or {}
 
 
 def _dotted(keys: list[str | int]) -> str:

@@ -11,10 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeflow.codehash import closure, digest, file_sha256, find_spec
+from edgeflow.codehash import closure_files, digest, file_sha256, find_spec
 from edgeflow.errors import EdgeflowError
 
 __all__ = ["ImportRef", "file_sha256", "top_level_names"]
+
+
+# reference -> the hashes of its closure's files when this process last loaded it
+_LOADED: dict[str, dict[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -62,20 +66,44 @@ class ImportRef:
             hint = f" (did you mean '{guess}'?)" if guess else ""
             raise ValueError(f"'{self.attr}' is not defined in {path.name}{hint}")
 
-    def fingerprint(self) -> dict[str, Any]:
-        """What a cache key records: the reference, and the source of its module and of every
-        module of the user's that it imports (codehash.closure)."""
+    def files(self) -> dict[str, Path]:
+        """The module's file and the file of every module of the user's that it imports
+        (codehash.closure_files), by module name."""
         path = self.source_file()
         if path is None or not path.is_file():
-            return {"ref": str(self), "source_sha256": "unknown"}
-        search = [str(path.parent)] if self.is_file else []
-        return {"ref": str(self), "source_sha256": digest(closure([path], search=search))}
+            return {}
+        return closure_files([path], search=[str(path.parent)] if self.is_file else [])
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a cache key records: the reference, and the source of its module and of every
+        module of the user's that it imports."""
+        files = self.files()
+        hashes = {name: file_sha256(path) for name, path in files.items()}
+        return {"ref": str(self), "source_sha256": digest(hashes) if files else "unknown"}
+
+    @property
+    def _module_name(self) -> str:
+        """The name the module has in sys.modules (a file gets a name of its own)."""
+        if not self.is_file:
+            return self.module
+        return "edgeflow_user_" + hashlib.sha1(self.module.encode()).hexdigest()[:12]
 
     def load(self) -> Any:
-        """Import the module (or execute the file) and return the attribute."""
+        """Import the module (or execute the file) and return the attribute.
+
+        A process that loads the same reference again after the user's code changed (a
+        notebook, a test session) imports the changed code afresh: the module and the user's
+        modules it imports are dropped from sys.modules when any of their files changed since
+        the last load, so a stage never runs old code under the new code's cache key."""
+        files = self.files()
+        hashes = {name: file_sha256(path) for name, path in files.items()}
+        name = self._module_name
+        if _LOADED.get(str(self)) not in (None, hashes):
+            for stale in (name, *files):
+                if stale != "edgeflow" and not stale.startswith("edgeflow."):
+                    sys.modules.pop(stale, None)
         try:
             if self.is_file:
-                name = "edgeflow_user_" + hashlib.sha1(self.module.encode()).hexdigest()[:12]
                 module = sys.modules.get(name)
                 if module is None:
                     # as for a script: `import helpers` finds the file's neighbours
@@ -86,11 +114,23 @@ class ImportRef:
                     assert spec is not None and spec.loader is not None
                     module = importlib.util.module_from_spec(spec)
                     sys.modules[name] = module
-                    spec.loader.exec_module(module)
+                    try:
+                        spec.loader.exec_module(module)
+                    except BaseException:
+                        sys.modules.pop(name, None)  # no half-run module for the next load
+                        raise
             else:
                 module = importlib.import_module(self.module)
+            _LOADED[str(self)] = hashes
         except ImportError as exc:
             raise EdgeflowError(f"cannot import '{self.module}': {exc}") from exc
+        except EdgeflowError:
+            raise
+        except Exception as exc:  # the user's module failed as it ran: their error, located
+            raise EdgeflowError(
+                f"importing {self.module} raised {type(exc).__name__}: {exc} ({user_frame(exc)})",
+                "import the module in Python to reproduce it",
+            ) from exc
         try:
             return getattr(module, self.attr)
         except AttributeError:
@@ -118,3 +158,21 @@ def top_level_names(source: str) -> set[str] | None:
         elif isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
             return None
     return names
+
+
+def user_frame(exc: BaseException) -> str:
+    """Where in the user's code an exception was raised: its innermost frame outside edgeflow
+    and installed packages (a SyntaxError: its own file and line), as `file:line`."""
+    from edgeflow.codehash import is_third_party
+
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"at {Path(exc.filename).name}:{exc.lineno}"
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    edgeflow_dir = str(Path(__file__).resolve().parent.parent)
+    for frame in reversed(frames):
+        path = Path(frame.filename)
+        if not str(path.resolve()).startswith(edgeflow_dir) and not is_third_party(path):
+            return f"at {path.name}:{frame.lineno}"
+    return f"at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "no traceback"

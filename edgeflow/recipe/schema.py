@@ -38,8 +38,15 @@ def _base_dir(info: ValidationInfo) -> Path:
 def _existing_file(value: Any, info: ValidationInfo) -> Path:
     if not isinstance(value, str | Path):
         raise user_error(f"expected a file path (got {value!r})")
-    path = (_base_dir(info) / value).resolve()
-    if not path.is_file():
+    try:
+        path = (_base_dir(info) / value).resolve()
+        found = path.is_file()
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a name too long, NUL
+        raise user_error(
+            f"not a usable file path: {value!s:.200} ({type(exc).__name__}: {exc!s:.200})",
+            "paths are relative to the recipe's folder; fix the path",
+        ) from None
+    if not found:
         raise user_error(
             f"file not found: {value} (resolved to {path})",
             "paths are relative to the recipe's folder; create the file or fix the path",

@@ -122,16 +122,14 @@ def locate_item(
     hint: str | None,
 ) -> Problem:
     """A problem at rewrites[index]: its place in the file, or the command line."""
-    from edgeflow.recipe.loader import display_path, locate
+    from edgeflow.recipe.loader import display_path, locate, positions
 
-    seq = tree.get("rewrites")
     if any(key == k or key.startswith(k + "[") or k == "rewrites" for k in located):
         return locate(tree, path, located, key, message, hint)
-    try:
-        line, col = seq.lc.item(index)
-    except (AttributeError, KeyError, TypeError):
+    position = positions(tree["rewrites"]).get(index)
+    if position is None:
         return locate(tree, path, located, "rewrites", message, hint)
-    return Problem(display_path(path), line + 1, col + 1, key, message, hint)
+    return Problem(display_path(path), position[0] + 1, position[1] + 1, key, message, hint)
 
 
 def _user_rule(ref_text: str, base_dir: Path, base: type) -> tuple[Any, str, str]:

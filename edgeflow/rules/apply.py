@@ -9,12 +9,12 @@ message names the rule and the rules that ran before it.
 
 from __future__ import annotations
 
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edgeflow.errors import EdgeflowError, InternalError
+from edgeflow.recipe.refs import user_frame
 from edgeflow.rules import contract
 from edgeflow.rules.base import RewriteContext, RuleSpec
 
@@ -72,7 +72,7 @@ def _apply(spec: RuleSpec, model: Any, ctx: RewriteContext, ran: list[str]) -> A
         if not spec.is_user_rule:
             raise InternalError(f"rule '{spec.name}'", cause) from exc
         raise EdgeflowError(
-            f"your rule {spec.source} raised {cause} ({_innermost(exc)})",
+            f"your rule {spec.source} raised {cause} ({user_frame(exc)})",
             "fix the rule, or remove it from the recipe's rewrites:",
         ) from exc
 
@@ -143,12 +143,6 @@ def _broken(spec: RuleSpec, problem: str, ran: list[str]) -> None:
 
 def _after(ran: list[str]) -> str:
     return f" (rules before it: {', '.join(ran)})" if ran else " (the first rule to run)"
-
-
-def _innermost(exc: BaseException) -> str:
-    """Where the exception was raised: the last frame of its traceback, as file:line."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    return f"at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "no traceback"
 
 
 def _is_onnx(model: Any) -> bool:

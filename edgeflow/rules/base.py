@@ -128,18 +128,24 @@ class RuleSpec:
         source of its module and of the user's modules that it imports; for options that
         name code (`Annotated[str, CODE_REF]`, e.g. fx.replace_pattern's pattern), that
         code's. Built-in rules' code is edgeflow's, which every key holds."""
-        from edgeflow.recipe.refs import ImportRef
-
         options = self.options.model_dump(mode="json", by_alias=True)
         found: dict[str, Any] = {"rule": self.name, "options": options}
-        if self.is_user_rule:
-            found["code"] = ImportRef.parse(self.source, Path("/")).fingerprint()
+        code = self.code_refs()
+        if code:
+            found["code"] = {name: ref.fingerprint() for name, ref in code.items()}
+        return found
+
+    def code_refs(self) -> dict[str, Any]:
+        """The user's code this entry runs, as ImportRefs: the rule itself (a user rule) and
+        the functions its options name ("rule" and the option names)."""
+        from edgeflow.recipe.refs import ImportRef
+
+        refs = {"rule": ImportRef.parse(self.source, Path("/"))} if self.is_user_rule else {}
         for name, info in type(self.options).model_fields.items():
             value = getattr(self.options, name)
             if CODE_REF in info.metadata and isinstance(value, str):
-                ref = ImportRef.parse(value, self.base_dir)
-                found.setdefault("option_code", {})[name] = ref.fingerprint()
-        return found
+                refs[name] = ImportRef.parse(value, self.base_dir)
+        return refs
 
 
 def _restore_spec(source: str, options: dict[str, Any], base_dir: str) -> RuleSpec:

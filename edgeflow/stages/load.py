@@ -21,11 +21,18 @@ def run(ctx: StageContext) -> None:
     limit = recipe.verify.detections.max_detections if detections else None
     outputs = run_module(module, samples, source.inputs, batching(source), limit)
     parameters = int(sum(p.numel() for p in module.parameters()))
-    save_reference(ctx, outputs, str(source.model), len(samples), parameters=parameters)
+    save_reference(
+        ctx, outputs, str(source.model), len(samples), source.outputs, parameters=parameters
+    )
 
 
 def save_reference(
-    ctx: StageContext, outputs: list[np.ndarray], model: str, samples: int, **extra: object
+    ctx: StageContext,
+    outputs: list[np.ndarray],
+    model: str,
+    samples: int,
+    names: list[str] | None,
+    **extra: object,
 ) -> None:
     """Write the source model's outputs (the verify stage's reference) and a summary; a
     source that outputs NaN or Inf on the user's own data cannot be a reference."""
@@ -34,8 +41,7 @@ def save_reference(
     for i, output in enumerate(outputs):
         bad = non_finite_samples(output)
         if bad.any():
-            names = ctx.recipe.source.outputs or []
-            name = f" '{names[i]}'" if i < len(names) else ""
+            name = f" '{names[i]}'" if names and i < len(names) else ""
             raise EdgeflowError(
                 f"the source model {model} outputs NaN or Inf on {int(bad.sum())} of "
                 f"{len(bad)} evaluation samples (output {i}{name}; first at sample "

@@ -60,8 +60,7 @@ def run(ctx: StageContext) -> None:
     ctx.write_json("metrics", metrics)
     ctx.write_json("checks", checks)
     _write_plots(ctx, v)
-    title = f"{ctx.recipe_file} -> {ctx.profile.name}-{ctx.recipe.quantization.mode}"
-    ctx.output("report").write_text(render(title, metrics, checks, details), encoding="utf-8")
+    ctx.output("report").write_text(render(_title(ctx), metrics, checks, details), encoding="utf-8")
 
 
 def _agreement(v: dict) -> dict:
@@ -109,8 +108,16 @@ def _not_verified(ctx: StageContext, v: dict, details: dict) -> None:
     ctx.write_json("metrics", metrics)
     ctx.write_json("checks", [])
     _write_plots(ctx, v)
-    title = f"{ctx.recipe_file} -> {ctx.profile.name}-{ctx.recipe.quantization.mode}"
-    ctx.output("report").write_text(render(title, metrics, [], details), encoding="utf-8")
+    ctx.output("report").write_text(render(_title(ctx), metrics, [], details), encoding="utf-8")
+
+
+def _title(ctx: StageContext) -> str:
+    """The build, then the recipe's own name and description where it sets them."""
+    recipe = ctx.recipe
+    title = f"{ctx.recipe_file} -> {ctx.profile.name}-{recipe.quantization.mode}"
+    about = [f"recipe `{recipe.name}`" if recipe.name else "", recipe.description]
+    about_text = ": ".join(a for a in about if a)
+    return f"{title}\n\n{about_text}" if about_text else title
 
 
 STAGE = Stage(
@@ -125,5 +132,5 @@ STAGE = Stage(
         "report": "report.md",
         "plots": "plots",
     },
-    reads=("verify", "quantization.mode", "target", "recipe_file"),
+    reads=("verify", "quantization.mode", "target", "recipe_file", "name", "description"),
 )

@@ -67,3 +67,123 @@ def test_two_processes_one_key_produce_once(tmp_path: Path) -> None:
         p.join(60)
     assert [p.exitcode for p in procs] == [0, 0]
     assert log.read_text() == "produced\n"
+
+
+def _damage(kind: str, entry: Path) -> None:
+    """One way a cache entry's files get damaged after they were written."""
+    target = entry / "result.txt"
+    if kind == "flipped":
+        data = bytearray(target.read_bytes())
+        data[0] ^= 0xFF
+        target.write_bytes(bytes(data))
+    elif kind == "truncated":
+        target.write_bytes(target.read_bytes()[:1])
+    elif kind == "emptied":
+        target.write_bytes(b"")
+    elif kind == "deleted":
+        target.unlink()
+    elif kind == "every file deleted":
+        for path in entry.rglob("*"):
+            if path.is_file():
+                path.unlink()
+    elif kind == "record deleted":
+        (entry / ".edgeflow-entry.json").unlink()
+    elif kind == "file added":
+        (entry / "extra.bin").write_bytes(b"x")
+
+
+DAMAGES = [
+    "flipped",
+    "truncated",
+    "emptied",
+    "deleted",
+    "every file deleted",
+    "record deleted",
+    "file added",
+]
+
+
+@pytest.mark.parametrize("kind", DAMAGES)
+def test_a_damaged_entry_is_recomputed_with_a_warning_never_served(
+    kind: str, tmp_path: Path
+) -> None:
+    warnings: list[str] = []
+    cache = Cache(tmp_path, warn=warnings.append)
+    entry, _ = cache.get_or_create("s", "d" * 64, _write("good"), {})
+    _damage(kind, entry)
+    again, cached = cache.get_or_create("s", "d" * 64, _write("good"), {})
+    assert cached is False and again == entry
+    assert (again / "result.txt").read_text() == "good"
+    assert not (again / "extra.bin").exists()
+    [warning] = warnings
+    assert warning.startswith(f"cache entry {entry} of stage 's' is damaged (")
+    assert warning.endswith("): discarded and computed again")
+    assert cache.stats.discarded == ["s"] and cache.events()[("s", "discarded")] == 1
+    assert cache.get_or_create("s", "d" * 64, _write("other"), {})[1] is True  # sound again
+
+
+def test_a_killed_runs_temporary_folders_are_swept_a_live_ones_kept(tmp_path: Path) -> None:
+    cache = Cache(tmp_path)
+    dead = tmp_path / "tmp" / f"export-{'a' * 16}-999999-deadbeef"
+    dead.mkdir(parents=True)
+    (dead / ".job.pkl").write_bytes(b"partial")
+    live = tmp_path / "tmp" / f"convert-{'b' * 16}-999998-cafecafe"
+    live.mkdir()
+    with cache._lock("b" * 64):  # a producer of that key stripe is still at work
+        assert cache.sweep() == [dead]
+    assert not dead.exists() and live.exists()
+
+
+def _fails(out: Path) -> None:
+    from edgeflow.errors import InternalError
+
+    (out / "partial.txt").write_text("half")
+    raise InternalError("stage 'probe'", "ValueError: boom")
+
+
+def test_a_bug_keeps_the_stages_folder_for_inspection(tmp_path: Path) -> None:
+    from edgeflow.errors import InternalError
+
+    cache = Cache(tmp_path)
+    with pytest.raises(InternalError) as info:
+        cache.get_or_create("probe", "e" * 64, _fails, {})
+    kept = tmp_path / "failed" / f"probe-{'e' * 16}"
+    assert info.value.details == kept and (kept / "partial.txt").read_text() == "half"
+    assert not cache.entry("probe", "e" * 64).exists()
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.fixture
+def read_only(tmp_path: Path):
+    """A folder mounted read-only (a team's shared cache); skipped where mounts are refused."""
+    import subprocess
+
+    source, mounted = tmp_path / "rw", tmp_path / "ro"
+    source.mkdir()
+    mounted.mkdir()
+
+    def mount(*args: str) -> bool:
+        return subprocess.run(["mount", *args], capture_output=True, check=False).returncode == 0
+
+    if not mount("--bind", str(source), str(mounted)):
+        pytest.skip("cannot bind-mount here (needs root)")
+    if not mount("-o", "remount,bind,ro", str(mounted)):
+        subprocess.run(["umount", str(mounted)], check=False)
+        pytest.skip("cannot remount read-only here")
+    yield source, mounted
+    subprocess.run(["umount", str(mounted)], check=False)
+
+
+def test_a_read_only_cache_serves_hits_and_refuses_misses_clearly(read_only) -> None:
+    from edgeflow.errors import EdgeflowError
+
+    source, mounted = read_only
+    Cache(source).get_or_create("s", "f" * 64, _write("shared"), {})
+    shared = Cache(mounted)
+    entry, cached = shared.get_or_create("s", "f" * 64, _write("never"), {})
+    assert cached is True and (entry / "result.txt").read_text() == "shared"
+    assert shared.events()[("s", "hit")] == 0  # nothing could be logged, and nothing failed
+    with pytest.raises(EdgeflowError) as info:
+        shared.get_or_create("s", "0" * 64, _write("new"), {})
+    assert info.value.exit_code == 2
+    assert f"the cache {mounted} is read-only and has no entry for stage 's'" in info.value.message

@@ -77,3 +77,105 @@ def test_missing_tool_in_a_worker_keeps_its_message_and_exit_status(tmp_path: Pa
     assert "target tflite needs onnx2tf: install it with pip install 'edgeflow[tflite]'" in str(
         info.value
     )
+
+
+@pytest.mark.parametrize("damage", ["flipped", "truncated", "emptied", "deleted", "all deleted"])
+def test_a_damaged_artifact_in_the_cache_is_rebuilt_not_published(
+    damage: str, tmp_path: Path, shared_cache: Path, capsys
+) -> None:
+    """The converted model.ort damaged after it was cached: the rerun recomputes it (with a
+    warning), verifies it, and publishes the sound one."""
+    import shutil
+
+    from edgeflow.cli import main
+
+    cache = tmp_path / "cache"
+    shutil.copytree(shared_cache, cache, dirs_exist_ok=True, symlinks=True)
+    args = ["run", "recipe=digits_cnn", f"cache_dir={cache}", f"build_dir={tmp_path / 'b'}"]
+    assert main(args) == 0
+    published = tmp_path / "b" / "digits_cnn" / "onnxruntime_micro-int8" / "model.ort"
+    sound = published.read_bytes()
+    [ort] = (cache / "convert").glob("*/*/artifact/model.ort")
+    if damage == "flipped":
+        data = bytearray(ort.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        ort.write_bytes(bytes(data))
+    elif damage == "truncated":
+        ort.write_bytes(ort.read_bytes()[: len(sound) // 2])
+    elif damage == "emptied":
+        ort.write_bytes(b"")
+    elif damage == "deleted":
+        ort.unlink()
+    else:
+        for path in ort.parent.parent.rglob("*"):
+            if path.is_file():
+                path.unlink()
+    capsys.readouterr()
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "warning: cache entry" in err and "of stage 'convert' is damaged" in err
+    assert "  convert        ran" in out and "verified: every threshold" in out
+    assert published.read_bytes() == sound or len(published.read_bytes()) == len(sound)
+
+
+def _bug(ctx: StageContext) -> None:
+    (ctx.out_dir / "half.txt").write_text("written before the bug")
+    _ = {}["missing"]  # a bug in edgeflow's own stage code
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_a_bug_in_a_stage_is_an_internal_error_with_its_traceback_kept(
+    isolated: bool, tmp_path: Path
+) -> None:
+    from edgeflow.engine.runner import execute
+    from edgeflow.errors import EdgeflowError, InternalError
+
+    stage = Stage(name="buggy", description="raises", run=_bug, isolated=isolated)
+    cache = Cache(tmp_path / "cache")
+    with pytest.raises(InternalError) as info:
+        cache.get_or_create(
+            "buggy", "b" * 64, lambda out: execute(stage, load_recipe(DEMO_RECIPE), {}, out), {}
+        )
+    error = info.value
+    assert not isinstance(error, EdgeflowError) and error.exit_code == 1
+    assert str(error) == "internal error in stage 'buggy' (a bug in edgeflow): KeyError: 'missing'"
+    kept = tmp_path / "cache" / "failed" / f"buggy-{'b' * 16}"
+    assert error.details == kept
+    traceback = (kept / "traceback.txt").read_text()
+    assert "Traceback (most recent call last)" in traceback and "in _bug" in traceback
+    assert (kept / "half.txt").is_file()
+    assert f"full traceback: {kept}/traceback.txt" in error.render()
+
+
+def test_sigterm_and_ctrl_c_stop_a_build_cleanly(tmp_path: Path) -> None:
+    """A cold build stopped while its worker runs: exit 128+signal, no traceback, no worker
+    process and no temporary folder left behind."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    for sig, group in ((signal.SIGTERM, False), (signal.SIGINT, True)):
+        cache = tmp_path / f"cache-{sig.name}"
+        cmd = [sys.executable, "-m", "edgeflow", "run", "recipe=digits_cnn"]
+        cmd += [f"cache_dir={cache}", f"build_dir={tmp_path / 'b'}", "quantization=none"]
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        deadline = time.monotonic() + 120
+        while not list((cache / "tmp").glob("rewrite-*/.job.pkl")):  # the rewrite worker runs
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        if group:
+            os.killpg(proc.pid, sig)  # Ctrl-C reaches the whole foreground group
+        else:
+            proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + sig.value, err
+        assert "Traceback" not in err and f"stopped by {sig.name}" in err
+        time.sleep(0.5)
+        workers = subprocess.run(
+            ["pgrep", "-f", f"edgeflow.engine.worker {cache}"], capture_output=True, check=False
+        )
+        assert workers.stdout == b""
+        assert list((cache / "tmp").iterdir()) == []

@@ -174,3 +174,134 @@ def test_inline_target_profile_errors_are_located(write_recipe) -> None:
     [problem] = problems(write_recipe(GOOD.replace("target: onnxruntime_micro\n", inline)))
     assert ":15:19: target.opset.mx: unknown key 'mx'" in problem
     assert "did you mean 'max'?" in problem
+
+
+def test_problems_of_every_phase_come_in_one_run(write_recipe) -> None:
+    """A schema problem, an unknown rule and an unknown board: three phases, one report."""
+    text = GOOD.replace("target: onnxruntime_micro", "target: tflite_micro\nexport: {opst: 18}")
+    text += "precheck: {board: cortex_m9}\nrewrites:\n  - fx.fuse_conv_bnn\n"
+    found = problems(write_recipe(text))
+    keys = [p.split(": ")[1] for p in found]
+    assert keys == ["export.opst", "precheck.board", "rewrites[0]"], found
+    assert "did you mean 'opset'?" in found[0]
+    assert "target 'tflite_micro' has no board 'cortex_m9'" in found[1]
+    assert "unknown rule 'fx.fuse_conv_bnn'" in found[2]
+
+
+def test_a_missing_calibration_does_not_hide_a_bad_metric(write_recipe) -> None:
+    text = GOOD.replace(
+        'calibration: {dataset: "edgeflow.datasets:sklearn_digits", split: calibration}\n', ""
+    ).replace("split: test}", "split: test, metric: top5}")
+    found = problems(write_recipe(text))
+    assert [p.split(": ")[1] for p in found] == ["evaluation.metric", "quantization.mode"]
+    assert "int8 quantization needs a calibration dataset" in found[1]
+
+
+def test_a_mode_the_target_lacks_and_a_bad_key_in_one_run(write_recipe) -> None:
+    text = GOOD.replace("target: onnxruntime_micro", "target: tflite_micro\nverify: {runs: 3}")
+    found = problems(write_recipe(text.replace("mode: int8", "mode: fp16")))
+    assert [p.split(": ")[1] for p in found] == ["quantization.mode", "verify.runs"]
+    assert "target 'tflite_micro' does not support mode 'fp16'" in found[0]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("shape: [1, 1, 8, 8]", "shape: [1, 1, true, 8]", "source.inputs[0].shape[2]"),
+        ("target: onnxruntime_micro", "target: onnxruntime_micro\nverify: {latency_runs: true}",
+         "verify.latency_runs"),
+        ("target: onnxruntime_micro", "target: onnxruntime_micro\nverify: {max_abs_diff: false}",
+         "verify.max_abs_diff"),
+        ("split: calibration}", "split: calibration, samples: true}", "calibration.samples"),
+        ("target: onnxruntime_micro", "target: onnxruntime_micro\nexport: {opset: 18.0}",
+         "export.opset"),
+        ("target: onnxruntime_micro", "target: onnxruntime_micro\nverify: {max_abs_diff: .nan}",
+         "verify.max_abs_diff"),
+        ("target: onnxruntime_micro", "target: onnxruntime_micro\nverify: {max_latency_ms: .inf}",
+         "verify.max_latency_ms"),
+    ],
+)  # fmt: skip
+def test_values_are_taken_as_written_no_boolean_is_a_number(
+    old: str, new: str, key: str, write_recipe
+) -> None:
+    [problem] = problems(write_recipe(GOOD.replace(old, new)))
+    assert f": {key}: " in problem
+
+
+@pytest.mark.parametrize(
+    ("added", "message"),
+    [
+        ("source: {dynamic_batch: {min: 8, max: 4}}", "min (8) is above max (4)"),
+        ("export: {opset: 15}", "the dynamo exporter writes opsets 18 to 23, not 15"),
+        ("export: {opset: 21, exporter: torchscript}",
+         "the torchscript exporter writes opsets 13 to 20, not 21"),
+        ("verify: {latency_runs: 1000000000000}", "less than or equal to 10000"),
+        ("verify: {warmup_runs: 1000000000}", "less than or equal to 1000"),
+        ("source: {shape: [1, 1, 65536, 65536]}", "elements per sample is more than"),
+    ],
+)  # fmt: skip
+def test_combinations_that_would_fail_or_surprise_at_run_time_are_refused(
+    added: str, message: str, write_recipe
+) -> None:
+    """dynamic_batch min > max ended in an export traceback; opset 15 with dynamo silently
+    became 18; a trillion latency runs never finished."""
+    text = GOOD
+    if added.startswith("source: {dynamic_batch"):
+        text = text.replace("source:\n", "source:\n  dynamic_batch: {min: 8, max: 4}\n")
+    elif added.startswith("source: {shape"):
+        text = text.replace("shape: [1, 1, 8, 8]", "shape: [1, 1, 65536, 65536]")
+    else:
+        text += added + "\n"
+    [problem] = problems(write_recipe(text))
+    assert message in problem
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("name: caf\xe9\n".encode("latin-1"), "not UTF-8 text: byte 0xe9"),
+        ("name: x\n".encode("utf-16"), "the file is UTF-16 text"),
+        (b"name: a\x00b\n", "NUL byte"),
+        (b"a: " + b"[" * 10_000 + b"]" * 10_000 + b"\n", "nested more than 64 levels"),
+        (
+            b"a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + b"".join(
+                f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n".encode()
+                for i in range(8)
+            ),
+            "expands to more than 100,000 values",
+        ),
+        (b"x" * (2 << 20), "more than a recipe's limit"),
+    ],
+)
+def test_malformed_files_are_located_errors_not_tracebacks_or_hangs(
+    content: bytes, message: str, tmp_path: Path, capsys
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and str(path) in err
+
+
+def test_a_recipe_file_name_that_cannot_name_a_build_folder(write_recipe) -> None:
+    [problem] = problems(write_recipe(GOOD, "...yaml"))
+    assert "the file name ...yaml cannot name a build folder" in problem
+
+
+def test_validate_runs_none_of_the_users_code(write_recipe, tmp_path: Path, capsys) -> None:
+    """A user rule's module is checked from its source: its top-level code does not run."""
+    marker = tmp_path / "ran.txt"
+    (tmp_path / "myrules.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from edgeflow.rules.base import OnnxRule\n\n"
+        "class Mine(OnnxRule):\n    name = 'user.mine'\n    description = 'x'\n"
+    )
+    path = write_recipe(GOOD + "rewrites:\n  - myrules.py:Mine\n  - myrules.py:Other\n")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "rewrites[1]: cannot load rule 'myrules.py:Other': 'Other' is not defined" in err
+    path = write_recipe(GOOD + "rewrites:\n  - myrules.py:Mine\n")
+    assert main(["validate", str(path)]) == 0
+    assert "myrules.py:Mine: found in its source" in capsys.readouterr().out
+    assert not marker.exists()

@@ -1,0 +1,156 @@
+"""Publishing a build folder (build/<recipe>/<target>-<mode>/) without destroying anything
+edgeflow did not write.
+
+The folder is replaced as a whole by renames, under a lock per build. It records what edgeflow
+wrote (`.edgeflow-build.json`: the recipe file, and each file's sha256), so a later publish can
+tell its own files from the user's: files the user put there are carried into the new folder;
+an edgeflow file the user changed, or a user file of the name edgeflow is about to write, stops
+the publish (exit 2, naming the files). A build folder made from another recipe file of the same
+stem (a/model.yaml and b/model.yaml) is refused, not replaced. The temporary and old folders a
+killed publish leaves behind are removed (or, for an old folder, put back) by the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from filelock import FileLock
+
+from edgeflow.codehash import file_sha256
+from edgeflow.errors import EdgeflowError
+
+RECORD = ".edgeflow-build.json"
+
+
+def publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
+    """Replace the build folder with copies of the published files (a file, or a folder's
+    files, per slot) and the user's own files, atomically."""
+    parent = build_dir.parent
+    _make_folder(parent)
+    with FileLock(str(parent / f".{build_dir.name}.lock")):
+        _recover(build_dir)
+        sources = {
+            src.name: src
+            for path in files.values()
+            for src in (
+                sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+            )
+        }
+        keep = _foreign_files(build_dir, set(sources), recipe)
+        tmp = parent / f".{build_dir.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            for name, src in sources.items():
+                shutil.copy2(src, tmp / name)
+            for name in keep:  # the user's files go with the folder
+                os.rename(build_dir / name, tmp / name)
+            record = {
+                "recipe": str(recipe),
+                "files": {name: file_sha256(tmp / name) for name in sorted(sources)},
+            }
+            (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            replace_folder(tmp, build_dir)
+        except BaseException:
+            for name in keep:  # a failure midway: the user's files go back where they were
+                if (tmp / name).exists() and not (build_dir / name).exists():
+                    os.rename(tmp / name, build_dir / name)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def _files(path: Path) -> list[Path]:
+    """A published slot's files: the file itself, or the files of its folder."""
+    return sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+
+
+def _make_folder(folder: Path) -> None:
+    for above in (folder.parent, folder):
+        if above.exists() and not above.is_dir():
+            raise EdgeflowError(
+                f"cannot publish the build: {above} is a file, not a folder",
+                "set build_dir=PATH to a folder, or move the file away",
+            )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EdgeflowError(
+            f"cannot create the build folder {folder}: {exc.strerror}",
+            "set build_dir=PATH to a writable folder",
+        ) from exc
+
+
+def _recover(build_dir: Path) -> None:
+    """Under the build's lock no publish is running: a temporary folder is a killed
+    publish's, and an old folder without a build folder is the build it had moved away."""
+    parent, name = build_dir.parent, build_dir.name
+    for tmp in parent.glob(f".{name}.tmp-*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    olds = sorted(parent.glob(f".{name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if olds and not build_dir.exists():
+        os.rename(olds.pop(), build_dir)
+    for old in olds:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _foreign_files(build_dir: Path, publishing: set[str], recipe: Path) -> list[str]:
+    """The names of files in the build folder that edgeflow did not write (to keep), after
+    checking that replacing the folder loses nothing of the user's."""
+    if not build_dir.exists():
+        return []
+    if not build_dir.is_dir():
+        raise EdgeflowError(
+            f"cannot publish the build: {build_dir} is a file, not a folder",
+            "move the file away",
+        )
+    record = _read_record(build_dir)
+    ours: dict[str, str | None] = (
+        record["files"] if record else {n: None for n in publishing}  # an older edgeflow's
+    )
+    if record and record.get("recipe") not in (None, str(recipe)):
+        other = Path(record["recipe"])
+        if other.is_file():
+            raise EdgeflowError(
+                f"{build_dir} holds the build of {other}, another recipe file with the same "
+                f"name as {recipe}; publishing would replace it",
+                "rename one of the two recipe files (the build folder is named after the "
+                "file), or set build_dir=PATH for one of them",
+            )
+    names = sorted(p.name for p in build_dir.iterdir() if p.name != RECORD)
+    changed = [
+        n
+        for n in names
+        if n in ours
+        and ours[n] is not None
+        and (build_dir / n).is_file()
+        and file_sha256(build_dir / n) != ours[n]
+    ]
+    clashing = [n for n in names if n not in ours and n in publishing]
+    if changed or clashing:
+        what = ", ".join(changed + clashing)
+        raise EdgeflowError(
+            f"{build_dir} holds files edgeflow did not write, which publishing would replace: "
+            f"{what}",
+            "move them out of the build folder (edgeflow keeps other files of yours there)",
+        )
+    return [n for n in names if n not in ours]
+
+
+def _read_record(build_dir: Path) -> dict | None:
+    try:
+        record = json.loads((build_dir / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("files"), dict) else None
+
+
+def replace_folder(new: Path, final: Path) -> None:
+    """Put the complete folder `new` at `final` by renames; the old one is removed after."""
+    old = final.parent / f".{final.name}.old-{os.getpid()}"
+    if final.exists():
+        os.rename(final, old)
+    os.rename(new, final)
+    shutil.rmtree(old, ignore_errors=True)

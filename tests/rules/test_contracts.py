@@ -1,0 +1,160 @@
+"""Every rule's contract is enforced while a build runs: its input stays as it was, its
+output passes the ONNX checker, and it computes what its input did within its tolerance. So
+is every other graph-changing step (the optimize stage)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+from edgeflow.errors import EdgeflowError, InternalError, StageFailed
+from edgeflow.recipe.schema import TensorSpec
+from edgeflow.rules.apply import apply_rules
+from edgeflow.rules.base import AstRule, OnnxRule, RewriteContext, RuleResult, RuleSpec
+from edgeflow.rules.onnx.simplify import Simplify
+
+SPECS = [TensorSpec(name="x", shape=[1, 4])]
+
+
+def log_model(eps: float = 1e-10) -> onnx.ModelProto:
+    """y = Log(x + eps) * 1: finite on silence (x = 0) only thanks to eps."""
+    nodes = [
+        helper.make_node("Add", ["x", "eps"], ["a"]),
+        helper.make_node("Log", ["a"], ["l"]),
+        helper.make_node("Mul", ["l", "one"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(eps, np.float32), "eps"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 4])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+class InPlace(OnnxRule):
+    name = "user.in_place"
+    description = "Edits its input model (forbidden)."
+
+    def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
+        model.graph.node[0].name = "renamed"
+        return RuleResult(model, True, 1)
+
+
+class Unchecked(OnnxRule):
+    name = "user.unchecked"
+    description = "Returns a model the ONNX checker refuses."
+
+    def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        out.graph.node[1].input[0] = "nowhere"
+        return RuleResult(out, True, 1)
+
+
+class DropEpsilon(OnnxRule):
+    name = "onnx.drop_epsilon"
+    description = "Removes the + eps (what onnxscript's tolerant x + 0 rule did)."
+
+    def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        out.graph.node[1].input[0] = "x"
+        del out.graph.node[0]
+        return RuleResult(out, True, 1)
+
+
+def spec(rule: type, source: str) -> RuleSpec:
+    return RuleSpec(rule, rule.Options(), source)
+
+
+def run(model: Any, *specs: RuleSpec) -> Any:
+    return apply_rules(model, list(specs), ("ast", "fx", "onnx"), RewriteContext(SPECS))
+
+
+def test_a_rule_that_changes_its_input_in_place_is_refused() -> None:
+    with pytest.raises(EdgeflowError, match="changed its input model in place"):
+        run(log_model(), spec(InPlace, "rules.py:InPlace"))
+
+
+def test_a_rule_whose_output_fails_the_onnx_checker_is_refused() -> None:
+    with pytest.raises(EdgeflowError, match="its output fails the ONNX checker"):
+        run(log_model(), spec(Unchecked, "rules.py:Unchecked"))
+
+
+def test_a_built_in_rule_breaking_its_tolerance_is_a_bug_naming_the_rules_before_it() -> None:
+    simplify = RuleSpec(Simplify, Simplify.Options(), "onnx.simplify")
+    with pytest.raises(InternalError) as info:
+        run(log_model(), simplify, spec(DropEpsilon, "onnx.drop_epsilon"))
+    message = str(info.value)
+    assert message.startswith("internal error in rule 'onnx.drop_epsilon' (a bug in edgeflow)")
+    assert "becomes NaN or Inf on the declared all-zero inputs" in message
+    assert message.endswith("(rules before it: onnx.simplify)")
+
+
+def test_records_say_what_was_checked() -> None:
+    _, [record], _ = run(log_model(), RuleSpec(Simplify, Simplify.Options(), "onnx.simplify"))
+    assert record["contract"] == [
+        "input left unchanged",
+        "ONNX checker",
+        "outputs within tolerance 0.0001 on random and all-zero inputs",
+    ]
+
+
+def test_onnxscripts_optimizer_keeps_an_epsilon_and_exact_no_ops_go() -> None:
+    """onnxscript matches x + 0 within 1e-8: it deleted the + 1e-10 before a Log, and the
+    float build of an audio model output NaN on silence. edgeflow's pass list keeps it."""
+    import onnxruntime as ort
+
+    from edgeflow.rules.onnx.simplify import simplify
+
+    out = simplify(log_model())
+    assert [n.op_type for n in out.graph.node] == ["Add", "Log"]  # the * 1 is gone
+    silence = {"x": np.zeros((1, 4), np.float32)}
+    [y] = ort.InferenceSession(out.SerializeToString()).run(None, silence)
+    assert np.allclose(y, np.log(np.float32(1e-10)))
+    assert [n.op_type for n in simplify(log_model(eps=0.0)).graph.node] == ["Log"]
+
+
+def test_the_optimize_stage_names_the_step_that_changed_the_model() -> None:
+    from edgeflow.rules import contract
+    from edgeflow.stages.optimize import _checked
+
+    feeds = contract.probes(SPECS)
+    broken = DropEpsilon().apply(log_model(), None, RewriteContext(SPECS)).model
+    with pytest.raises(StageFailed) as info:
+        _checked("onnxscript's optimizer", broken, contract.onnx_outputs(log_model(), feeds),
+                 feeds, "optimize.onnxscript: false")  # fmt: skip
+    assert "onnxscript's optimizer changed what the model computes: output 0" in info.value.message
+    assert "set optimize.onnxscript: false" in str(info.value.hint)
+
+
+class Rebind(AstRule):
+    name = "user.rebind"
+    description = "Rebinds the input module's forward (forbidden)."
+    Scale: ClassVar[float] = 3.0
+
+    def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
+        inner = model.forward
+        model.forward = lambda x: inner(x) * self.Scale
+        return RuleResult(model, True, 1)
+
+
+def test_a_torch_rule_that_rebinds_its_inputs_forward_is_refused() -> None:
+    class Tiny(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+
+    with pytest.raises(EdgeflowError, match="changed its input model in place"):
+        run(Tiny(), spec(Rebind, "rules.py:Rebind"))
