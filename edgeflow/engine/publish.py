@@ -28,6 +28,20 @@ RECORD = ".edgeflow-build.json"
 def publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
     """Replace the build folder with copies of the published files (a file, or a folder's
     files, per slot) and the user's own files, atomically."""
+    from edgeflow.engine.cache import ENVIRONMENT_ERRNOS
+
+    try:
+        _publish(build_dir, files, recipe)
+    except OSError as exc:
+        if exc.errno not in ENVIRONMENT_ERRNOS:
+            raise
+        raise EdgeflowError(
+            f"cannot write the build folder {build_dir}: {exc.strerror} ({exc.filename})",
+            "set build_dir=PATH to a writable folder with free space",
+        ) from exc
+
+
+def _publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
     parent = build_dir.parent
     _make_folder(parent)
     with FileLock(str(parent / f".{build_dir.name}.lock")):

@@ -13,6 +13,7 @@ RUNTIMES = (
     "tflite-micro",
     "tensorflow",
     "onnx2tf",
+    "flatbuffers",  # rewrites the .ort kernel type table (targets/_ort_format.py)
     "debian:*armnn*",
 )
 

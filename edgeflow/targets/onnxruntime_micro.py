@@ -1,8 +1,9 @@
 """onnxruntime_micro: an .ort model plus the operator config of a reduced ONNX Runtime build.
 
 Conversion uses onnxruntime's own tool (`onnxruntime.tools.convert_onnx_models_to_ort`, fixed
-optimizations, type reduction); the artifact is verified by loading the .ort file in
-onnxruntime, which runs ORT-format models with the same kernels a minimal build contains.
+optimizations, type reduction), its output made byte-reproducible (`_ort_format`); the
+artifact is verified by loading the .ort file in onnxruntime, which runs ORT-format models
+with the same kernels a minimal build contains.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.errors import EdgeflowError
+from edgeflow.targets._ort_format import canonical
 from edgeflow.targets.base import ConvertJob
 from edgeflow.verify.runners import OnnxRunner
 
@@ -44,7 +46,9 @@ def convert(job: ConvertJob) -> dict[str, Any]:
             )
     except Exception as exc:
         raise EdgeflowError(f"convert_onnx_models_to_ort failed: {exc}\n{log.getvalue()}") from exc
-    shutil.move(work / "out" / ARTIFACT, out_dir / ARTIFACT)
+    # the converter's bytes vary from run to run (hash-map order): identical models, identical
+    # files, so a rebuild can be compared byte for byte
+    (out_dir / ARTIFACT).write_bytes(canonical((work / "out" / ARTIFACT).read_bytes()))
     config = (work / "out" / "model.required_operators_and_types.config").read_text()
     # The tool writes the temporary path it read into the header; keep the artifact reproducible.
     lines = [ln if not ln.startswith("# - ") else f"# - {ARTIFACT}" for ln in config.splitlines()]

@@ -115,7 +115,7 @@ def test_a_damaged_artifact_in_the_cache_is_rebuilt_not_published(
     out, err = capsys.readouterr()
     assert "warning: cache entry" in err and "of stage 'convert' is damaged" in err
     assert "  convert        ran" in out and "verified: every threshold" in out
-    assert published.read_bytes() == sound or len(published.read_bytes()) == len(sound)
+    assert published.read_bytes() == sound  # .ort conversion is byte-reproducible
 
 
 def _bug(ctx: StageContext) -> None:
