@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import edgeflow
+from edgeflow.engine.stage import rules_of
 from edgeflow.recipe import LoadedRecipe
 from edgeflow.recipe.refs import ImportRef, file_sha256
 
@@ -33,7 +34,12 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def recipe_slice(loaded: LoadedRecipe, reads: tuple[str, ...]) -> dict[str, Any]:
+def recipe_slice(
+    loaded: LoadedRecipe,
+    reads: tuple[str, ...],
+    rule_levels: tuple[str, ...] = ("ast", "fx", "onnx"),
+) -> dict[str, Any]:
+    """The recipe values a stage reads, as JSON (its `rewrites` only of its rule levels)."""
     out: dict[str, Any] = {}
     for dotted in reads:
         if dotted == "target":
@@ -47,6 +53,8 @@ def recipe_slice(loaded: LoadedRecipe, reads: tuple[str, ...]) -> dict[str, Any]
         value: Any = loaded.recipe
         for part in dotted.split("."):
             value = getattr(value, part)
+        if dotted == "rewrites":
+            value = rules_of(value, rule_levels)
         out[dotted] = jsonable(value)
     return out
 

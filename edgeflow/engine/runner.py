@@ -54,7 +54,7 @@ def stage_key(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Slot]) -> st
             "version": stage.version,
             "code": keys.edgeflow_code(),
             "tools": keys.tool_versions(stage.tools),
-            "recipe": keys.recipe_slice(loaded, stage.reads),
+            "recipe": keys.recipe_slice(loaded, stage.reads, stage.rule_levels),
             "inputs": {slot: inputs[slot].key for slot in inputs},
         }
     )

@@ -31,6 +31,9 @@ class Stage:
     # Dotted recipe keys; "target" is the resolved profile, "recipe_file" the recipe's file stem.
     reads: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()  # distributions whose versions enter the key
+    # the levels of the recipe's `rewrites` a stage that reads them sees (and is keyed on):
+    # adding an onnx rule leaves the export cached
+    rule_levels: tuple[str, ...] = ("ast", "fx", "onnx")
     isolated: bool = False  # run in a worker process, so a native crash is a stage failure
     version: int = 1  # bump when outputs change meaning without a code change
 
@@ -93,9 +96,16 @@ class RecipeView:
     def __getattr__(self, name: str) -> Any:
         path = f"{self._path}.{name}" if self._path else name
         value = getattr(self._value, name)
+        if path == "rewrites":
+            value = rules_of(value, self._stage.rule_levels)
         reads = self._stage.reads
         if any(path == r or path.startswith(r + ".") for r in reads):
             return value
         if any(r.startswith(path + ".") for r in reads):
             return RecipeView(value, path, self._stage)
         raise AssertionError(f"stage '{self._stage.name}' reads '{path}' without declaring it")
+
+
+def rules_of(specs: list[Any], levels: tuple[str, ...]) -> list[Any]:
+    """The rule specs of the given levels, in order."""
+    return [spec for spec in specs if spec.rule.level in levels]

@@ -81,5 +81,6 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "export": "export.json"},
     reads=("source", "export", "rewrites"),
     tools=("torch", "onnx", "onnxscript"),
+    rule_levels=("ast", "fx"),
     isolated=True,
 )

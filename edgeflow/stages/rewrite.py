@@ -96,5 +96,6 @@ STAGE = Stage(
     produces={"rewrite": "rewrite.json", "sources": "rewritten"},
     reads=("source", "rewrites", "evaluation.metric", "verify.detections"),
     tools=("torch",),
+    rule_levels=("ast", "fx"),
     isolated=True,
 )

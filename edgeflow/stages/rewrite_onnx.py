@@ -75,4 +75,5 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "host": "host", "rewrite_onnx": "rewrite_onnx.json"},
     reads=("rewrites", "postprocess", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
+    rule_levels=("onnx",),
 )

@@ -42,4 +42,5 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "rewrite_target": "rewrite_target.json"},
     reads=("target", "target_rewrites", "rewrites", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir"),
+    rule_levels=("onnx",),
 )

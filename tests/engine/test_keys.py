@@ -197,11 +197,22 @@ def test_each_kind_of_user_file_reruns_exactly_the_stages_that_depend_on_it(
     assert ran(("helpers.py", "1.0", "2.0")) == set(STAGES)
     # the evaluation dataset's helper: the reference outputs and the comparison
     assert ran(("datahelp.py", "1.0", "0.5")) == {"load", "verify", "report"}
-    # the user rule's helper: the rule's record changes, the exported model does not (the
-    # rewrite_* stages key on the recipe's rules too); nothing after them reruns
-    assert ran(("rulehelp.py", "first", "second")) == {
-        "rewrite", "export", "rewrite_onnx", "rewrite_target", "report"
-    }  # fmt: skip
+    # the user rule's helper: the rule's record changes, the exported model does not; the
+    # onnx stages see only onnx rules, so nothing after the export reruns
+    assert ran(("rulehelp.py", "first", "second")) == {"rewrite", "export", "report"}
     # the pattern file's helper: the rule's code changes, its (empty) result does not
-    assert ran(("pathelp.py", "2.0", "3.0")) == {"rewrite", "export", "rewrite_onnx",
-                                                 "rewrite_target"}  # fmt: skip
+    assert ran(("pathelp.py", "2.0", "3.0")) == {"rewrite", "export"}
+
+
+@pytest.mark.slow
+def test_adding_an_onnx_rule_leaves_the_export_cached(tmp_path: Path) -> None:
+    """Trying the rule the precheck suggests (`+rewrites=[onnx...]`) reruns only the stages
+    from rewrite_onnx on."""
+    from tests.conftest import DEMO_RECIPE
+
+    cache, build = Cache(tmp_path / "cache"), tmp_path / "build"
+    run_build(load_recipe(DEMO_RECIPE), cache, build, lambda _: None)
+    added = load_recipe(DEMO_RECIPE, {"rewrites+": ["onnx.simplify"]})
+    result = run_build(added, cache, build, lambda _: None)
+    ran = [o.stage for o in result.outcomes if o.status == "ran"]
+    assert ran[:2] == ["rewrite_onnx", "rewrite_target"] and "export" not in ran
