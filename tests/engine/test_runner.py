@@ -179,3 +179,68 @@ def test_sigterm_and_ctrl_c_stop_a_build_cleanly(tmp_path: Path) -> None:
         )
         assert workers.stdout == b""
         assert list((cache / "tmp").iterdir()) == []
+
+
+def test_a_shared_read_only_cache_serves_a_build_and_names_itself_when_it_lacks_one(
+    tmp_path: Path, capsys
+) -> None:
+    """A complete cache mounted read-only: hits are served (nothing is logged into it); a
+    stage it lacks, and a read-only build folder, are exit-2 errors naming the folder."""
+    import subprocess
+
+    from edgeflow.cli import main
+
+    shared, mounted = tmp_path / "shared", tmp_path / "mounted"
+    mounted.mkdir()
+    build = ["run", "recipe=digits_cnn", f"build_dir={tmp_path / 'b'}"]
+    assert main([*build, f"cache_dir={shared}"]) == 0
+    if subprocess.run(["mount", "--bind", str(shared), str(mounted)], check=False).returncode:
+        pytest.skip("cannot bind-mount here (needs root)")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(mounted)], check=False).returncode:
+            pytest.skip("cannot remount read-only here")
+        capsys.readouterr()
+        assert main([*build, f"cache_dir={mounted}"]) == 0
+        assert "nothing to do: all 11 stages cached" in capsys.readouterr().out
+        assert main([*build, f"cache_dir={mounted}", "quantization=none"]) == 2
+        err = capsys.readouterr().err
+        assert f"the cache {mounted} is read-only and has no entry for stage" in err
+        assert main([*build[:2], f"build_dir={mounted / 'b'}", f"cache_dir={mounted}"]) == 2
+        err = capsys.readouterr().err
+        assert f"cannot create the build folder {mounted / 'b'}" in err and "Traceback" not in err
+    finally:
+        subprocess.run(["umount", str(mounted)], check=False)
+
+
+def test_an_epsilon_that_keeps_a_log_finite_survives_the_optimizer(tmp_path: Path) -> None:
+    """The optimize stage used to delete `+ 1e-10` before a Log (onnxscript's x + 0 rule with
+    a tolerance), so the float build output -inf on silence where the source gives -23."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    nodes = [helper.make_node("Add", ["x", "eps"], ["a"]), helper.make_node("Log", ["a"], ["y"])]
+    eps = numpy_helper.from_array(np.array(1e-10, np.float32), "eps")
+    graph = helper.make_graph(
+        nodes,
+        "log",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 16])],
+        [eps],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]),
+              str(tmp_path / "log.onnx"))  # fmt: skip
+    power = np.random.default_rng(0).random((20, 16)).astype(np.float32)
+    power[:5] = 0.0  # silence
+    np.savez(tmp_path / "frames.npz", x=power)
+    recipe = tmp_path / "log.yaml"
+    recipe.write_text(
+        "source: {kind: onnx, model: log.onnx, inputs: [{name: x, shape: [1, 16]}]}\n"
+        "evaluation: {dataset: frames.npz, metric: agreement}\n"
+        "target: onnxruntime_micro\nverify: {max_abs_diff: 1.0e-4}\n"
+    )
+    result = run_build(load_recipe(recipe), Cache(tmp_path / "c"), tmp_path / "b", print)
+    assert result.metrics["verified"] is True
+    assert result.metrics["agreement"]["non_finite_samples"] == 0
+    assert result.metrics["agreement"]["max_abs_diff"] <= 1e-4
