@@ -46,13 +46,7 @@ def _publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
     _make_folder(parent)
     with FileLock(str(parent / f".{build_dir.name}.lock")):
         _recover(build_dir)
-        sources = {
-            src.name: src
-            for path in files.values()
-            for src in (
-                sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-            )
-        }
+        sources = {src.name: src for path in files.values() for src in _files(path)}
         keep = _foreign_files(build_dir, set(sources), recipe)
         tmp = parent / f".{build_dir.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -60,8 +54,8 @@ def _publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
         try:
             for name, src in sources.items():
                 shutil.copy2(src, tmp / name)
-            for name in keep:  # the user's files go with the folder
-                os.rename(build_dir / name, tmp / name)
+            for name in keep:  # the user's files go with the folder, as links: the originals
+                _link(build_dir / name, tmp / name)  # stay where they are until the swap
             record = {
                 "recipe": str(recipe),
                 "files": {name: file_sha256(tmp / name) for name in sorted(sources)},
@@ -69,11 +63,25 @@ def _publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
             (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
             replace_folder(tmp, build_dir)
         except BaseException:
-            for name in keep:  # a failure midway: the user's files go back where they were
-                if (tmp / name).exists() and not (build_dir / name).exists():
-                    os.rename(tmp / name, build_dir / name)
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # copies and links only
             raise
+
+
+def _link(src: Path, dst: Path) -> None:
+    """Hard links of a file or folder tree (copies where the file system has no links)."""
+
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    if src.is_dir() and not src.is_symlink():
+        shutil.copytree(src, dst, symlinks=True, copy_function=link)
+    elif src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+    else:
+        link(str(src), str(dst))
 
 
 def _files(path: Path) -> list[Path]:

@@ -71,3 +71,24 @@ def test_a_killed_publishs_folders_are_cleaned_or_put_back(tmp_path: Path, outpu
     publish(build, outputs, recipe)
     assert (build / "my_results.csv").read_text() == "mine"
     assert sorted(p.name for p in build.parent.iterdir()) == [".t-none.lock", "t-none"]
+
+
+def test_a_publish_interrupted_at_the_swap_loses_no_file_of_the_users(
+    tmp_path: Path, outputs, monkeypatch
+) -> None:
+    from edgeflow.engine import publish as module
+
+    build, recipe = tmp_path / "build" / "r" / "t-none", tmp_path / "r.yaml"
+    publish(build, outputs, recipe)
+    (build / "my_results.csv").write_text("mine")
+
+    def interrupted(new: Path, final: Path) -> None:
+        os.rename(final, final.parent / f".{final.name}.old-{os.getpid()}")
+        raise KeyboardInterrupt  # Ctrl-C between the two renames
+
+    monkeypatch.setattr(module, "replace_folder", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        publish(build, outputs, recipe)
+    monkeypatch.undo()
+    publish(build, outputs, recipe)  # the next publish puts the old folder back first
+    assert (build / "my_results.csv").read_text() == "mine"
