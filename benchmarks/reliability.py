@@ -6,10 +6,11 @@ The acceptance benchmark of the issue "Trust the cache, the verdict and the erro
   unknown keys, missing keys, extreme numbers, encodings, deep nesting, aliases, junk bytes,
   files, code references), each through `edgeflow validate` in a long-lived worker process.
   Required: 0 tracebacks, 0 hangs, 0 invalid recipes accepted (unlocated messages are counted).
-- kill: the demo build SIGKILLed (its whole process group) at random moments on one shared
-  cache, then run to completion there: exit 0, "verified", model.ort byte-identical to a clean
-  build's, no partial or orphaned entry, temporary folder or lock file, no lock wait, no
-  process left.
+- kill: cold demo builds SIGKILLed (the whole process group) at random moments on one shared
+  cache until 50 kills have landed in a running build (each build is kept cold by deleting the
+  complete entries before it, while everything killed builds leave stays), then the build run
+  to completion there: exit 0, "verified", model.ort byte-identical to a clean build's, no
+  partial or orphaned entry, temporary folder or lock file, no lock wait, no process left.
 - signals: SIGTERM to the edgeflow process, SIGINT to its process group (Ctrl-C), at random
   moments of cold builds: exit within 10 s, no traceback, no worker and no temporary folder left.
 - concurrent: builds started at once on one fresh cache: all exit 0, load, rewrite and export

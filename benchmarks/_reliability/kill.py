@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,6 +24,7 @@ from .common import (
     wait_or_kill,
 )
 from .demo import (
+    CACHE_FOLDERS,
     artifact_of,
     clean_builds_identical,
     demo_args,
@@ -35,27 +37,27 @@ from .demo import (
 
 
 def part_kill(s: Settings) -> list[Row]:
-    """SIGKILL builds at random moments on one cache until `--kills` kills have landed while
-    a build was running; then a clean run must be right.
+    """SIGKILL cold builds at random moments on one cache until `--kills` kills have landed
+    while a build was running; then a clean run on that cache must be right.
 
-    The cache fills as the builds get further, so each moment is drawn from the duration of
-    the last build that finished (the cold one's at first): later kills land in the shorter,
-    partly cached builds (their start, cached stages, the publish) instead of after them."""
+    Each build is cold: the complete entries of the builds before it are deleted first (as
+    deleting cache entries always may be), while everything a kill leaves behind stays: the
+    temporary folders, the lock files, the failed/ folders, the events log, and the build
+    folder. So every kill lands while stages are writing entries, on the debris of the kills
+    before it."""
     ref = reference(s)
     root = s.work / "kill"
     cache, build = root / "cache", root / "build"
     rng = random.Random(1)
     tags: set[str] = set()
-    landed, tries, expected = 0, 0, ref.seconds
+    landed = tries = 0
     while landed < s.args.kills and tries < 4 * s.args.kills:
-        delay = rng.uniform(0, expected)
+        forget_entries(cache)
+        delay = rng.uniform(0, ref.seconds)
         took, tag = kill_at(s, demo_args(s, cache, build), root / f"run{tries:03d}", delay)
         tags.add(tag)
         tries += 1
-        if took is None:
-            landed += 1
-        else:
-            expected = took
+        landed += took is None
         what = "killed" if took is None else f"done after {took:.1f} s"
         say(f"kill {landed}/{s.args.kills} (try {tries}): at {delay:.1f} s, {what}")
     time.sleep(1)
@@ -66,6 +68,15 @@ def part_kill(s: Settings) -> list[Row]:
     after = inspect_cache(cache, build)
     left = reap_tagged({*tags, final.tag}, "edgeflow")
     return [kill_row(s, ref, final, before, after, landed, survivors + left)]
+
+
+def forget_entries(cache: Path) -> None:
+    """Delete the cache's complete entries (the stage folders), keeping its own folders."""
+    if not cache.is_dir():
+        return
+    for child in cache.iterdir():
+        if child.is_dir() and child.name not in CACHE_FOLDERS:
+            shutil.rmtree(child)
 
 
 def kill_at(s: Settings, args: list[str], folder: Path, delay: float) -> tuple[float | None, str]:
