@@ -29,10 +29,14 @@ Build, verify and report a recipe. Arguments are Hydra overrides:
   verify.max_abs_diff=1e-4         any key of the recipe's other sections (source, export,
                                    optimize, calibration, evaluation, precheck, verify)
   target_rewrites=false            skip the target profile's default rewrites
+  rewrites=[onnx.decompose]        set the recipe's rewrites; +rewrites=[...] appends to them
+  verify.allow_unverified=true     exit 0, not 3, when the target's runtime is absent here
   cache_dir=.edgeflow/cache build_dir=build
   -m target=a,b quantization.mode=int8,none    sweep every combination (Hydra multirun); ends
                                    with one table and build/sweep.json, Pareto builds marked
 Hydra's own flags work too: --cfg job, --info, hydra/launcher=joblib (the `sweep` extra).
+A key nothing reads is an error. Exit status: 0 verified, 1 a threshold missed, a tool crash
+or a bug in edgeflow, 2 a problem for you to fix, 3 NOT VERIFIED (the runtime is absent).
 """
 
 

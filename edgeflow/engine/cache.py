@@ -130,7 +130,12 @@ class Cache:
             meta["files"] = file_manifest(tmp)
             (tmp / ENTRY_FILE).write_text(json.dumps(meta, indent=2) + "\n")
             final.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(tmp, final)
+            try:
+                os.rename(tmp, final)
+            except OSError as exc:  # another machine, where locks do not hold, was first
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or check_entry(final):
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
         except (InternalError, StageCrashed) as exc:
             exc.details = self._keep_failed(tmp, stage, key)
             raise

@@ -187,3 +187,24 @@ def test_a_read_only_cache_serves_hits_and_refuses_misses_clearly(read_only) -> 
         shared.get_or_create("s", "0" * 64, _write("new"), {})
     assert info.value.exit_code == 2
     assert f"the cache {mounted} is read-only and has no entry for stage 's'" in info.value.message
+
+
+def test_a_writer_beaten_by_another_machine_uses_the_winners_entry(tmp_path: Path) -> None:
+    """Where locks do not hold across machines (some network file systems), two writers can
+    make one entry; the second rename fails, and the second writer takes the first's entry."""
+    import json
+
+    from edgeflow.engine.cache import ENTRY_FILE, file_manifest
+
+    cache = Cache(tmp_path)
+    final = cache.entry("s", "9" * 64)
+
+    def produce(out: Path) -> None:
+        (out / "result.txt").write_text("mine")
+        final.mkdir(parents=True)  # meanwhile, the other machine finished the same entry
+        (final / "result.txt").write_text("theirs")
+        (final / ENTRY_FILE).write_text(json.dumps({"files": file_manifest(final)}))
+
+    entry, cached = cache.get_or_create("s", "9" * 64, produce, {})
+    assert entry == final and (entry / "result.txt").read_text() == "theirs" and not cached
+    assert list((tmp_path / "tmp").iterdir()) == []
