@@ -209,3 +209,20 @@ def test_a_recipe_file_in_the_working_folder_and_an_appended_rule(
     assert main(["run", "recipe=my.yaml", "+rewrites=[fx.fuse_conv_bn]", *common]) == 0
     assert "`fx.fuse_conv_bn`: changed" in report.read_text()
     capsys.readouterr()
+
+
+@pytest.mark.slow
+def test_two_recipes_of_one_name_never_replace_each_others_build(
+    tmp_path: Path, shared_cache: Path, capsys
+) -> None:
+    text = DEMO_RECIPE.read_text().replace("../models/", f"{DEMO_WEIGHTS.parent}/")
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "model.yaml").write_text(text)
+    common = [f"cache_dir={shared_cache}", f"build_dir={tmp_path / 'build'}"]
+    assert main(["run", f"recipe={tmp_path / 'a' / 'model.yaml'}", *common]) == 0
+    capsys.readouterr()
+    assert main(["run", f"recipe={tmp_path / 'b' / 'model.yaml'}", *common]) == 2
+    out, err = capsys.readouterr()
+    assert f"holds the build of {tmp_path / 'a' / 'model.yaml'}, another recipe file" in err
+    assert " ran " not in out and " cached " not in out  # refused before any stage

@@ -132,15 +132,7 @@ def _foreign_files(build_dir: Path, publishing: set[str], recipe: Path) -> list[
     ours: dict[str, str | None] = (
         record["files"] if record else {n: None for n in publishing}  # an older edgeflow's
     )
-    if record and record.get("recipe") not in (None, str(recipe)):
-        other = Path(record["recipe"])
-        if other.is_file():
-            raise EdgeflowError(
-                f"{build_dir} holds the build of {other}, another recipe file with the same "
-                f"name as {recipe}; publishing would replace it",
-                "rename one of the two recipe files (the build folder is named after the "
-                "file), or set build_dir=PATH for one of them",
-            )
+    check_owner(build_dir, recipe, record)
     names = sorted(p.name for p in build_dir.iterdir() if p.name != RECORD)
     changed = [
         n
@@ -159,6 +151,22 @@ def _foreign_files(build_dir: Path, publishing: set[str], recipe: Path) -> list[
             "move them out of the build folder (edgeflow keeps other files of yours there)",
         )
     return [n for n in names if n not in ours]
+
+
+def check_owner(build_dir: Path, recipe: Path, record: dict | None = None) -> None:
+    """Refuse a build folder made from another recipe file of the same stem that still
+    exists (a/model.yaml and b/model.yaml both publish into build/model/)."""
+    record = record if record is not None else _read_record(build_dir)
+    if not record or record.get("recipe") in (None, str(recipe)):
+        return
+    other = Path(record["recipe"])
+    if other.is_file():
+        raise EdgeflowError(
+            f"{build_dir} holds the build of {other}, another recipe file with the same name "
+            f"as {recipe}; publishing would replace it",
+            "rename one of the two recipe files (the build folder is named after the file), "
+            "or set build_dir=PATH for one of them",
+        )
 
 
 def _read_record(build_dir: Path) -> dict | None:

@@ -12,7 +12,7 @@ from typing import Any
 from edgeflow.engine import keys
 from edgeflow.engine.cache import Cache, slot_digest
 from edgeflow.engine.pipeline import load_pipeline
-from edgeflow.engine.publish import publish
+from edgeflow.engine.publish import check_owner, publish
 from edgeflow.engine.stage import WARNINGS_FILE, Stage, StageContext
 from edgeflow.engine.tracebacks import summary, write_traceback
 from edgeflow.engine.worker import run_isolated
@@ -93,6 +93,7 @@ def run_build(
     result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
     slots = seed_slots(loaded, pipeline.seeds)
     echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
+    check_owner(result.build_dir, loaded.path)  # before the work, not after it
     cache.sweep()  # temporary folders of runs that were killed
     for stage in pipeline.stages:
         used = {s: slots[s] for s in (*stage.consumes, *stage.optional) if s in slots}
