@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.errors import EdgeflowError, first_line
 from edgeflow.recipe.refs import ImportRef, user_frame
 from edgeflow.recipe.schema import DatasetSpec, TensorSpec
 
@@ -114,7 +114,7 @@ def _read_file(path: Path, what: str) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
     except (ValueError, OSError, EOFError, MemoryError, zipfile.BadZipFile) as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        why = first_line(exc)
         if "allow_pickle" in why:
             why = "it holds Python objects (pickled data), which edgeflow never loads"
         raise EdgeflowError(

@@ -15,10 +15,17 @@ EXIT_USER = 2
 EXIT_NOT_VERIFIED = 3
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's first line of text (a third-party tool's errors run to pages), or its
+    type when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class EdgeflowError(Exception):
     """A problem the user can fix; printed without a traceback, exit status 2."""
 
-    exit_code = 2
+    exit_code = EXIT_USER
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -61,10 +68,10 @@ class RecipeError(EdgeflowError):
 class StageFailed(EdgeflowError):
     """A pipeline stage raised or its worker crashed; nothing of it was cached."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
     def __init__(
-        self, stage: str, reason: str, hint: str | None = None, exit_code: int = 1
+        self, stage: str, reason: str, hint: str | None = None, exit_code: int = EXIT_FAILED
     ) -> None:
         self.stage = stage
         self.reason = reason

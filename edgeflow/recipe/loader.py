@@ -214,15 +214,23 @@ def _commented(value: Any) -> Any:
     return value
 
 
+def from_command_line(key: str, overridden: Mapping[str, Any]) -> str | None:
+    """`<command line> (given=value)` when an override set this dotted key or one above it."""
+    for given, value in overridden.items():
+        if key == given or key.startswith(given + ".") or key.startswith(given + "["):
+            return f"{COMMAND_LINE} ({given}={value})"
+    return None
+
+
 def locate(
     tree: Any, path: Path, overridden: Mapping[str, Any], key: str, message: str, hint: str | None
 ) -> Problem:
     """A problem at a dotted key: at its value where the file sets it, at the command line
     where an override does, else at the nearest key above it that the file has (or at
     `target:`, which decides most defaults)."""
-    for given, value in overridden.items():
-        if key == given or key.startswith(given + ".") or key.startswith(given + "["):
-            return Problem(f"{COMMAND_LINE} ({given}={value})", 0, 0, key, message, hint)
+    shown = from_command_line(key, overridden)
+    if shown:
+        return Problem(shown, 0, 0, key, message, hint)
     node, line, col = tree, None, None
     for part in key.split("."):
         if not isinstance(node, CommentedMap) or part not in node or part not in positions(node):
@@ -294,10 +302,9 @@ def _problem(
         keys.append(str(ctx.get("discriminator", "kind")).strip("'"))
     dotted = _dotted(keys)
     message, hint = _describe(model, loc, err, keys)
-    for key in overridden:
-        if dotted == key or dotted.startswith(key + ".") or dotted.startswith(key + "["):
-            shown = f"{COMMAND_LINE} ({key}={overridden[key]})"
-            return Problem(shown, 0, 0, dotted, message, hint)
+    shown = from_command_line(dotted, overridden)
+    if shown:
+        return Problem(shown, 0, 0, dotted, message, hint)
     return Problem(display_path(path), line, col, dotted, message, hint)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeflow.errors import first_line
 from edgeflow.recipe.schema import TensorSpec
 
 NOISE = 1e-5  # float32 rounding when a step reorders arithmetic, relative to the output range
@@ -68,8 +69,7 @@ def onnx_outputs(model: Any, feeds: list[dict[str, np.ndarray]]) -> Outputs:
             ]
         )
     except Exception as exc:  # onnxruntime's errors are not typed
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return Outputs(None, f"onnxruntime cannot run it: {first}")
+        return Outputs(None, f"onnxruntime cannot run it: {first_line(exc)}")
 
 
 def torch_outputs(module: Any, feeds: list[dict[str, np.ndarray]], specs: list[Any]) -> Outputs:

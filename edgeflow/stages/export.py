@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from edgeflow.engine.stage import Stage, StageContext
-from edgeflow.errors import EdgeflowError
+from edgeflow.errors import EdgeflowError, first_line
 
 
 def run(ctx: StageContext) -> None:
@@ -50,9 +50,8 @@ def run(ctx: StageContext) -> None:
             **kwargs,
         )
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise EdgeflowError(
-            f"torch.onnx.export ({options.exporter}) failed: {first}",
+            f"torch.onnx.export ({options.exporter}) failed: {first_line(exc)}",
             "try export.exporter: torchscript, or a rewrite rule for the construct named above",
         ) from exc
     model = onnx.load(str(path))  # raises if it refers to external data that is not there

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 from edgeflow.engine.stage import Stage, StageContext
-from edgeflow.errors import EdgeflowError
+from edgeflow.errors import EdgeflowError, first_line
 from edgeflow.stages.load import save_reference
 
 
@@ -45,9 +45,8 @@ def run(ctx: StageContext) -> None:
     try:
         outputs = run_all(OnnxRunner(session), samples, *batching(source))
     except Exception as exc:  # onnxruntime's errors are not typed: the model fails on the data
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise EdgeflowError(
-            f"onnxruntime cannot run {path.name} on the evaluation samples: {first}",
+            f"onnxruntime cannot run {path.name} on the evaluation samples: {first_line(exc)}",
             "check source.inputs (shapes, dtypes) against the model's inputs",
         ) from exc
     shutil.copyfile(path, ctx.output("onnx"))
