@@ -78,8 +78,8 @@ verify:                           # metric agreement: no labels, random weights
 
 
 def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) -> dict[str, Any]:
+    from edgeflow.core.errors import EdgeflowError
     from edgeflow.engine.runner import run_build
-    from edgeflow.errors import EdgeflowError
     from edgeflow.recipe import load_recipe
 
     overrides: dict[str, Any] = {"target": target, "quantization.mode": mode}

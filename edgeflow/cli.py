@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from edgeflow import __version__
-from edgeflow.errors import EdgeflowError, InternalError, Interrupted
+from edgeflow.core.errors import EdgeflowError, InternalError, Interrupted
 
 RUN_HELP = """\
 usage: edgeflow run recipe=NAME|PATH [target=NAME] [quantization=PRESET] [KEY=VALUE ...] [-m]
@@ -263,7 +263,7 @@ def _explain(name: str, as_json: bool, rewrites: bool) -> int:
 
 
 def _list() -> int:
-    from edgeflow import resources
+    from edgeflow.core import resources
 
     kinds: tuple[resources.Kind, ...] = ("recipes", "targets", "pipelines")
     for kind in kinds:
@@ -274,7 +274,7 @@ def _list() -> int:
 
 
 def _shown(path: Path) -> str:
-    from edgeflow.recipe.loader import display_path
+    from edgeflow.core.loader import display_path
 
     return display_path(path)
 

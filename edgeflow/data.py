@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.errors import EdgeflowError, first_line
-from edgeflow.recipe.refs import ImportRef, user_frame
-from edgeflow.recipe.schema import DatasetSpec, TensorSpec
+from edgeflow.core.errors import EdgeflowError, first_line
+from edgeflow.core.refs import ImportRef, user_frame
+from edgeflow.core.specs import DatasetSpec, TensorSpec
 
 LABEL_KEY = "label"
 

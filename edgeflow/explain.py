@@ -91,8 +91,8 @@ def explain(recipe: Any, base_dir: Path, rewrites: bool = True) -> list[Attempt]
     """Try every capture path on the recipe's model (with its rewrites applied, unless not)."""
     import torch
 
-    from edgeflow.rules.apply import rewritten_module
     from edgeflow.source import build_module, example_inputs
+    from edgeflow.stages.rewrite import rewritten_module
 
     if rewrites:
         module, _, _ = rewritten_module(recipe, base_dir)

@@ -16,20 +16,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from edgeflow import resources
-from edgeflow.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError, InternalError
-
-QUANTIZATION_KEYS = ("mode", "per_channel", "symmetric", "method", "reduce_range", "activations")
-# Presets set some keys; the rest stay as the recipe has them (None).
-QUANTIZATION_PRESETS: dict[str, dict[str, Any]] = {
-    "recipe": {},
-    "none": {"mode": "none"},
-    "fp16": {"mode": "fp16"},
-    "int8": {"mode": "int8"},
-    "int8_per_tensor": {"mode": "int8", "per_channel": False},
-    "int8_symmetric": {"mode": "int8", "symmetric": True},
-    "int16_act": {"mode": "int8", "activations": "int16"},
-}
+from edgeflow.core import resources
+from edgeflow.core.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError, InternalError
+from edgeflow.core.specs import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
 
 _exit_codes: list[int] = []
 ROWS = "edgeflow-rows"  # in the sweep folder: one JSON row per job (edgeflow.report.sweep)
@@ -130,7 +119,7 @@ def _route(args: list[str]) -> list[str]:
     validates them and names the command line in its errors), `+rewrites=[...]` ->
     `+recipe_appends.rewrites=[...]`. An override of a key nothing reads is an error: no
     override is ever ignored."""
-    from edgeflow.recipe.suggest import did_you_mean
+    from edgeflow.core.suggest import did_you_mean
 
     routed = []
     for arg in args:
@@ -236,7 +225,7 @@ def _register_groups(args: list[str]) -> list[str]:
 
 def _check_choices(args: list[str], group: str, known: Any, hint: str) -> None:
     """Reject an unknown group option with a suggestion, before Hydra does it less kindly."""
-    from edgeflow.recipe.suggest import did_you_mean
+    from edgeflow.core.suggest import did_you_mean
 
     for arg in args:
         if not arg.startswith(f"{group}="):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 
 if TYPE_CHECKING:
     import onnx
@@ -35,8 +35,8 @@ def split(model: onnx.ModelProto, cut: list[str]) -> tuple[onnx.ModelProto, onnx
     model's outputs from the `cut` tensors alone."""
     import onnx
 
+    from edgeflow.core.onnxgraph import constants_to_initializers, node_reads, tensor_types
     from edgeflow.rules.base import RewriteContext
-    from edgeflow.rules.onnx._graph import constants_to_initializers, node_reads, tensor_types
     from edgeflow.rules.onnx.cut import Cut, needed_nodes
 
     try:

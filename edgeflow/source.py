@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgeflow.errors import EdgeflowError
-from edgeflow.recipe.refs import ImportRef, user_frame
-from edgeflow.recipe.schema import PyTorchSource, TensorSpec
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.refs import ImportRef, user_frame
+from edgeflow.core.specs import PyTorchSource, TensorSpec
 
 if TYPE_CHECKING:
     import torch

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgeflow.cli import main
-from edgeflow.errors import RecipeError
+from edgeflow.core.errors import RecipeError
 from edgeflow.recipe import load_recipe
 
 pytestmark = pytest.mark.slow

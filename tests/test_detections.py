@@ -96,7 +96,7 @@ def test_sample_image_crops_are_real_distinct_photographs() -> None:
 
 
 def test_detection_recipes_refuse_classifier_thresholds(tmp_path: Path) -> None:
-    from edgeflow.errors import EdgeflowError
+    from edgeflow.core.errors import EdgeflowError
 
     recipe = tmp_path / "det.yaml"
     recipe.write_text(
@@ -122,8 +122,8 @@ def needs_a_missing_package() -> torch.nn.Module:
 
 
 def test_a_model_whose_package_is_missing_is_a_user_error() -> None:
-    from edgeflow.errors import EdgeflowError
-    from edgeflow.recipe.schema import PyTorchSource
+    from edgeflow.core.errors import EdgeflowError
+    from edgeflow.core.specs import PyTorchSource
     from edgeflow.source import build_module
 
     def source(model: str) -> PyTorchSource:

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from edgeflow.cli import main
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.engine import dvcfile
-from edgeflow.errors import EdgeflowError
 from tests.conftest import REPO
 
 SHARED = ("load", "rewrite", "export", "rewrite_onnx")

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 from edgeflow import postprocess
 from edgeflow.cli import main
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from tests.targets.conftest import needs_tflite
 
 

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgeflow.cli import main
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.recipe import find_recipe, load_recipe
 from edgeflow.stages.quantize import _from_qat
 

@@ -20,13 +20,13 @@ pytest.importorskip("PIL", reason="the evaluation photographs are read with Pill
 import onnx
 import torch
 
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.datasets import sample_image_crops
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
-from edgeflow.errors import EdgeflowError
 from edgeflow.recipe import find_recipe, load_recipe
-from edgeflow.rules.apply import rewritten_module
 from edgeflow.source import build_module
+from edgeflow.stages.rewrite import rewritten_module
 from edgeflow.verify.detections import padded
 
 FORBIDDEN = {"NonZero", "Loop", "If", "Scan", "NonMaxSuppression"}

@@ -54,7 +54,7 @@ def absolute_paths(text: str, folder: Path) -> str:
 
 def shipped_bases(repo: Path, folder: Path) -> list[Base]:
     """The shipped recipes copied into `folder`, relative paths made absolute."""
-    from edgeflow.recipe.loader import plain, read_yaml
+    from edgeflow.core.loader import plain, read_yaml
 
     bases = []
     for name in SHIPPED:

@@ -66,7 +66,7 @@ def clipped(text: str, keep: int = 8000) -> str:
 
 
 def edgeflow_frame(text: str) -> str:
-    """The deepest frame of a traceback inside edgeflow: `edgeflow/recipe/loader.py:36 in f`."""
+    """The deepest frame of a traceback inside edgeflow: `edgeflow/core/loader.py:36 in f`."""
     frames = re.findall(r'File "[^"]*?/(edgeflow/[^"]+)", line (\d+), in (\w+)', text)
     return f"{frames[-1][0]}:{frames[-1][1]} in {frames[-1][2]}" if frames else ""
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from edgeflow.errors import EdgeflowError, InternalError, StageCrashed
+from edgeflow.core.errors import EdgeflowError, InternalError, StageCrashed
 
 DEFAULT_ROOT = Path(".edgeflow/cache")
 ENTRY_FILE = ".edgeflow-entry.json"

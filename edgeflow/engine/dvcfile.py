@@ -21,7 +21,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from edgeflow import resources
+from edgeflow.core import resources
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.loader import display_path, read_yaml
 from edgeflow.engine.dvcparams import (
     HYDRA_CONFIG,
     PARAMS_FILE,
@@ -36,10 +38,8 @@ from edgeflow.engine.dvcparams import (
     write_composed,
     yaml_dump,
 )
-from edgeflow.engine.stage import Stage
-from edgeflow.errors import EdgeflowError
 from edgeflow.recipe import LoadedRecipe, load_recipe
-from edgeflow.recipe.loader import display_path, read_yaml
+from edgeflow.stages.base import Stage
 
 DVC_FILE = Path("dvc.yaml")
 STAGE_DIR = Path(".edgeflow/dvc")  # the DVC outputs of stages before the last
@@ -201,7 +201,7 @@ def _same(path: Path, text: str) -> bool:
 
 
 def _recipe_files(root: Path, names: list[str] | None) -> list[Path]:
-    from edgeflow.recipe.suggest import did_you_mean
+    from edgeflow.core.suggest import did_you_mean
 
     found = {p.stem: p for p in sorted((root / "recipes").glob("*.yaml"))}
     if not found:
@@ -268,7 +268,7 @@ def _referenced_files(loaded: LoadedRecipe, planned: PlannedStage, root: Path) -
     """Files inside the repository that the stage's recipe keys name (the model source, the
     weights, data, user rules) and, for a build's stages, every profile in ./targets/ (a
     build may pick any of them, and one may extend another)."""
-    from edgeflow.recipe.refs import ImportRef
+    from edgeflow.core.refs import ImportRef
 
     files: set[Path] = set()
 

@@ -14,12 +14,12 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from edgeflow.core.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError
+from edgeflow.core.loader import display_path
 from edgeflow.engine.dvcfile import plan
 from edgeflow.engine.dvcparams import Params, read_params
-from edgeflow.engine.stage import WARNINGS_FILE
-from edgeflow.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError
 from edgeflow.recipe import load_recipe
-from edgeflow.recipe.loader import display_path
+from edgeflow.stages.base import WARNINGS_FILE
 
 
 def run_stage(

@@ -14,9 +14,9 @@ from typing import Any
 from pydantic import BaseModel
 
 import edgeflow
-from edgeflow.engine.stage import rules_of
+from edgeflow.core.refs import ImportRef, file_sha256
 from edgeflow.recipe import LoadedRecipe
-from edgeflow.recipe.refs import ImportRef, file_sha256
+from edgeflow.stages.base import rules_of
 
 
 def jsonable(value: Any) -> Any:

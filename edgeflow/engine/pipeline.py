@@ -7,10 +7,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from edgeflow import resources
-from edgeflow.engine.stage import Stage
-from edgeflow.errors import EdgeflowError
-from edgeflow.recipe.loader import read_yaml, validate
+from edgeflow.core import resources
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.loader import read_yaml, validate
+from edgeflow.stages.base import Stage
 
 
 class PipelineSpec(BaseModel):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from edgeflow.codehash import file_sha256
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.codehash import file_sha256
+from edgeflow.core.errors import EdgeflowError
 
 RECORD = ".edgeflow-build.json"
 

@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeflow.core.errors import EdgeflowError, InternalError, StageFailed
+from edgeflow.core.refs import file_sha256
 from edgeflow.engine import keys
 from edgeflow.engine.cache import Cache, slot_digest
 from edgeflow.engine.pipeline import load_pipeline
 from edgeflow.engine.publish import check_owner, publish
-from edgeflow.engine.stage import WARNINGS_FILE, Stage, StageContext
 from edgeflow.engine.tracebacks import summary, write_traceback
 from edgeflow.engine.worker import run_isolated
-from edgeflow.errors import EdgeflowError, InternalError, StageFailed
 from edgeflow.recipe import LoadedRecipe
-from edgeflow.recipe.refs import file_sha256
+from edgeflow.stages.base import WARNINGS_FILE, Stage, StageContext
 
 # Files of the final stages that are copied into build/<recipe>/<target>-<mode>/.
 PUBLISHED_SLOTS = ("artifact", "metrics", "report", "plots", "precheck", "layers", "verify")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
-from edgeflow.errors import TRACEBACK_FILE
+from edgeflow.core.errors import TRACEBACK_FILE
 
 
 def write_traceback(folder: Path, text: str | None = None) -> Path:

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from edgeflow.engine.stage import StageContext
-from edgeflow.errors import EdgeflowError, InternalError, StageCrashed, StageFailed
+from edgeflow.core.errors import EdgeflowError, InternalError, StageCrashed, StageFailed
+from edgeflow.stages.base import StageContext
 
 USER_ERROR_EXIT = 3
 INTERNAL_ERROR_EXIT = 4

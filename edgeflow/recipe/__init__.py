@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from edgeflow import resources
-from edgeflow.errors import EdgeflowError, Problem, RecipeError
-from edgeflow.recipe import checks
-from edgeflow.recipe.loader import (
+from edgeflow.core import resources
+from edgeflow.core.errors import EdgeflowError, Problem, RecipeError
+from edgeflow.core.loader import (
     COMMAND_LINE,
     apply_overrides,
     display_path,
@@ -19,8 +18,10 @@ from edgeflow.recipe.loader import (
     read_yaml,
     validate,
 )
+from edgeflow.core.suggest import did_you_mean
+from edgeflow.recipe import checks
 from edgeflow.recipe.schema import Recipe
-from edgeflow.recipe.suggest import did_you_mean
+from edgeflow.rules.base import RuleSpec
 from edgeflow.targets.profile import TargetProfile
 
 __all__ = ["LoadedRecipe", "Recipe", "find_recipe", "load_recipe"]
@@ -88,20 +89,21 @@ def load_recipe(
     if path.stem.startswith("."):  # build/<stem>/ must be a folder inside build_dir
         message = f"the file name {path.name} cannot name a build folder (build/{path.stem}/)"
         problems.append(Problem(display_path(path), 1, 1, "", message, "rename the file"))
-    recipe: Recipe | None = None
-    try:
-        recipe = validate(Recipe, tree, path, context, located)
-    except RecipeError as exc:
-        problems += exc.problems
-    sections = _sections(recipe, tree, path, context, problems)
     entries = tree.get("rewrites")
-    specs: list[Any] = []
+    specs: list[RuleSpec] = []
     unchecked: list[str] = []
     if isinstance(entries, list):
         try:
             specs, unchecked = resolve_rewrites(entries, tree, path, located, user_code)
         except RecipeError as exc:
             problems += exc.problems
+        context["rewrites"] = specs  # what Recipe.rewrites holds; entry problems are above
+    recipe: Recipe | None = None
+    try:
+        recipe = validate(Recipe, tree, path, context, located)
+    except RecipeError as exc:
+        problems += exc.problems
+    sections = _sections(recipe, tree, path, context, problems)
     profile = _profile(sections.get("target"), tree, path, located, cwd, problems)
     for check in checks.CHECKS:
         for key, message, hint in check(sections, profile):
@@ -109,7 +111,6 @@ def load_recipe(
     if problems or recipe is None or profile is None:
         problems.sort(key=lambda p: (p.file == COMMAND_LINE, p.file, p.line, p.col))
         raise RecipeError(_unique(problems))
-    recipe = recipe.model_copy(update={"rewrites": specs})
     return LoadedRecipe(path=path, recipe=recipe, profile=profile, unchecked=tuple(unchecked))
 
 

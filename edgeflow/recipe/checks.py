@@ -91,7 +91,7 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
 
 
 def board_of_the_target(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
-    from edgeflow.recipe.suggest import did_you_mean
+    from edgeflow.core.suggest import did_you_mean
 
     if profile is None or "precheck" not in s:
         return []

@@ -1,263 +1,36 @@
-"""The recipe schema: every field a recipe may have, validated before any stage runs."""
+"""The recipe schema: every field a recipe may have, validated before any stage runs.
+
+The sections are edgeflow.core.specs' models; this module composes them with the target
+profile (by name or inline) and the resolved rewrite rules."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Discriminator,
-    Field,
-    PositiveInt,
     Tag,
     ValidationInfo,
-    field_validator,
-    model_validator,
 )
-from pydantic_core import PydanticCustomError
 
-from edgeflow.recipe.refs import ImportRef
+from edgeflow.core.specs import (
+    DatasetSpec,
+    Evaluation,
+    ExportOptions,
+    HostPostprocess,
+    OptimizeOptions,
+    PrecheckOptions,
+    Quantization,
+    Source,
+    Strict,
+    Verify,
+    user_error,
+)
+from edgeflow.rules.base import RuleSpec
 from edgeflow.targets.profile import TargetProfile
-
-
-def user_error(message: str, hint: str | None = None, at: str = "") -> PydanticCustomError:
-    """A validation error the recipe loader prints as it is; `at` relocates it to a dotted key."""
-    ctx = {"message": message, "hint": hint or "", "at": at}
-    return PydanticCustomError("edgeflow", "{message}", ctx)
-
-
-def _base_dir(info: ValidationInfo) -> Path:
-    context = info.context or {}
-    return Path(context.get("base_dir", "."))
-
-
-def _existing_file(value: Any, info: ValidationInfo) -> Path:
-    if not isinstance(value, str | Path):
-        raise user_error(f"expected a file path (got {value!r})")
-    try:
-        path = (_base_dir(info) / value).resolve()
-        found = path.is_file()
-    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a name too long, NUL
-        raise user_error(
-            f"not a usable file path: {value!s:.200} ({type(exc).__name__}: {exc!s:.200})",
-            "paths are relative to the recipe's folder; fix the path",
-        ) from None
-    if not found:
-        raise user_error(
-            f"file not found: {value} (resolved to {path})",
-            "paths are relative to the recipe's folder; create the file or fix the path",
-        )
-    return path
-
-
-def _import_ref(value: Any, info: ValidationInfo) -> ImportRef:
-    if not isinstance(value, str):
-        raise user_error(f"expected 'package.module:Name' (got {value!r})")
-    try:
-        ref = ImportRef.parse(value, _base_dir(info))
-        ref.check()
-    except ValueError as exc:
-        raise user_error(str(exc), "write it as 'package.module:Name' or 'file.py:Name'") from None
-    return ref
-
-
-RecipeFile = Annotated[Path, BeforeValidator(_existing_file)]
-CodeRef = Annotated[ImportRef, BeforeValidator(_import_ref)]
-
-
-class Strict(BaseModel):
-    """Recipe sections: unknown keys are errors, and values are taken as written (strict: a
-    boolean is no number, a string no number; NaN and infinities are refused)."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        arbitrary_types_allowed=True,
-        strict=True,
-        allow_inf_nan=False,
-    )
-
-
-MAX_DIM = 2**31 - 1  # what ONNX and the runtimes index tensors with
-MAX_ELEMENTS = 2**31  # per input tensor (8 GiB of float32): beyond it nothing here runs
-
-
-class TensorSpec(Strict):
-    name: str = Field(min_length=1)
-    shape: list[Annotated[int, Field(ge=1, le=MAX_DIM)]] = Field(min_length=1, max_length=8)
-    dtype: Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"] = (
-        "float32"
-    )
-
-    @model_validator(mode="after")
-    def _not_too_big(self) -> TensorSpec:
-        elements = 1
-        for dim in self.shape:
-            elements *= dim
-        if elements > MAX_ELEMENTS:
-            raise user_error(
-                f"{elements:,} elements per sample is more than {MAX_ELEMENTS:,}",
-                "check the shape: one sample of the model's input",
-                at="shape",
-            )
-        return self
-
-
-class DynamicBatch(Strict):
-    min: PositiveInt = 1
-    max: int = Field(64, ge=1, le=65536)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> DynamicBatch:
-        if self.min > self.max:
-            raise user_error(f"min ({self.min}) is above max ({self.max})", "swap them", at="min")
-        return self
-
-
-class PyTorchSource(Strict):
-    kind: Literal["pytorch"]
-    model: CodeRef
-    init: dict[str, Any] = {}
-    weights: RecipeFile | None = None
-    inputs: list[TensorSpec] = Field(min_length=1)
-    outputs: list[str] | None = None
-    dynamic_batch: DynamicBatch | None = None
-
-
-class OnnxSource(Strict):
-    kind: Literal["onnx"]
-    model: RecipeFile
-    inputs: list[TensorSpec] = Field(min_length=1)
-    outputs: list[str] | None = None
-    dynamic_batch: DynamicBatch | None = None
-
-    @field_validator("model")
-    @classmethod
-    def _onnx_suffix(cls, value: Path) -> Path:
-        if Path(value).suffix != ".onnx":
-            raise user_error("an onnx source must be a .onnx file", "export the model to ONNX")
-        return value
-
-
-Source = Annotated[PyTorchSource | OnnxSource, Field(discriminator="kind")]
-
-
-def _dataset_ref(value: Any, info: ValidationInfo) -> ImportRef | Path:
-    if isinstance(value, str) and value.endswith((".npz", ".npy")):
-        return _existing_file(value, info)
-    return _import_ref(value, info)
-
-
-class DatasetSpec(Strict):
-    """Samples from a `module:callable` or from a .npz / .npy file (loaded without pickle)."""
-
-    dataset: Annotated[ImportRef | Path, BeforeValidator(_dataset_ref)]
-    split: str | None = None
-    samples: int | None = Field(None, ge=1, le=10_000_000)
-    options: dict[str, Any] = {}
-
-
-class Evaluation(DatasetSpec):
-    # top1: classification (needs a 'label' array); agreement: outputs compared with the
-    # source model's only, no labels (random weights, models without a labelled dataset);
-    # detections: boxes/scores/labels compared as sets with the source model's
-    metric: Literal["top1", "agreement", "detections"] = "top1"
-
-
-# The opsets each PyTorch exporter writes (torch 2.13): the dynamo exporter's lowest is 18 (it
-# silently writes 18 when asked for less); the TorchScript exporter's highest is 20.
-EXPORTER_OPSETS = {"dynamo": (18, 23), "torchscript": (13, 20)}
-
-
-class ExportOptions(Strict):
-    opset: int = Field(18, ge=13, le=23)
-    exporter: Literal["dynamo", "torchscript"] = "dynamo"
-
-    @model_validator(mode="after")
-    def _opset_the_exporter_writes(self) -> ExportOptions:
-        low, high = EXPORTER_OPSETS[self.exporter]
-        if not low <= self.opset <= high:
-            other = "torchscript" if self.exporter == "dynamo" else "dynamo"
-            raise user_error(
-                f"the {self.exporter} exporter writes opsets {low} to {high}, not {self.opset}",
-                f"set export.opset between {low} and {high}, or export.exporter: {other}",
-                at="opset",
-            )
-        return self
-
-
-class HostPostprocess(Strict):
-    """The model's tail that runs on the host instead of in the artifact (docs/detection.md):
-    the artifact ends at the `cut` tensors of the exported graph; the graph from them to the
-    model's outputs is shipped beside it as postprocess.onnx with a generated postprocess.py
-    (ONNX Runtime on the host), and verify checks the two together against the source."""
-
-    cut: list[str] = Field(min_length=1)
-
-
-class OptimizeOptions(Strict):
-    onnxscript: bool = True
-    passes: list[str] = ["eliminate_deadend", "eliminate_identity", "eliminate_nop_transpose"]
-
-    @field_validator("passes")
-    @classmethod
-    def _known_passes(cls, passes: list[str]) -> list[str]:
-        import onnxoptimizer
-
-        known = onnxoptimizer.get_available_passes()
-        for name in passes:
-            if name not in known:
-                from edgeflow.recipe.suggest import did_you_mean
-
-                raise user_error(f"unknown onnxoptimizer pass '{name}'", did_you_mean(name, known))
-        return passes
-
-
-class Quantization(Strict):
-    mode: Literal["none", "fp16", "int8"] = "none"
-    per_channel: bool = True
-    symmetric: bool = False
-    # qat: the model carries its own scales (fake-quantize modules, see ast.freeze_fake_quant)
-    method: Literal["minmax", "entropy", "percentile", "qat"] = "minmax"
-    # 7-bit weights: avoids int16 saturation in x86 AVX2 (non-VNNI) u8s8 kernels; see docs.
-    reduce_range: bool = False
-    # int16: int8 weights with int16 activations (TFLite's 16x8 mode; tflite, tflite_micro)
-    activations: Literal["int8", "int16"] = "int8"
-
-
-class PrecheckOptions(Strict):
-    continue_on_failure: bool = False  # convert anyway and let the real tool decide
-    board: str | None = None  # a memory preset of the target profile; default: its default_board
-
-
-class DetectionChecks(Strict):
-    """How detections are compared when evaluation.metric is detections."""
-
-    max_detections: int = Field(100, ge=1, le=100_000)  # rows per image in the padded form
-    box_atol: float = Field(1e-3, gt=0)  # per box coordinate, in box_units
-    box_units: Literal["pixels", "relative"] = "relative"  # relative: fraction of the image side
-    score_atol: float = Field(1e-4, ge=0)
-    min_match_rate: float = Field(1.0, ge=0, le=1)  # share of source detections matched
-
-
-class Verify(Strict):
-    max_abs_diff: float | None = Field(None, ge=0)
-    # largest allowed |artifact - source| / max|source| of any output (scale-free max_abs_diff)
-    max_relative_diff: float | None = Field(None, ge=0)
-    max_accuracy_drop: float | None = Field(0.01, ge=0, le=1)
-    min_top1_agreement: float | None = Field(None, ge=0, le=1)
-    max_latency_ms: float | None = Field(None, gt=0)
-    max_size_bytes: PositiveInt | None = None
-    latency_runs: int = Field(100, ge=1, le=10_000)  # each is one inference: bounded
-    warmup_runs: int = Field(10, ge=0, le=1_000)
-    detections: DetectionChecks = DetectionChecks()
-    # accept a build whose runtime is absent here (TensorRT without a GPU): exit 0, not 3;
-    # metrics.json and the report still say verified: false and why
-    allow_unverified: bool = False
 
 
 def _target_kind(value: Any) -> str:
@@ -265,8 +38,8 @@ def _target_kind(value: Any) -> str:
 
 
 def _target_name(name: str, info: ValidationInfo) -> str:
-    from edgeflow import resources
-    from edgeflow.recipe.suggest import did_you_mean
+    from edgeflow.core import resources
+    from edgeflow.core.suggest import did_you_mean
 
     cwd = (info.context or {}).get("cwd")
     known = resources.available("targets", Path(cwd) if cwd else None)
@@ -282,13 +55,22 @@ TargetRef = Annotated[
 ]
 
 
+def _resolved_rules(value: Any, info: ValidationInfo) -> Any:
+    """The RuleSpecs of the `rewrites:` entries: edgeflow.rules.resolve_rewrites resolves them
+    (each problem located at its entry) and load_recipe passes them in the context."""
+    context = info.context or {}
+    if "rewrites" in context:
+        return tuple(context["rewrites"])
+    return value  # RuleSpecs already (a copy of a loaded recipe); anything else is refused
+
+
 class Recipe(Strict):
     name: str | None = None
     description: str = ""
     source: Source
     export: ExportOptions = ExportOptions()
-    # each entry is checked, and its rule resolved, by edgeflow.rules.resolve_rewrites
-    rewrites: list[Any] = []
+    # the entries' rules, resolved and their options validated by load_recipe
+    rewrites: Annotated[tuple[RuleSpec, ...], BeforeValidator(_resolved_rules)] = ()
     postprocess: HostPostprocess | None = None
     # the target profile's own rewrites (its `rewrites:`), applied after the recipe's
     target_rewrites: bool = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeflow.recipe.schema import Verify
+from edgeflow.core.specs import Verify
 
 
 def check_thresholds(

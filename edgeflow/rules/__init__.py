@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgeflow.errors import Problem, RecipeError
-from edgeflow.recipe.suggest import did_you_mean
+from edgeflow.core.errors import Problem, RecipeError
+from edgeflow.core.suggest import did_you_mean
 
 
 class RuleEntryError(ValueError):
@@ -49,7 +49,7 @@ def resolve_rewrites(
     source only (`user_code=False`: nothing of the user's is imported). Every malformed
     entry, unknown rule, bad option and misordered level is a located problem, all at once;
     entries from the command line are located there (`located`, from apply_overrides)."""
-    from edgeflow.recipe.loader import plain, validate
+    from edgeflow.core.loader import plain, validate
     from edgeflow.rules.base import LEVEL_ORDER, Rule, RuleSpec
 
     known = builtin_rules()
@@ -122,7 +122,7 @@ def locate_item(
     hint: str | None,
 ) -> Problem:
     """A problem at rewrites[index]: its place in the file, or the command line."""
-    from edgeflow.recipe.loader import display_path, locate, positions
+    from edgeflow.core.loader import display_path, locate, positions
 
     if any(key == k or key.startswith(k + "[") or k == "rewrites" for k in located):
         return locate(tree, path, located, key, message, hint)
@@ -134,8 +134,8 @@ def locate_item(
 
 def _user_rule(ref_text: str, base_dir: Path, base: type) -> tuple[Any, str, str]:
     """(rule class, error message, absolute reference a worker process can import again)."""
-    from edgeflow.errors import EdgeflowError
-    from edgeflow.recipe.refs import ImportRef
+    from edgeflow.core.errors import EdgeflowError
+    from edgeflow.core.refs import ImportRef
 
     try:
         ref = ImportRef.parse(ref_text, base_dir)
@@ -157,7 +157,7 @@ def _user_rule_from_source(ref_text: str, base_dir: Path) -> tuple[str | None, s
     the module must exist and define a class of that name."""
     import ast
 
-    from edgeflow.recipe.refs import ImportRef
+    from edgeflow.core.refs import ImportRef
 
     try:
         ref = ImportRef.parse(ref_text, base_dir)

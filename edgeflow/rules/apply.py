@@ -10,11 +10,10 @@ message names the rule and the rules that ran before it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from edgeflow.errors import EdgeflowError, InternalError
-from edgeflow.recipe.refs import user_frame
+from edgeflow.core.errors import EdgeflowError, InternalError
+from edgeflow.core.refs import user_frame
 from edgeflow.rules import contract
 from edgeflow.rules.base import RewriteContext, RuleSpec
 
@@ -147,19 +146,3 @@ def _after(ran: list[str]) -> str:
 
 def _is_onnx(model: Any) -> bool:
     return type(model).__name__ == "ModelProto"
-
-
-def rewritten_module(
-    recipe: Any, base_dir: Path, check: bool = False
-) -> tuple[Any, list[dict[str, Any]], dict[str, str]]:
-    """The recipe's PyTorch module with its ast.* and fx.* rules applied (`check`: enforce
-    each rule's contract, as the rewrite stage does; the export stage re-applies the same
-    deterministic rules without checking them again)."""
-    from edgeflow.source import build_module
-
-    module = build_module(recipe.source)
-    dynamic = recipe.source.dynamic_batch is not None
-    # a detector's rules may change its output form: the stage compares detections as sets
-    numerics = check and recipe.evaluation.metric != "detections"
-    ctx = RewriteContext(list(recipe.source.inputs), base_dir, dynamic, numerics)
-    return apply_rules(module, list(recipe.rewrites), ("ast", "fx"), ctx, check)

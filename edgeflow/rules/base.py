@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from edgeflow.recipe.schema import TensorSpec
+from edgeflow.core.specs import TensorSpec
 
 Level = Literal["ast", "fx", "onnx"]
 LEVEL_ORDER: dict[str, int] = {"ast": 0, "fx": 1, "onnx": 2}
@@ -109,6 +109,13 @@ class RuleSpec:
     source: str  # the built-in name, or the user rule's import reference ("/abs/rules.py:Cls")
     base_dir: Path = Path(".")  # the recipe's folder: code options' file paths start here
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        # in a pydantic model (Recipe.rewrites), a RuleSpec is taken as it is: resolved already
+        from pydantic_core import core_schema
+
+        return core_schema.is_instance_schema(cls)
+
     @property
     def name(self) -> str:
         return self.rule.name
@@ -118,10 +125,11 @@ class RuleSpec:
         return ":" in self.source
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Worker processes re-import the rule: a user rule's module may be a file that only
-        # this process loaded.
+        # Worker processes re-import a user rule by its reference (its module may be a file
+        # that only this process loaded); a built-in rule pickles as its class.
         options = self.options.model_dump(by_alias=True)
-        return _restore_spec, (self.source, options, str(self.base_dir))
+        rule = None if self.is_user_rule else self.rule
+        return _restore_spec, (rule, self.source, options, str(self.base_dir))
 
     def fingerprint(self) -> dict[str, Any]:
         """What enters a stage's cache key: the rule and its options; for a user rule, the
@@ -138,7 +146,7 @@ class RuleSpec:
     def code_refs(self) -> dict[str, Any]:
         """The user's code this entry runs, as ImportRefs: the rule itself (a user rule) and
         the functions its options name ("rule" and the option names)."""
-        from edgeflow.recipe.refs import ImportRef
+        from edgeflow.core.refs import ImportRef
 
         refs = {"rule": ImportRef.parse(self.source, Path("/"))} if self.is_user_rule else {}
         for name, info in type(self.options).model_fields.items():
@@ -148,10 +156,11 @@ class RuleSpec:
         return refs
 
 
-def _restore_spec(source: str, options: dict[str, Any], base_dir: str) -> RuleSpec:
-    from edgeflow.recipe.refs import ImportRef
-    from edgeflow.rules import builtin_rules
+def _restore_spec(
+    rule: type[Rule[Any]] | None, source: str, options: dict[str, Any], base_dir: str
+) -> RuleSpec:
+    from edgeflow.core.refs import ImportRef
 
-    user = ":" in source
-    rule = ImportRef.parse(source, Path("/")).load() if user else builtin_rules()[source]
+    if rule is None:
+        rule = ImportRef.parse(source, Path("/")).load()
     return RuleSpec(rule, rule.Options.model_validate(options), source, Path(base_dir))

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.errors import first_line
-from edgeflow.recipe.schema import TensorSpec
+from edgeflow.core.errors import first_line
+from edgeflow.core.specs import TensorSpec
 
 NOISE = 1e-5  # float32 rounding when a step reorders arithmetic, relative to the output range
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from edgeflow.engine.stage import Stage
 from edgeflow.stages import (
     convert,
     export,
@@ -17,6 +16,7 @@ from edgeflow.stages import (
     rewrite_target,
     verify,
 )
+from edgeflow.stages.base import Stage
 
 STAGES: dict[str, Stage] = {
     module.STAGE.name: module.STAGE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.stages.base import Stage, StageContext
 
 # The converters and runtimes of every backend (Arm NN by its Debian packages' versions).
 RUNTIMES = (

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from edgeflow.engine.stage import Stage, StageContext
-from edgeflow.errors import EdgeflowError, first_line
+from edgeflow.core.errors import EdgeflowError, first_line
+from edgeflow.stages.base import Stage, StageContext
 
 
 def run(ctx: StageContext) -> None:
     import onnx
     import torch
 
-    from edgeflow.rules.apply import rewritten_module
     from edgeflow.source import example_inputs, flat_tensors
+    from edgeflow.stages.rewrite import rewritten_module
 
     source, options = ctx.recipe.source, ctx.recipe.export
     module, _, _ = rewritten_module(ctx.recipe, ctx.loaded.path.parent)  # as rewrite checked

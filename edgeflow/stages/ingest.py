@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-from edgeflow.engine.stage import Stage, StageContext
-from edgeflow.errors import EdgeflowError, first_line
+from edgeflow.core.errors import EdgeflowError, first_line
+from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.load import save_reference
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeflow.engine.stage import Stage, StageContext
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.stages.base import Stage, StageContext
 
 
 def run(ctx: StageContext) -> None:

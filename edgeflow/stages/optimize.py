@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from edgeflow.engine.stage import Stage, StageContext
-from edgeflow.errors import StageFailed
+from edgeflow.core.errors import StageFailed
+from edgeflow.stages.base import Stage, StageContext
 
 TOLERANCE = 1e-4  # constant folding reorders float arithmetic (e.g. BatchNorm into Conv)
 

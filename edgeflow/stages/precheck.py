@@ -6,8 +6,8 @@ before conversion unless the recipe sets `precheck.continue_on_failure`.
 
 from __future__ import annotations
 
-from edgeflow.engine.stage import Stage, StageContext
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.stages.base import Stage, StageContext
 
 
 def run(ctx: StageContext) -> None:

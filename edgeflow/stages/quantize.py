@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from edgeflow.engine.stage import Stage, StageContext
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.stages.base import Stage, StageContext
 
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.stages.base import Stage, StageContext
 
 ACCURACY = ("source", "artifact", "drop")
 AGREEMENT = {

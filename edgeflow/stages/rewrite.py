@@ -10,8 +10,14 @@ and is named in rewrite.json; the verify stage still compares the artifact with 
 
 from __future__ import annotations
 
-from edgeflow.engine.stage import Stage, StageContext
-from edgeflow.errors import EdgeflowError
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.stages.base import Stage, StageContext
+
+if TYPE_CHECKING:
+    from edgeflow.recipe.schema import Recipe
 
 TOLERANCE = 1e-4  # float32 noise on top of what the rules declare they may change
 
@@ -19,7 +25,6 @@ TOLERANCE = 1e-4  # float32 noise on top of what the rules declare they may chan
 def run(ctx: StageContext) -> None:
     import torch
 
-    from edgeflow.rules.apply import rewritten_module
     from edgeflow.source import build_module, example_inputs, flat_tensors
 
     recipe = ctx.recipe
@@ -99,3 +104,23 @@ STAGE = Stage(
     rule_levels=("ast", "fx"),
     isolated=True,
 )
+
+
+def rewritten_module(
+    recipe: Recipe, base_dir: Path, check: bool = False
+) -> tuple[Any, list[dict[str, Any]], dict[str, str]]:
+    """The recipe's PyTorch module with its ast.* and fx.* rules applied (`check`: enforce
+    each rule's contract, as the rewrite stage does; the export stage re-applies the same
+    deterministic rules without checking them again)."""
+    from edgeflow.rules.apply import apply_rules
+    from edgeflow.rules.base import RewriteContext
+    from edgeflow.core.specs import PyTorchSource
+    from edgeflow.source import build_module
+
+    assert isinstance(recipe.source, PyTorchSource)  # the pipeline of pytorch sources
+    module = build_module(recipe.source)
+    dynamic = recipe.source.dynamic_batch is not None
+    # a detector's rules may change its output form: the stage compares detections as sets
+    numerics = check and recipe.evaluation.metric != "detections"
+    ctx = RewriteContext(list(recipe.source.inputs), base_dir, dynamic, numerics)
+    return apply_rules(module, list(recipe.rewrites), ("ast", "fx"), ctx, check)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.stages.base import Stage, StageContext
 
 
 def run(ctx: StageContext) -> None:

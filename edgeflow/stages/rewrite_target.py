@@ -8,7 +8,7 @@ applied again (the recipe's options win).
 
 from __future__ import annotations
 
-from edgeflow.engine.stage import Stage, StageContext
+from edgeflow.stages.base import Stage, StageContext
 
 
 def run(ctx: StageContext) -> None:

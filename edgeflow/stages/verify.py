@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.engine.stage import Stage, StageContext
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 from edgeflow.targets.base import NotVerified
 

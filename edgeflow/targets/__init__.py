@@ -6,10 +6,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from edgeflow import resources
-from edgeflow.errors import EdgeflowError
-from edgeflow.recipe.loader import plain, read_yaml, validate
-from edgeflow.recipe.suggest import did_you_mean
+from edgeflow.core import resources
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.loader import plain, read_yaml, validate
+from edgeflow.core.suggest import did_you_mean
 from edgeflow.targets.profile import TargetProfile, operator_list
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.errors import EdgeflowError, MissingDependency
+from edgeflow.core.errors import EdgeflowError, MissingDependency
 from edgeflow.targets._tflite_io import CStderr
 from edgeflow.targets.base import ConvertJob
 
@@ -181,7 +181,7 @@ def _prepare(onnx_path: Path, copy: Path) -> None:
     import onnx
     from onnx import helper
 
-    from edgeflow.rules.onnx._graph import constants_to_initializers
+    from edgeflow.core.onnxgraph import constants_to_initializers
 
     model = onnx.load(str(onnx_path))
     graph = model.graph

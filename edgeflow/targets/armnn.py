@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.errors import EdgeflowError, ToolCrashed
+from edgeflow.core.errors import EdgeflowError, ToolCrashed
 from edgeflow.targets import _onnx2tf
 from edgeflow.targets._tflite_io import Quant, TfliteRunner
 from edgeflow.targets.base import ConvertJob

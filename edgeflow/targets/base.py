@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from edgeflow.core.specs import Quantization, TensorSpec
     from edgeflow.data import Samples
-    from edgeflow.recipe.schema import Quantization, TensorSpec
     from edgeflow.targets.profile import TargetProfile
 
 

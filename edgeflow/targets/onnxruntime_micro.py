@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets._ort_format import canonical
 from edgeflow.targets.base import ConvertJob
 from edgeflow.verify.runners import OnnxRunner

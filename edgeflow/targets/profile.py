@@ -64,7 +64,7 @@ class OperatorSpec(BaseModel):
     @field_validator("checks")
     @classmethod
     def _known_checkers(cls, checks: list[str]) -> list[str]:
-        from edgeflow.recipe.suggest import did_you_mean
+        from edgeflow.core.suggest import did_you_mean
         from edgeflow.targets.checkers import CHECKERS
 
         for name in checks:
@@ -133,7 +133,7 @@ class TargetProfile(BaseModel):
     @field_validator("rewrites")
     @classmethod
     def _onnx_rules(cls, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from edgeflow.recipe.suggest import did_you_mean
+        from edgeflow.core.suggest import did_you_mean
         from edgeflow.rules import builtin_rules
 
         known = builtin_rules()
@@ -191,8 +191,8 @@ class TargetProfile(BaseModel):
         if name is None:
             return None
         if name not in self.boards:
-            from edgeflow.errors import EdgeflowError
-            from edgeflow.recipe.suggest import did_you_mean
+            from edgeflow.core.errors import EdgeflowError
+            from edgeflow.core.suggest import did_you_mean
 
             raise EdgeflowError(
                 f"target {self.name} has no board '{name}'",

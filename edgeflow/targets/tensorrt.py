@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets.base import ConvertJob, NotVerified
 
 ARTIFACT = "model.onnx"

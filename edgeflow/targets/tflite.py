@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets import _onnx2tf
 from edgeflow.targets._tflite_io import CStderr, Quant, TfliteRunner
 from edgeflow.targets.base import ConvertJob

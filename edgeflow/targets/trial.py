@@ -153,7 +153,7 @@ def try_graph(
     hears each step before it is taken; `known` verdicts are not measured again."""
     import onnx
 
-    from edgeflow.errors import EdgeflowError
+    from edgeflow.core.errors import EdgeflowError
 
     announce = announce or (lambda step: None)
     verdicts: Verdicts = dict(known or {})
@@ -200,7 +200,7 @@ def _convert(
     import json
     import shutil
 
-    from edgeflow.recipe.schema import Quantization, TensorSpec
+    from edgeflow.core.specs import Quantization, TensorSpec
     from edgeflow.targets import _onnx2tf
     from edgeflow.targets.base import ConvertJob
 

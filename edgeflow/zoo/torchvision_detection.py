@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 
 
 def ssdlite320(seed: int = 0, rerandomise: bool = True, **kwargs: Any) -> Any:

@@ -135,14 +135,14 @@ def test_a_killed_runs_temporary_folders_are_swept_a_live_ones_kept(tmp_path: Pa
 
 
 def _fails(out: Path) -> None:
-    from edgeflow.errors import InternalError
+    from edgeflow.core.errors import InternalError
 
     (out / "partial.txt").write_text("half")
     raise InternalError("stage 'probe'", "ValueError: boom")
 
 
 def test_a_bug_keeps_the_stages_folder_for_inspection(tmp_path: Path) -> None:
-    from edgeflow.errors import InternalError
+    from edgeflow.core.errors import InternalError
 
     cache = Cache(tmp_path)
     with pytest.raises(InternalError) as info:
@@ -175,7 +175,7 @@ def read_only(tmp_path: Path):
 
 
 def test_a_read_only_cache_serves_hits_and_refuses_misses_clearly(read_only) -> None:
-    from edgeflow.errors import EdgeflowError
+    from edgeflow.core.errors import EdgeflowError
 
     source, mounted = read_only
     Cache(source).get_or_create("s", "f" * 64, _write("shared"), {})

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeflow.codehash import closure, is_third_party
+from edgeflow.core.codehash import closure, is_third_party
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.keys import package_digest, tool_versions
 from edgeflow.engine.runner import run_build

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.engine.publish import RECORD, publish
-from edgeflow.errors import EdgeflowError
 
 
 @pytest.fixture

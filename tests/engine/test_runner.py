@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from edgeflow.core.errors import MissingDependency, StageFailed
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
-from edgeflow.engine.stage import Stage, StageContext
 from edgeflow.engine.worker import run_isolated
-from edgeflow.errors import MissingDependency, StageFailed
 from edgeflow.recipe import load_recipe
+from edgeflow.stages.base import Stage, StageContext
 from tests.conftest import DEMO_RECIPE
 
 pytestmark = pytest.mark.slow
@@ -129,8 +129,8 @@ def _bug(ctx: StageContext) -> None:
 def test_a_bug_in_a_stage_is_an_internal_error_with_its_traceback_kept(
     isolated: bool, tmp_path: Path
 ) -> None:
+    from edgeflow.core.errors import EdgeflowError, InternalError
     from edgeflow.engine.runner import execute
-    from edgeflow.errors import EdgeflowError, InternalError
 
     stage = Stage(name="buggy", description="raises", run=_bug, isolated=isolated)
     cache = Cache(tmp_path / "cache")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from edgeflow.engine.keys import recipe_slice
-from edgeflow.engine.stage import Stage, StageContext
 from edgeflow.recipe import load_recipe
+from edgeflow.stages.base import Stage, StageContext
 from tests.conftest import DEMO_RECIPE
 
 

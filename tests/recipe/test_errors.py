@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgeflow.cli import main
-from edgeflow.errors import RecipeError
+from edgeflow.core.errors import RecipeError
 from edgeflow.recipe import load_recipe
 from tests.conftest import DEMO_WEIGHTS
 

@@ -13,8 +13,8 @@ import torch
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from edgeflow.errors import EdgeflowError, InternalError, StageFailed
-from edgeflow.recipe.schema import TensorSpec
+from edgeflow.core.errors import EdgeflowError, InternalError, StageFailed
+from edgeflow.core.specs import TensorSpec
 from edgeflow.rules.apply import apply_rules
 from edgeflow.rules.base import AstRule, OnnxRule, RewriteContext, RuleResult, RuleSpec
 from edgeflow.rules.onnx.simplify import Simplify

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from edgeflow.core.errors import RecipeError, StageFailed
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
-from edgeflow.errors import RecipeError, StageFailed
 from edgeflow.recipe import load_recipe
 from tests.conftest import DEMO_RECIPE, DEMO_WEIGHTS
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from edgeflow.cli import main
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets.armnn import INSTALL, ArmnnRunner, python
 from tests.conftest import DEMO_RECIPE, DEMO_WEIGHTS
 from tests.targets.conftest import needs_tflite

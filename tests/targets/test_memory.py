@@ -13,9 +13,9 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeflow.cli import main
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
-from edgeflow.errors import EdgeflowError
 from edgeflow.recipe import load_recipe
 from edgeflow.targets import load_profile
 from edgeflow.targets.memory import estimate, greedy_plan, layers

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.specs import Quantization, TensorSpec
 from edgeflow.data import Samples
-from edgeflow.errors import EdgeflowError
-from edgeflow.recipe.schema import Quantization, TensorSpec
 from edgeflow.targets import _onnx2tf, load_profile, tflite, tflite_micro
 from edgeflow.targets.base import ConvertJob
 from tests.targets.conftest import needs_tflite, tiny_conv_onnx

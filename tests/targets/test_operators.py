@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto as T
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets import load_profile
 from edgeflow.targets.armnn import python as armnn_python
 from edgeflow.targets.derive import (

@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from edgeflow.recipe.schema import Quantization, TensorSpec
+from edgeflow.core.specs import Quantization, TensorSpec
 from edgeflow.targets import load_profile, onnxruntime_micro
 from edgeflow.targets.base import ConvertJob
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from edgeflow.cli import main
-from edgeflow.errors import RecipeError
+from edgeflow.core.errors import RecipeError
 from edgeflow.rules.onnx.decompose import SUPPORTED
 from edgeflow.targets import load_profile
 from tests.targets.conftest import needs_tflite

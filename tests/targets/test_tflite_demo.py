@@ -89,7 +89,7 @@ def test_int16_activations_are_closer_to_pytorch_than_int8(
 
 
 def test_int16_activations_need_a_16x8_runtime() -> None:
-    from edgeflow.errors import RecipeError
+    from edgeflow.core.errors import RecipeError
 
     with pytest.raises(RecipeError) as err:
         load_recipe(DEMO_RECIPE, {"target": "armnn", "quantization.activations": "int16"})

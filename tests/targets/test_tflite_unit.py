@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeflow.errors import EdgeflowError, MissingDependency, RecipeError
+from edgeflow.core.errors import EdgeflowError, MissingDependency, RecipeError
+from edgeflow.core.specs import Quantization, TensorSpec
 from edgeflow.recipe import load_recipe
-from edgeflow.recipe.schema import Quantization, TensorSpec
 from edgeflow.targets import _onnx2tf, backend, load_profile, tflite, tflite_micro
 from edgeflow.targets._tflite_io import Quant
 from edgeflow.targets.base import ConvertJob

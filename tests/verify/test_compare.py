@@ -11,7 +11,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 from edgeflow.cli import main
-from edgeflow.recipe.schema import Verify
+from edgeflow.core.specs import Verify
 from edgeflow.report.checks import check_thresholds
 from edgeflow.verify.compare import compare_outputs
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.fx import Proxy
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 
 Shape = tuple[int | None, ...]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast._source import Method, rewrite, user_error
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
 

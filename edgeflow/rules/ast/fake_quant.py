@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
 
 BEFORE = """\

@@ -29,7 +29,7 @@ from typing import Any, cast
 
 from pydantic import Field, field_validator
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast._source import _give
 from edgeflow.rules.ast.calls import _import_path, load
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
@@ -40,7 +40,7 @@ NAME = "ast.replace_method"
 # when a recipe names the method, so that this list costs nothing.
 LIBRARY = {
     "torchvision.models.detection.ssd.SSD.forward": (
-        "edgeflow.ops.torchvision_detection:SSD_FORWARD"
+        "edgeflow.rules.ast.replacements.torchvision_detection:SSD_FORWARD"
     ),
 }
 
@@ -56,7 +56,7 @@ class SSD(nn.Module):  # torchvision.models.detection.ssd
         return self.transform.postprocess(detections, images.image_sizes, original_image_sizes)
 """
 AFTER = """\
-def ssd_forward(self, images):  # edgeflow.ops.torchvision_detection
+def ssd_forward(self, images):  # edgeflow.rules.ast.replacements.torchvision_detection
     x = (images - self._edgeflow_image_mean) / self._edgeflow_image_std
     head = self.head(features(self.backbone(x)))
     # padded: boxes [B, D, 4], scores [B, D], labels [B, D], valid [B, D]

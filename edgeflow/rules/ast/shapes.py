@@ -19,7 +19,7 @@ import ast
 import math
 from typing import Any
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast import _fold, _scope
 from edgeflow.rules.ast._source import Method, rewrite
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult

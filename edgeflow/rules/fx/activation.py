@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from edgeflow.recipe.schema import user_error
+from edgeflow.core.specs import user_error
 from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
 from edgeflow.rules.fx._graph import arg, finish, label, module_of, order, to_graph_module
 

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
-from edgeflow.errors import EdgeflowError
-from edgeflow.recipe.schema import user_error
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.specs import user_error
 from edgeflow.rules.base import CODE_REF, FxRule, RewriteContext, RuleOptions, RuleResult
 from edgeflow.rules.fx._graph import EXPORT, finish, to_graph_module
 
@@ -75,7 +75,7 @@ class ReplacePattern(FxRule):
 
 def _load(text: str, base_dir: Path) -> Any:
     """The function an import path names; file paths are relative to the recipe's folder."""
-    from edgeflow.recipe.refs import ImportRef
+    from edgeflow.core.refs import ImportRef
 
     try:
         ref = ImportRef.parse(text, base_dir)

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from edgeflow.errors import EdgeflowError
-from edgeflow.recipe.schema import user_error
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.specs import user_error
 from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
 from edgeflow.rules.fx._graph import SYMBOLIC, first_line
 
@@ -89,7 +89,7 @@ class WrapLeaf(FxRule):
 def _resolve(text: str, base_dir: Path) -> Any:
     """The function named by 'pkg.mod:fn', 'file.py:fn' (relative to the recipe's folder) or
     'pkg.mod.fn'."""
-    from edgeflow.recipe.refs import ImportRef
+    from edgeflow.core.refs import ImportRef
 
     if ":" in text:
         try:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from edgeflow.core.onnxgraph import Namer, constant_value, copy_model, opset_version
 from edgeflow.rules.base import RuleResult
-from edgeflow.rules.onnx._graph import Namer, constant_value, copy_model, opset_version
 
 if TYPE_CHECKING:
     import numpy as np
@@ -221,7 +221,7 @@ def rewrite_nodes(
 
 
 def _reads(node: Any) -> set[str]:
-    from edgeflow.rules.onnx._graph import node_reads
+    from edgeflow.core.onnxgraph import node_reads
 
     return set(node_reads(node))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from edgeflow.rules.onnx._graph import (
+from edgeflow.core.onnxgraph import (
     constant_value,
     elem_type,
     opset_version,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from edgeflow.core.onnxgraph import Namer, all_graphs, copy_model
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._graph import Namer, all_graphs, copy_model
 
 if TYPE_CHECKING:
     import onnx
@@ -42,7 +42,7 @@ def retype(type_proto: onnx.TypeProto, old: int, new: int) -> int:
 
 def rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:
     """Make every node of a graph (and its subgraphs, unless they define `old`) read `new`."""
-    from edgeflow.rules.onnx._graph import subgraphs
+    from edgeflow.core.onnxgraph import subgraphs
 
     for node in graph.node:
         for i, name in enumerate(node.input):
@@ -235,7 +235,7 @@ class Int64ToInt32(OnnxRule):
     def apply(
         self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
     ) -> RuleResult[onnx.ModelProto]:
-        from edgeflow.rules.onnx._graph import tensor_types
+        from edgeflow.core.onnxgraph import tensor_types
         from edgeflow.rules.onnx._int64 import plan
 
         out = copy_model(model)
@@ -265,7 +265,7 @@ def _narrow_constants(model: onnx.ModelProto, converted: dict[str, list[tuple[in
     import numpy as np
     from onnx import helper, numpy_helper
 
-    from edgeflow.rules.onnx._graph import Namer, outer_references, subgraphs
+    from edgeflow.core.onnxgraph import Namer, outer_references, subgraphs
     from edgeflow.rules.onnx._int64 import HI, LO, int64_constants
 
     graph = model.graph
@@ -324,7 +324,7 @@ def _insert_casts(model: onnx.ModelProto, sites: list[tuple[int, int]]) -> list[
     """A Cast back to int64 before each op input that needs int64 (one per value)."""
     from onnx import helper
 
-    from edgeflow.rules.onnx._graph import Namer
+    from edgeflow.core.onnxgraph import Namer
 
     graph = model.graph
     namer = Namer(model)

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.onnxgraph import copy_model, name_hint, node_reads, tensor_types
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._graph import copy_model, name_hint, node_reads, tensor_types
 
 if TYPE_CHECKING:
     import onnx
@@ -77,7 +77,7 @@ class Cut(OnnxRule):
             g.input.extend(kept_inputs)
             if dropped:
                 reasons.append(f"dropped inputs the kept nodes do not read: {dropped}")
-        from edgeflow.rules.onnx._graph import same_graph
+        from edgeflow.core.onnxgraph import same_graph
 
         if same_graph(out, model):
             return RuleResult(copy_model(model), False, 0, ["the outputs are already these"])

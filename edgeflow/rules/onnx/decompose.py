@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from pydantic import Field
 
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._graph import (
+from edgeflow.core.onnxgraph import (
     Namer,
     all_graphs,
     copy_model,
@@ -23,6 +22,7 @@ from edgeflow.rules.onnx._graph import (
     opset_version,
     tensor_types,
 )
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
 
 if TYPE_CHECKING:
     import onnx

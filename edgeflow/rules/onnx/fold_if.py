@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._graph import (
+from edgeflow.core.onnxgraph import (
     Namer,
     all_graphs,
     constant_value,
@@ -14,6 +13,7 @@ from edgeflow.rules.onnx._graph import (
     subgraphs,
     tensor_types,
 )
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
 
 if TYPE_CHECKING:
     import onnx

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import field_validator
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.onnxgraph import copy_model, op_counts, opset_version
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._graph import copy_model, op_counts, opset_version
 
 if TYPE_CHECKING:
     import onnx
@@ -29,7 +29,7 @@ class ConvertOpset(OnnxRule):
         def _known(cls, opset: int) -> int:
             import onnx.defs
 
-            from edgeflow.recipe.schema import user_error
+            from edgeflow.core.specs import user_error
 
             newest = onnx.defs.onnx_opset_version()
             if not 7 <= opset <= newest:
@@ -83,7 +83,7 @@ class ConvertOpset(OnnxRule):
 
 def _missing_ops(model: onnx.ModelProto, target: int) -> dict[str, int]:
     """Default-domain ops of the model that were introduced after `target`: op -> since."""
-    from edgeflow.rules.onnx._graph import all_nodes
+    from edgeflow.core.onnxgraph import all_nodes
 
     first = _first_versions()
     ops = {n.op_type for n in all_nodes(model) if n.domain in ("", "ai.onnx")}

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import AfterValidator
 
+from edgeflow.core.onnxgraph import copy_model, op_counts, same_graph
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._graph import copy_model, op_counts, same_graph
 
 if TYPE_CHECKING:
     import onnx
@@ -20,8 +20,8 @@ def _known_pass(name: str) -> str:
     """An onnxoptimizer pass name, or a located error with the closest valid one."""
     import onnxoptimizer
 
-    from edgeflow.recipe.schema import user_error
-    from edgeflow.recipe.suggest import did_you_mean
+    from edgeflow.core.specs import user_error
+    from edgeflow.core.suggest import did_you_mean
 
     known = onnxoptimizer.get_available_passes()
     if name not in known:
@@ -54,7 +54,7 @@ class Optimize(OnnxRule):
     ) -> RuleResult[onnx.ModelProto]:
         import onnxoptimizer
 
-        from edgeflow.errors import EdgeflowError
+        from edgeflow.core.errors import EdgeflowError
 
         passes = opts.passes if opts.passes is not None else self.default_passes()
         out = copy_model(model)

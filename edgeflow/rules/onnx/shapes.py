@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import PositiveInt
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.onnxgraph import copy_model, name_hint, op_counts, same_graph
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._graph import copy_model, name_hint, op_counts, same_graph
 
 if TYPE_CHECKING:
     import onnx

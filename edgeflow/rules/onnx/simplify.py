@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
+from edgeflow.core.onnxgraph import copy_model, same_graph
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._graph import copy_model, same_graph
 from edgeflow.rules.onnx.optimize import _diff, _removed
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def simplify(model: onnx.ModelProto, iterations: int = 2, inline: bool = True) -
     from onnxscript import rewriter
     from onnxscript.optimizer import _constant_folding
 
-    from edgeflow.errors import EdgeflowError
+    from edgeflow.core.errors import EdgeflowError
 
     ir_model = ir.serde.deserialize_model(copy_model(model))
     loop = ir.passes.PassManager(
@@ -147,7 +147,7 @@ def _exact_no_op_rules() -> list[Any]:
 def _drop_provenance(model: onnx.ModelProto) -> None:
     """Remove the optimizer's bookkeeping metadata ('pkg.onnxscript.*'), which a second run
     would rewrite: without it, simplifying twice gives the same model as simplifying once."""
-    from edgeflow.rules.onnx._graph import all_graphs
+    from edgeflow.core.onnxgraph import all_graphs
 
     for graph in all_graphs(model.graph):
         items = [*graph.initializer, *graph.value_info, *graph.input, *graph.output, *graph.node]

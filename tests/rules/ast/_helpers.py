@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from edgeflow.recipe.schema import TensorSpec
+from edgeflow.core.specs import TensorSpec
 from edgeflow.rules.ast._source import rewritten_sources
 from edgeflow.rules.base import AstRule, RewriteContext, RuleResult
 

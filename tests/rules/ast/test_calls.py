@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast.calls import ReplaceCall
 from tests.rules.ast._helpers import apply, check, inputs, specs
 

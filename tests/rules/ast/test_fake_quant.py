@@ -16,7 +16,7 @@ from torch.ao.quantization import (
     disable_observer,
 )
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.ops.quant import FrozenFakeQuant
 from edgeflow.rules.ast.fake_quant import FreezeFakeQuant
 from tests.rules.ast._helpers import apply, check, inputs, specs

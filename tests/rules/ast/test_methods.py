@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast.methods import Replacement, ReplaceMethod, source_sha256
 from edgeflow.rules.base import RewriteContext
 from tests.rules.ast._helpers import apply, check, inputs, specs

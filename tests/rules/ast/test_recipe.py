@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgeflow.errors import RecipeError
+from edgeflow.core.errors import RecipeError
 from edgeflow.recipe import load_recipe
-from edgeflow.rules.apply import rewritten_module
 from edgeflow.rules.ast.calls import ReplaceCall
 from edgeflow.rules.ast.float64 import Float64ToFloat32
 from edgeflow.source import example_inputs
+from edgeflow.stages.rewrite import rewritten_module
 
 RECIPE = """
 name: ast_rules

@@ -7,7 +7,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast.shapes import SpecializeShapes
 from tests.rules.ast._helpers import apply, check, inputs, specs
 

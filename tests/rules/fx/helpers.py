@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from edgeflow.recipe.schema import TensorSpec
+from edgeflow.core.specs import TensorSpec
 from edgeflow.rules.base import FxRule, RewriteContext, RuleResult
 
 SAMPLES = 3  # random input batches compared, besides the declared example inputs

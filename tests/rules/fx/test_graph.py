@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import fx, nn
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules import builtin_rules
 from edgeflow.rules.base import FxRule, RuleOptions
 from edgeflow.rules.fx import RULES

@@ -10,7 +10,7 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.fx.pattern import ReplacePattern
 from tests.rules.fx.helpers import apply, check_rule, ctx_for, gate, onnx_export, ops
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import fx
 
-from edgeflow.errors import RecipeError
+from edgeflow.core.errors import RecipeError
+from edgeflow.core.refs import ImportRef
 from edgeflow.recipe import load_recipe
-from edgeflow.recipe.refs import ImportRef
-from edgeflow.rules.apply import rewritten_module
 from edgeflow.source import build_module
+from edgeflow.stages.rewrite import rewritten_module
 from tests.rules.fx.helpers import ops
 
 MODEL = """

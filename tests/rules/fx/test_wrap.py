@@ -11,8 +11,8 @@ import torch
 from pydantic import ValidationError
 from torch import fx, nn
 
-from edgeflow.errors import EdgeflowError
-from edgeflow.recipe.refs import ImportRef
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.refs import ImportRef
 from edgeflow.rules.fx.fuse import FuseConvBn
 from edgeflow.rules.fx.wrap import WrapLeaf
 from tests.rules.fx.helpers import (

@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeflow.recipe.schema import TensorSpec
+from edgeflow.core.onnxgraph import op_counts, same_graph
+from edgeflow.core.specs import TensorSpec
 from edgeflow.rules.base import RewriteContext, RuleResult
-from edgeflow.rules.onnx._graph import op_counts, same_graph
 
 NP_TYPES = {
     TensorProto.FLOAT: np.float32,

@@ -9,8 +9,8 @@ from onnx import TensorProto as T
 from onnx import helper
 from pydantic import ValidationError
 
-from edgeflow.errors import EdgeflowError
-from edgeflow.rules.onnx._graph import opset_version
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.onnxgraph import opset_version
 from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.opset import ConvertOpset
 from edgeflow.targets.precheck import check

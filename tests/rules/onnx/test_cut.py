@@ -8,8 +8,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-from edgeflow.errors import EdgeflowError
-from edgeflow.rules.onnx._graph import copy_model
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.onnxgraph import copy_model
 from edgeflow.rules.onnx.cut import Cut
 from tests.rules.onnx.helpers import apply, feeds, model, ops, run, specs
 

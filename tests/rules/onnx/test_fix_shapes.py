@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import pytest
 
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.onnx.shapes import FixShapes
 from edgeflow.targets.precheck import check
 from edgeflow.targets.profile import TargetProfile

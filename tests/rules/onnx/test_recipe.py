@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-from edgeflow.errors import RecipeError
+from edgeflow.core.errors import RecipeError
 from edgeflow.recipe import load_recipe
 from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.simplify import Simplify

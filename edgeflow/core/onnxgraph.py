@@ -124,7 +124,7 @@ def graph_bytes(model: onnx.ModelProto) -> bytes:
 
 def name_hint(name: str, choices: Iterable[str], what: str = "tensors", show: int = 12) -> str:
     """'did you mean ...?' plus a few of the valid names (graphs can have thousands)."""
-    from edgeflow.recipe.suggest import closest
+    from edgeflow.core.suggest import closest
 
     options = sorted(set(choices))
     guess = closest(name, options)

@@ -14,8 +14,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from edgeflow.errors import Problem, RecipeError
-from edgeflow.recipe.suggest import closest, did_you_mean
+from edgeflow.core.errors import Problem, RecipeError
+from edgeflow.core.suggest import closest, did_you_mean
 
 M = TypeVar("M", bound=BaseModel)
 COMMAND_LINE = "<command line>"

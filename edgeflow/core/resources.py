@@ -12,7 +12,7 @@ from typing import Literal
 
 Kind = Literal["recipes", "targets", "pipelines", "models"]
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the edgeflow package
 
 
 def builtin_dir(kind: Kind) -> Path:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeflow.codehash import closure_files, digest, file_sha256, find_spec
-from edgeflow.errors import EdgeflowError
+from edgeflow.core.codehash import closure_files, digest, file_sha256, find_spec
+from edgeflow.core.errors import EdgeflowError
 
 __all__ = ["ImportRef", "file_sha256", "top_level_names"]
 
@@ -60,7 +60,7 @@ class ImportRef:
             raise ValueError(f"{what} '{self.module}' not found")
         names = top_level_names(path.read_text(encoding="utf-8"))
         if names is not None and self.attr not in names:
-            from edgeflow.recipe.suggest import closest
+            from edgeflow.core.suggest import closest
 
             guess = closest(self.attr, sorted(names))
             hint = f" (did you mean '{guess}'?)" if guess else ""
@@ -163,7 +163,7 @@ def top_level_names(source: str) -> set[str] | None:
 def user_frame(exc: BaseException) -> str:
     """Where in the user's code an exception was raised: its innermost frame outside edgeflow
     and installed packages (a SyntaxError: its own file and line), as `file:line`."""
-    from edgeflow.codehash import is_third_party
+    from edgeflow.core.codehash import is_third_party
 
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"at {Path(exc.filename).name}:{exc.lineno}"
