@@ -16,6 +16,8 @@ from onnx import TensorProto as T
 
 import edgeflow.explain
 import edgeflow.targets.precheck
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.refs import ImportRef
 from edgeflow.explain import BAKED, CAUSES, HAZARDS, _diagnose, rules_for
 from edgeflow.rules import builtin_rules
 from edgeflow.rules.fixes import CAPTURES, FINDINGS, Fix
@@ -232,3 +234,28 @@ def test_the_precheck_suggests_what_its_tables_did() -> None:
 def test_explain_lists_the_rules_its_tables_did() -> None:
     assert {fix: rules_for(fix) for fix in EXPLAIN} == EXPLAIN
     assert {Fix.op(op) for op in HAZARDS} | {Fix.capture(c) for _, c in CAUSES} <= set(EXPLAIN)
+
+
+USER_RULE = """
+from edgeflow.rules.base import OnnxRule, RuleResult
+from edgeflow.rules.fixes import Fix
+
+
+class DropIdentity(OnnxRule):
+    name = "mine.drop_identity"
+    description = "Remove Identity nodes."
+    fixes = (Fix.op("Identity"), Fix.finding("{finding}"))
+
+    def apply(self, model, opts, ctx):
+        return RuleResult(model, False)
+"""
+
+
+def test_a_user_rule_declares_fixes_that_are_checked_but_not_suggested(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(USER_RULE.format(finding="float64"))
+    rule = ImportRef.parse("mine.py:DropIdentity", tmp_path).load()
+    assert rule.fixes == (Fix.op("Identity"), Fix.finding("float64"))
+    assert suggest(Fix.op("Identity")) == "" and rules_for(Fix.op("Identity")) == []
+    (tmp_path / "typo.py").write_text(USER_RULE.format(finding="flaot64"))
+    with pytest.raises(EdgeflowError, match=r"unknown finding 'flaot64': did you mean 'float64'"):
+        ImportRef.parse("typo.py:DropIdentity", tmp_path).load()
