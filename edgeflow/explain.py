@@ -3,7 +3,8 @@
 Each capture path a converter depends on is tried on the recipe's model with its declared input
 shapes: torch.fx.symbolic_trace, torch.export (strict and non-strict), and torch.onnx.export
 (dynamo and TorchScript). Every failure is traced back to the line of the user's code that
-caused it, classified in plain words, and mapped to the rules that address it.
+caused it, classified in plain words, and mapped to the rules that declare they fix that class
+of failure (`fixes`, see edgeflow.rules.fixes).
 """
 
 from __future__ import annotations
@@ -21,59 +22,39 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# (cause, rules) by what the failing line or the error says; first match wins.
-CAUSES: list[tuple[str, str, list[str]]] = [
-    (
-        r"nonzero|torch\.where\(|masked_select|\[.*(>|<|==|!=|mask).*\]",
-        "nonzero / boolean-mask indexing gives a data-dependent size",
-        ["ast.nonzero_to_mask", "ast.replace_call"],
-    ),
-    (
-        r"\.item\(\)|int\(|float\(",
-        "a tensor value is turned into a Python number (.item(), int(), float())",
-        ["ast.static_item"],
-    ),
-    (
-        r"float64|\.double\(\)|torch\.double|Double",
-        "float64 values",
-        ["ast.float64_to_float32", "onnx.cast_float64_to_float32"],
-    ),
-    (
-        r"\.shape|\.size\(|len\(|\.dim\(\)|\.numel\(\)",
-        "a branch or size decided by a tensor's shape",
-        ["ast.specialize_shapes"],
-    ),
-    (r"^\s*for .* in |iterat", "a loop over a traced value or a module list", ["ast.unroll_loops"]),
+from edgeflow.rules import rules_fixing
+from edgeflow.rules.fixes import CAPTURES, Fix
+
+# The capture failure class (edgeflow.rules.fixes.CAPTURES) by what the failing line or the
+# error says; first match wins.
+CAUSES: list[tuple[str, str]] = [
+    (r"nonzero|torch\.where\(|masked_select|\[.*(>|<|==|!=|mask).*\]", "nonzero"),
+    (r"\.item\(\)|int\(|float\(", "item"),
+    (r"float64|\.double\(\)|torch\.double|Double", "float64"),
+    (r"\.shape|\.size\(|len\(|\.dim\(\)|\.numel\(\)", "shape"),
+    (r"^\s*for .* in |iterat", "loop"),
     (
         r"^\s*(el)?if |^\s*while |control flow|branching|guard on data-dependent|Could not guard",
-        "data-dependent control flow (a Python if/while on tensor values)",
-        ["ast.tensor_if_to_where", "ast.specialize_shapes"],
+        "tensor_if",
     ),
-    (
-        r"not supported|Unsupported|no symbolic|could not find an implementation",
-        "an operator the exporter does not support",
-        ["ast.replace_call", "fx.replace_pattern", "fx.wrap_leaf"],
-    ),
+    (r"not supported|Unsupported|no symbolic|could not find an implementation", "unsupported"),
 ]
+BAKED = "baked_branch"  # a TorchScript trace that baked a Python branch in as a constant
 
 
-# ONNX ops that export fine but that no edge target runs as a static graph.
-HAZARDS: dict[str, tuple[str, list[str]]] = {
-    "NonZero": (
-        "nonzero / boolean-mask indexing gives a data-dependent size",
-        ["ast.nonzero_to_mask"],
-    ),
-    "If": (
-        "data-dependent control flow exported as If",
-        ["ast.tensor_if_to_where", "onnx.fold_if"],
-    ),
-    "Loop": ("a loop exported as Loop", ["ast.unroll_loops"]),
-    "Scan": ("a loop exported as Scan", ["ast.unroll_loops"]),
-    "NonMaxSuppression": (
-        "NMS with a data-dependent number of boxes",
-        ["ast.replace_call", "ast.replace_method"],
-    ),
+# ONNX ops that export fine but that no edge target runs as a static graph, with the cause.
+HAZARDS: dict[str, str] = {
+    "NonZero": CAPTURES["nonzero"],
+    "If": "data-dependent control flow exported as If",
+    "Loop": "a loop exported as Loop",
+    "Scan": "a loop exported as Scan",
+    "NonMaxSuppression": "NMS with a data-dependent number of boxes",
 }
+
+
+def rules_for(fix: Fix) -> list[str]:
+    """The names of the built-in rules that fix `fix`, in catalogue order."""
+    return [rule.name for rule in rules_fixing(fix)]
 
 
 @dataclass
@@ -142,11 +123,11 @@ def explain(recipe: Any, base_dir: Path, rewrites: bool = True) -> list[Attempt]
                 Attempt(
                     name,
                     False,
-                    "traced, but a Python branch on a tensor value was baked in as a constant",
+                    CAPTURES[BAKED],
                     f"{w.filename}:{w.lineno}",
                     _source_line(w.filename, w.lineno),
                     f"TracerWarning: {str(w.message).splitlines()[0]}"[:300],
-                    ["ast.tensor_if_to_where", "ast.static_item"],
+                    rules_for(Fix.capture(BAKED)),
                 )
             )
         hazards = _graph_hazards(onnx_path, name) if name.startswith("torch.onnx.export") else []
@@ -175,7 +156,7 @@ def _graph_hazards(path: Path, method: str) -> list[Attempt]:
     for node in model.graph.node:
         if node.op_type not in HAZARDS or node.op_type in found:
             continue
-        cause, rules = HAZARDS[node.op_type]
+        cause, rules = HAZARDS[node.op_type], rules_for(Fix.op(node.op_type))
         meta = {p.key: p.value for p in node.metadata_props}
         trace = meta.get("pkg.torch.onnx.stack_trace", "")
         where = re.findall(r'File "([^"]+)", line (\d+)', trace)
@@ -203,9 +184,9 @@ def _diagnose(method: str, exc: BaseException, user_files: set[str]) -> Attempt:
     first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
     location, code = _user_location(exc, user_files)
     cause, rules = "unclassified failure", []
-    for pattern, what, suggested in CAUSES:
+    for pattern, found in CAUSES:
         if re.search(pattern, code) or re.search(pattern, text, re.IGNORECASE | re.MULTILINE):
-            cause, rules = what, suggested
+            cause, rules = CAPTURES[found], rules_for(Fix.capture(found))
             break
     return Attempt(
         method, False, cause, location, code, f"{type(exc).__name__}: {first}"[:300], rules

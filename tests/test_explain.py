@@ -100,6 +100,7 @@ def test_torchscript_traces_are_judged_by_what_they_bake_in(recipe_for, capsys) 
     baked = attempts["torch.onnx.export (torchscript)"]
     assert baked["ok"] is False and "baked in as a constant" in baked["cause"]
     assert "Converting a tensor to a Python boolean" in baked["error"]
+    assert baked["rules"] == ["ast.tensor_if_to_where", "ast.static_item"]
     assert main(["explain", str(recipe_for("Constant"))]) == 0  # torch.tensor(0.5) is fine
     capsys.readouterr()
 

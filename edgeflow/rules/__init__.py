@@ -13,6 +13,7 @@ from typing import Any
 
 from edgeflow.core.errors import Problem, RecipeError
 from edgeflow.core.suggest import did_you_mean
+from edgeflow.rules.fixes import Fix
 
 
 class RuleEntryError(ValueError):
@@ -28,6 +29,11 @@ def builtin_rules() -> dict[str, type[Any]]:
     from edgeflow.rules.onnx import RULES as ONNX_RULES
 
     return {rule.name: rule for rule in (*AST_RULES, *FX_RULES, *ONNX_RULES)}
+
+
+def rules_fixing(fix: Fix) -> list[type[Any]]:
+    """The built-in rules that declare `fix` (see edgeflow.rules.fixes), in catalogue order."""
+    return [rule for rule in builtin_rules().values() if fix in rule.fixes]
 
 
 def validate_entry(entry: Any) -> dict[str, Any]:

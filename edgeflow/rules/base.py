@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from edgeflow.core.specs import TensorSpec
+from edgeflow.rules.fixes import Fix
 
 Level = Literal["ast", "fx", "onnx"]
 LEVEL_ORDER: dict[str, int] = {"ast": 0, "fx": 1, "onnx": 2}
@@ -69,6 +70,9 @@ class Rule(ABC, Generic[M]):
     Options: ClassVar[type[RuleOptions]] = RuleOptions
     # (before, after) for the rule catalogue: source text, or a short description of a graph.
     example: ClassVar[tuple[str, str] | None] = None
+    # What the rule removes, in the precheck's and `edgeflow explain`'s words: they suggest
+    # the built-in rules that declare what they report (see edgeflow.rules.fixes).
+    fixes: ClassVar[tuple[Fix, ...]] = ()
 
     @abstractmethod
     def apply(self, model: M, opts: Any, ctx: RewriteContext) -> RuleResult[M]: ...

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic_core import PydanticUndefined
 
 from edgeflow.rules import builtin_rules
+from edgeflow.rules.fixes import CAPTURES, FINDINGS, Fix
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
 LEVELS = {
@@ -46,6 +47,30 @@ on the declared input shapes, within each rule's stated tolerance; `rewrite_onnx
 onnx rules after export. A target profile can add onnx rules of its own, which run after the
 recipe's (`rewrite_target`; see "Default rewrites" in [targets.md](targets.md)). What each
 rule changed is in the build's report.
+
+A rule's "Fixes" line says what it removes, in the words of the tools that report it (see
+[What rules fix](#what-rules-fix)): the precheck suggests a rule that declares what it found,
+`edgeflow explain` lists all that declare the capture failure or exported operator it found.
+"""
+
+FIXES_SECTION = """\
+## What rules fix
+
+A rule declares what it removes (`fixes`, see [writing-rules.md](writing-rules.md)); the
+precheck and `edgeflow explain` suggest the built-in rules that declare what they report. The
+precheck suggests one rule per finding: the first onnx rule in this catalogue's order that
+fixes it (it applies to the very model checked), else the first of another level; for a
+finding about an operator that no rule declares (a failed check, a type), a rule that removes
+the operator. `edgeflow explain` lists every rule that fixes what it found, in this
+catalogue's order.
+
+- `Fix.op("Erf")`: an operator, as the precheck reports it ("not supported by ...") and as
+  `edgeflow explain` flags it in an exported graph (NonZero, If, Loop, Scan, NonMaxSuppression);
+- `Fix.check("Conv", "not_grouped")`: a node failing one of the precheck's named checkers
+  ([targets.md](targets.md), "Operators");
+- `Fix.finding("float64")`: a precheck finding about the model, `(float64)` in its table;
+- `Fix.capture("nonzero")`: the cause of a failed trace or export, as `edgeflow explain`
+  names it.
 """
 
 
@@ -90,7 +115,32 @@ def render_markdown() -> str:
             out.append("No rules of this level yet.\n")
         for rule in of_level:
             out.append(_render_rule(rule))
+    out.append(_render_vocabulary())
     return "\n".join(out).rstrip() + "\n"
+
+
+def _render_vocabulary() -> str:
+    lines = [FIXES_SECTION, "| precheck finding | meaning |", "|---|---|"]
+    lines += [f"| `{name}` | {meaning} |" for name, meaning in FINDINGS.items()]
+    lines += ["", "| capture failure | the cause `edgeflow explain` names |", "|---|---|"]
+    lines += [f"| `{name}` | {cause} |" for name, cause in CAPTURES.items()]
+    return "\n".join(lines) + "\n"
+
+
+def fixes_text(fixes: tuple[Fix, ...]) -> str:
+    """A rule's declared fixes in words, grouped by kind: "operators `Erf`, `Gelu`; ..."."""
+    words = {
+        "op": ("operator", "operators"),
+        "check": ("failed check", "failed checks"),
+        "finding": ("precheck finding", "precheck findings"),
+        "capture": ("capture failure", "capture failures"),
+    }
+    parts = []
+    for kind, (one, many) in words.items():
+        names = [f"`{fix}`" for fix in fixes if fix.kind == kind]
+        if names:
+            parts.append(f"{one if len(names) == 1 else many} {', '.join(names)}")
+    return "; ".join(parts)
 
 
 def _render_rule(rule: type[Any]) -> str:
@@ -98,6 +148,8 @@ def _render_rule(rule: type[Any]) -> str:
     doc = inspect.cleandoc(rule.__doc__ or "")
     if doc and doc.splitlines()[0] != rule.description:
         lines += [doc, ""]
+    if rule.fixes:
+        lines += [f"Fixes: {fixes_text(rule.fixes)}.", ""]
     rows = options_rows(rule.Options)
     if rows and any(m for *_, m in rows):
         lines += ["| option | type | default | meaning |", "|---|---|---|---|"]
@@ -128,6 +180,8 @@ def render_terminal() -> str:
     lines = []
     for name, rule in rules.items():
         lines.append(f"{name:<{width}}  {rule.description}")
+        if rule.fixes:
+            lines.append(f"{'':<{width}}    fixes: {fixes_text(rule.fixes).replace('`', '')}")
         for key, kind, default, _ in options_rows(rule.Options):
             lines.append(f"{'':<{width}}    {key}: {kind} = {default}")
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """Check an ONNX model against a target profile before any converter runs.
 
 Every problem is reported, never only the first: one finding per operator (or model-level
-issue) with its count, the reason, the nodes, and the edgeflow rule that would remove it.
+issue) with its count, the reason, the nodes, and the edgeflow rule that would remove it: one
+that declares it fixes the finding (`fixes`, see edgeflow.rules.fixes).
 """
 
 from __future__ import annotations
@@ -11,40 +12,16 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from edgeflow.rules import rules_fixing
+from edgeflow.rules.fixes import FINDINGS, Fix
 from edgeflow.targets.profile import TargetProfile
 
 CONTROL_FLOW = ("If", "Loop", "Scan")
-# The rule that removes a finding, by operator (or model-level key).
-SUGGESTED_RULES = {
-    "Erf": "onnx.decompose",
-    "Gelu": "onnx.decompose",
-    "HardSigmoid": "onnx.decompose",
-    "HardSwish": "onnx.decompose",
-    "LayerNormalization": "onnx.decompose",
-    "Softplus": "onnx.decompose",
-    "Mish": "onnx.decompose",
-    "If": "onnx.fold_if",
-    "Sqrt": "onnx.sqrt_newton",
-    "MatMul": "onnx.lower_matmul",
-    "Gather": "onnx.gather_to_slice",
-    "Loop": "ast.unroll_loops",
-    "Scan": "ast.unroll_loops",
-    "NonZero": "ast.nonzero_to_mask",
-    "NonMaxSuppression": "ast.replace_call",
-    "(float64)": "onnx.cast_float64_to_float32",
-    "(float16)": "quantization.mode: none",
-    "(inputs)": "onnx.fix_shapes",
-    "(opset)": "onnx.convert_opset",
-}
-# The rule that removes a failed named check, by (operator, checker).
-CHECK_RULES = {
-    ("Conv", "not_grouped"): "onnx.split_groups",
-    ("Conv", "groups_one"): "onnx.split_groups",
-    ("MaxPool", "pads_zero"): "onnx.maxpool_edge_pad",
-    ("Resize", "resize_nearest"): "onnx.resize_to_matmul",
-    ("Slice", "rank_at_most_4"): "onnx.slice_rank",
-}
+# What a finding suggests when no rule removes it: a recipe setting.
+SETTINGS = {"float16": "quantization.mode: none"}
 DOUBLE, FLOAT16 = 11, 10  # onnx.TensorProto data types
+# An operator's input type without a kernel, by its onnx name, as a finding rules declare.
+DTYPE_FINDINGS = {"double": "float64", "int64": "int64"}
 
 
 @dataclass
@@ -60,7 +37,28 @@ class Finding:
 
     def __post_init__(self) -> None:
         self.count = self.count or len(self.nodes) or 1
-        self.rule = self.rule or SUGGESTED_RULES.get(self.operator, "")
+        key = self.operator[1:-1] if self.operator.startswith("(") else ""
+        if key:
+            self.rule = self.rule or suggest(Fix.finding(key)) or SETTINGS.get(key, "")
+        else:
+            self.rule = self.rule or suggest(Fix.op(self.operator))
+
+
+def model_finding(key: str, reason: str, nodes: list[str] | None = None, **kw: Any) -> Finding:
+    """A finding about the model rather than one operator: "(float64)" for FINDINGS' float64."""
+    assert key in FINDINGS, key
+    return Finding(f"({key})", reason, nodes or [], **kw)
+
+
+def suggest(*fixes: Fix) -> str:
+    """The rule to suggest for a finding: for the first of `fixes` that a built-in rule
+    declares, the first onnx rule in catalogue order that does (it applies to the very model
+    checked), else the first of another level."""
+    for fix in fixes:
+        rules = rules_fixing(fix)
+        if rules:
+            return next((r for r in rules if r.level == "onnx"), rules[0]).name
+    return ""
 
 
 def check(model: Any, profile: TargetProfile, quantization: str = "none") -> list[Finding]:
@@ -72,18 +70,18 @@ def check(model: Any, profile: TargetProfile, quantization: str = "none") -> lis
     try:
         onnx.checker.check_model(model, full_check=True)
     except Exception as exc:  # ValidationError, or InferenceError from the full check
-        findings.append(Finding("(model)", f"onnx.checker: {str(exc).splitlines()[0]}"))
+        findings.append(model_finding("model", f"onnx.checker: {str(exc).splitlines()[0]}"))
     try:
         onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as exc:  # onnx raises several types; each is a finding, not a crash
-        findings.append(Finding("(model)", f"shape inference: {str(exc).splitlines()[0]}"))
+        findings.append(model_finding("model", f"shape inference: {str(exc).splitlines()[0]}"))
     inferred = model  # shapes and types of intermediates, for the checks below; once
     with contextlib.suppress(Exception):  # a failure is the finding above: go on without
         inferred = onnx.shape_inference.infer_shapes(model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if not profile.opset.min <= opset <= profile.opset.max:
         reason = f"opset {opset} is outside the target's {profile.opset.min}..{profile.opset.max}"
-        findings.append(Finding("(opset)", reason, count=1))
+        findings.append(model_finding("opset", reason, count=1))
     by_op: dict[str, list[str]] = {}
     for i, node in enumerate(model.graph.node):
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
@@ -98,19 +96,19 @@ def check(model: Any, profile: TargetProfile, quantization: str = "none") -> lis
         deep = _tensors_above_rank(inferred, profile.max_rank)
         if deep:
             reason = f"tensors of rank above {profile.max_rank}, the most its kernels take"
-            findings.append(Finding("(rank)", reason, deep))
+            findings.append(model_finding("rank", reason, deep))
     if not profile.dynamic_shapes:
         dynamic = [i.name for i in model.graph.input if _is_dynamic(i)]
         if dynamic:
-            findings.append(Finding("(inputs)", "dynamic input shapes are not supported", dynamic))
+            reason = "dynamic input shapes are not supported"
+            findings.append(model_finding("inputs", reason, dynamic))
     for dtype, key, allowed in (
-        (DOUBLE, "(float64)", profile.float64),
-        (FLOAT16, "(float16)", profile.float16),
+        (DOUBLE, "float64", profile.float64),
+        (FLOAT16, "float16", profile.float16),
     ):
         names = [] if allowed else _tensors_of_type(inferred, dtype)
         if names:
-            what = key.strip("()")
-            findings.append(Finding(key, f"{what} tensors are not supported", names))
+            findings.append(model_finding(key, f"{key} tensors are not supported", names))
     return findings
 
 
@@ -155,10 +153,14 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
     groups: dict[tuple[str, str], Finding] = {}
 
     def add(
-        op: str, key: str, reason: str, node_name: str, rule: str = "", severity: str = "error"
+        op: str, key: str, reason: str, at: str, fix: Fix | None = None, severity: str = "error"
     ) -> None:
-        finding = groups.setdefault((op, key), Finding(op, reason, rule=rule, severity=severity))
-        finding.nodes.append(node_name)
+        finding = groups.get((op, key))
+        if finding is None:
+            # the rule that removes this finding, else one that removes the operator
+            rule = suggest(*([fix] if fix else []), Fix.op(op))
+            finding = groups[op, key] = Finding(op, reason, rule=rule, severity=severity)
+        finding.nodes.append(at)
         finding.count = len(finding.nodes)
 
     for i, node in enumerate(graph.node):
@@ -176,7 +178,7 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
         if spec.quantization is not None and quantization not in spec.quantization:
             modes = ", ".join(spec.quantization)
             why = f"not supported in quantization mode {quantization} (only {modes})"
-            add(op, "quantization", why, name, SUGGESTED_RULES.get(op, ""))
+            add(op, "quantization", why, name)
         if quantization in spec.inaccurate:
             why = f"{quantization} may be inaccurate: {spec.inaccurate[quantization]}"
             add(op, "inaccurate", why, name, severity="warning")
@@ -187,7 +189,7 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
             if not kernels:
                 have = ", ".join(f"{k.since}-{k.until or ''}" for k in spec.kernels)
                 why = f"no kernel for version {since} of {op} (has versions {have})"
-                add(op, "version", why, name, "onnx.convert_opset")
+                add(op, "version", why, name, Fix.finding("opset"))
                 continue
             if all(k.dtypes is not None for k in kernels):
                 dtypes = sorted({d for k in kernels for d in k.dtypes or []})
@@ -197,12 +199,12 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
             fallback = profile.dtype_fallbacks.get(type_name)
             if type_name not in dtypes and fallback not in dtypes:
                 why = f"no kernel for {type_name} inputs (takes {', '.join(dtypes)})"
-                rule = SUGGESTED_RULES["(float64)"] if type_name == "double" else ""
-                add(op, f"dtype {type_name}", why, name, rule)
+                typed = DTYPE_FINDINGS.get(type_name)
+                add(op, f"dtype {type_name}", why, name, Fix.finding(typed) if typed else None)
         for check in spec.checks:
             problem = CHECKERS[check](Node(node, constants, ranks))
             if problem is not None:
-                add(op, check, f"{check}: {problem}", name, CHECK_RULES.get((op, check), ""))
+                add(op, check, f"{check}: {problem}", name, Fix.check(op, check))
     return list(groups.values())
 
 
@@ -253,13 +255,13 @@ def check_memory(
             f"needs a {est.arena_bytes:,}-byte arena (activations peak at {est.peak_node}); "
             f"board {name} has {limits.ram_bytes:,} bytes of RAM"
         )
-        findings.append(Finding("(ram)", reason, count=1, rule=smaller))
+        findings.append(model_finding("ram", reason, count=1, rule=smaller))
     if limits and limits.flash_bytes and est.weights_bytes > limits.flash_bytes:
         reason = (
             f"{est.weights_bytes:,} bytes of weights at {quantization}; board {name} has "
             f"{limits.flash_bytes:,} bytes of flash"
         )
-        findings.append(Finding("(flash)", reason, count=1, rule=smaller))
+        findings.append(model_finding("flash", reason, count=1, rule=smaller))
     return summary, findings
 
 

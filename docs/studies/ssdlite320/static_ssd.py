@@ -1,8 +1,12 @@
-"""(d) Prototype: ssdlite320_mobilenet_v3_large as a static-shape model.
+"""(d) ssdlite320_mobilenet_v3_large as a static-shape model, with the code edgeflow ships.
 
-Keeps torchvision's backbone and head (the same modules, the same weights), replaces
-GeneralizedRCNNTransform with a fixed 320x320 normalize, and SSD.postprocess_detections plus
-transform.postprocess with a fixed-shape version built on edgeflow.ops.static
+The prototype written here became edgeflow/rules/ast/replacements/torchvision_detection.py,
+the replacement for SSD.forward that `ast.replace_method` installs (recipes/ssdlite320.yaml);
+this script now runs that code instead of a copy. check_ssd and prepare_ssd fit a copy of
+the model to the declared [1, 3, 320, 320] input (normalisation constants and the anchors as
+buffers); ssd_forward keeps torchvision's backbone and head (the same modules, the same
+weights), replaces GeneralizedRCNNTransform with a fixed normalize, and SSD.postprocess_detections
+plus transform.postprocess with ssd_postprocess, static shapes built on edgeflow.ops.static
 (batched_nms_fixed). Exports to ONNX, checks the graph for NonZero/Loop/If/NonMaxSuppression,
 runs it in onnxruntime and compares with the eager torchvision model.
 
@@ -10,6 +14,7 @@ runs it in onnxruntime and compares with the eager torchvision model.
 """
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
@@ -20,13 +25,17 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torchvision.models.detection.image_list import ImageList
-from torchvision.ops import boxes as box_ops
 
 from common import VERSIONS, build_model, inputs
-from edgeflow.ops.static import batched_nms_fixed
+from edgeflow.core.specs import TensorSpec
+from edgeflow.rules.ast.replacements.torchvision_detection import (
+    check_ssd,
+    prepare_ssd,
+    ssd_forward,
+    ssd_postprocess,
+)
+from edgeflow.rules.base import RewriteContext
 
 OUT = Path(__file__).parent / "out"
 FORBIDDEN = {"NonZero", "Loop", "If", "Scan", "NonMaxSuppression"}
@@ -34,89 +43,57 @@ SIZE = (320, 320)
 
 
 class StaticPostprocess(nn.Module):
-    """SSD.postprocess_detections + transform.postprocess for one fixed 320x320 image size,
-    with static shapes: head outputs [B, A, 4], [B, A, C] -> boxes [B, D, 4], scores [B, D],
-    labels [B, D] (int64), valid [B, D] (bool); rows with valid=False are padding."""
+    """ssd_postprocess alone: head outputs [B, A, 4], [B, A, C] -> boxes [B, D, 4], scores
+    [B, D], labels [B, D] (int64), valid [B, D] (bool); rows with valid=False are padding.
+    Holds the attributes of the prepared SSD that ssd_postprocess reads, not its backbone
+    and head, so that an export of it is the post-processing only."""
 
-    def __init__(self, ssd: nn.Module, anchors: Tensor) -> None:
-        super().__init__()
-        self.box_coder = ssd.box_coder
-        self.score_thresh = float(ssd.score_thresh)
-        self.nms_thresh = float(ssd.nms_thresh)
-        self.detections_per_img = int(ssd.detections_per_img)
-        self.topk_candidates = int(ssd.topk_candidates)
-        self.register_buffer("anchors", anchors)
-
-    def forward(self, bbox_regression: Tensor, cls_logits: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        per_image = [
-            self.postprocess_one(bbox_regression[b], cls_logits[b])
-            for b in range(bbox_regression.shape[0])  # static batch size: unrolled
-        ]
-        return tuple(torch.stack(parts) for parts in zip(*per_image))  # type: ignore[return-value]
-
-    def postprocess_one(self, regression: Tensor, logits: Tensor) -> tuple[Tensor, ...]:
-        boxes = self.box_coder.decode_single(regression, self.anchors)
-        boxes = box_ops.clip_boxes_to_image(boxes, SIZE)
-        scores = F.softmax(logits, dim=-1)
-        num_anchors, num_classes = scores.shape
-        # Per class: `score[score > thresh]` then topk(min(topk_candidates, count)) becomes a
-        # topk with a static k over scores masked to -inf, plus a validity mask.
-        class_scores = scores[:, 1:].t()  # [C-1, A]
-        masked = torch.where(
-            class_scores > self.score_thresh, class_scores, torch.full_like(class_scores, float("-inf"))
-        )
-        k = min(self.topk_candidates, num_anchors)
-        top_scores, top_idx = masked.topk(k, dim=1)  # [C-1, k]
-        cand_scores = top_scores.reshape(-1)
-        cand_valid = cand_scores > self.score_thresh
-        cand_boxes = boxes.index_select(0, top_idx.reshape(-1))
-        cand_labels = torch.arange(1, num_classes, device=boxes.device).repeat_interleave(k)
-        # box_ops.batched_nms takes the per-class path on CPU for this many boxes.
-        keep, keep_valid = batched_nms_fixed(
-            cand_boxes, cand_scores, cand_labels, self.nms_thresh, self.detections_per_img,
-            strategy="per_class",
-        )
-        safe = keep.clamp(min=0)
-        # Invalid candidates score -inf: picked only after every valid one, so dropping them
-        # afterwards leaves the valid result exact.
-        valid = keep_valid & cand_valid.index_select(0, safe)
-        out_boxes = torch.where(valid[:, None], cand_boxes.index_select(0, safe), 0.0)
-        out_scores = torch.where(valid, cand_scores.index_select(0, safe), 0.0)
-        out_labels = torch.where(valid, cand_labels.index_select(0, safe), 0)
-        # transform.postprocess: resize_boxes from (320, 320) back to (320, 320) is *1.0.
-        return out_boxes, out_scores, out_labels, valid
-
-
-
-class StaticSSDLite(nn.Module):
-    """SSD with static shapes: [B, 3, 320, 320] images in [0, 1] -> boxes [B, D, 4],
-    scores [B, D], labels [B, D] (int64), valid [B, D] (bool), D = detections_per_img.
-    Rows with valid=False are padding (box 0, score 0, label 0)."""
+    READS = (
+        "box_coder",
+        "score_thresh",
+        "nms_thresh",
+        "detections_per_img",
+        "topk_candidates",
+        "_edgeflow_image_size",
+        "_edgeflow_batch",
+        "_edgeflow_anchors_count",
+        "_edgeflow_classes",
+    )
 
     def __init__(self, ssd: nn.Module) -> None:
         super().__init__()
-        self.backbone = ssd.backbone
-        self.head = ssd.head
-        t = ssd.transform
-        assert t.fixed_size == SIZE and t.size_divisible == 1
-        self.register_buffer("image_mean", torch.tensor(t.image_mean)[:, None, None])
-        self.register_buffer("image_std", torch.tensor(t.image_std)[:, None, None])
-        # The anchors depend only on the (fixed) image and feature-map sizes: a constant.
-        with torch.no_grad():
-            dummy = torch.zeros(1, 3, *SIZE)
-            features = list(self.backbone(dummy).values())
-            anchors = ssd.anchor_generator(ImageList(dummy, [SIZE]), features)[0]
-        self.postprocess = StaticPostprocess(ssd, anchors)
+        for name in self.READS:
+            setattr(self, name, getattr(ssd, name))
+        self.register_buffer("_edgeflow_anchors", ssd._edgeflow_anchors)
+
+    def forward(self, bbox_regression: Tensor, cls_logits: Tensor) -> tuple[Tensor, ...]:
+        return ssd_postprocess(self, bbox_regression, cls_logits)
+
+
+class StaticSSDLite(nn.Module):
+    """SSD with static shapes, as `ast.replace_method` makes it: [1, 3, 320, 320] images in
+    [0, 1] -> boxes [1, D, 4], scores [1, D], labels [1, D] (int64), valid [1, D] (bool),
+    D = detections_per_img. Rows with valid=False are padding (box 0, score 0, label 0)."""
+
+    def __init__(self, ssd: nn.Module) -> None:
+        super().__init__()
+        self.ssd = copy.deepcopy(ssd)  # prepare_ssd adds buffers: keep the eager model as it was
+        ctx = RewriteContext([TensorSpec(name="images", shape=[1, 3, *SIZE])])
+        problems = check_ssd(self.ssd, ctx)
+        assert not problems, problems
+        prepare_ssd(self.ssd, ctx)
+        self.postprocess = StaticPostprocess(self.ssd)
 
     def head_outputs(self, images: Tensor) -> tuple[Tensor, Tensor]:
-        # GeneralizedRCNNTransform for a [B, 3, 320, 320] input: normalize; the resize to
-        # fixed_size (320, 320) is the identity and batching pads nothing.
-        x = (images - self.image_mean) / self.image_std
-        head = self.head(list(self.backbone(x).values()))
+        # ssd_forward up to the head: the normalize that replaces GeneralizedRCNNTransform for
+        # a [1, 3, 320, 320] input (the resize to fixed_size is the identity, batching pads
+        # nothing), backbone, head.
+        x = (images - self.ssd._edgeflow_image_mean) / self.ssd._edgeflow_image_std
+        head = self.ssd.head(list(self.ssd.backbone(x).values()))
         return head["bbox_regression"], head["cls_logits"]
 
     def forward(self, images: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return self.postprocess(*self.head_outputs(images))
+        return ssd_forward(self.ssd, images)
 
 
 class BackboneHead(nn.Module):

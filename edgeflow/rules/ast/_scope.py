@@ -78,20 +78,6 @@ def statement_index(fdef: ast.FunctionDef) -> dict[int, int]:
     return {id(n): i for i, stmt in enumerate(fdef.body) for n in ast.walk(stmt)}
 
 
-def unchanged_until(fdef: ast.FunctionDef, name: str, index: int) -> bool:
-    """True when `name` still holds its value on entry to the function when top-level
-    statement `index` reads it: no statement before rebinds it, and statement `index` rebinds
-    it (if at all) only as the target of a simple assignment, after reading its value."""
-    if any(bound_names(stmt)[name] for stmt in fdef.body[:index]):
-        return False
-    stmt = fdef.body[index]
-    if not bound_names(stmt)[name]:
-        return True
-    if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
-        return not bound_names(ast.Expr(stmt.value))[name] if stmt.value else False
-    return False
-
-
 def single_assignment(fdef: ast.FunctionDef, name: str) -> tuple[int, ast.Assign] | None:
     """The one top-level `name = value` statement of a name bound exactly once, if so."""
     if name in parameters(fdef) or local_counts(fdef)[name] != 1:

@@ -21,6 +21,7 @@ from pydantic import Field, field_validator
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast._source import Method, rewrite, user_error
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 BEFORE = """\
 def forward(self, boxes, scores):
@@ -45,6 +46,7 @@ def _import_path(text: str) -> str:
 class ReplaceCall(AstRule):
     name = "ast.replace_call"
     description = "Call another function (by import path) wherever the model calls a given one."
+    fixes = (Fix.op("NonMaxSuppression"), Fix.capture("nonzero"), Fix.capture("unsupported"))
     example = (BEFORE, AFTER)
 
     class Options(RuleOptions):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeflow.rules.ast._source import Method, rewrite
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
     import torch
@@ -39,6 +40,7 @@ def forward(self, x):
 class Float64ToFloat32(AstRule):
     name = "ast.float64_to_float32"
     description = "Replace torch.float64/.double()/dtype=float in model source with float32."
+    fixes = (Fix.finding("float64"), Fix.capture("float64"))
     example = (BEFORE, AFTER)
 
     class Options(RuleOptions):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from edgeflow.rules.ast import _scope
 from edgeflow.rules.ast._source import MISSING, Method, rewrite, user_error
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
     import torch
@@ -94,6 +95,7 @@ class StaticItem(AstRule):
     description = (
         "Replace .item()/int(t)/float(t) whose value is fixed by the model with constants."
     )
+    fixes = (Fix.capture("item"), Fix.capture("baked_branch"))
     example = (BEFORE, AFTER)
 
     class Options(RuleOptions):

@@ -30,6 +30,7 @@ from pydantic import Field
 from edgeflow.rules.ast import _fold, _scope
 from edgeflow.rules.ast._source import MISSING, Method, rewrite
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 BEFORE = """\
 def forward(self, x):
@@ -49,6 +50,7 @@ def forward(self, x):
 class UnrollLoops(AstRule):
     name = "ast.unroll_loops"
     description = "Unroll for loops over constant ranges and module lists; constant-index them."
+    fixes = (Fix.op("Loop"), Fix.op("Scan"), Fix.capture("loop"))
     example = (BEFORE, AFTER)
 
     class Options(RuleOptions):

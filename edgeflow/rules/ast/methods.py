@@ -33,6 +33,7 @@ from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast._source import _give
 from edgeflow.rules.ast.calls import _import_path, load
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 NAME = "ast.replace_method"
 
@@ -87,6 +88,7 @@ class ReplaceMethod(AstRule):
         "Replace a method of every instance of a class (library classes too) with a "
         "version written for export; built-in: torchvision SSD.forward."
     )
+    fixes = (Fix.op("NonMaxSuppression"),)
     example = (BEFORE, AFTER)
 
     class Options(RuleOptions):

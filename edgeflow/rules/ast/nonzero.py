@@ -37,6 +37,7 @@ from edgeflow.rules.ast import _scope
 from edgeflow.rules.ast._source import MISSING, Method, rewrite
 from edgeflow.rules.ast._types import Types
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 BEFORE = """\
 def forward(self, scores, boxes):
@@ -67,6 +68,7 @@ REDUCTIONS = {
 class NonzeroToMask(AstRule):
     name = "ast.nonzero_to_mask"
     description = "Rewrite nonzero, one-argument where and boolean-mask indexing to fixed sizes."
+    fixes = (Fix.op("NonZero"), Fix.capture("nonzero"))
     example = (BEFORE, AFTER)
 
     class Options(RuleOptions):

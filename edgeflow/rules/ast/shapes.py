@@ -23,6 +23,7 @@ from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast import _fold, _scope
 from edgeflow.rules.ast._source import Method, rewrite
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 BEFORE = """\
 def forward(self, x):
@@ -42,6 +43,7 @@ Shape = tuple[int | None, ...]
 class SpecializeShapes(AstRule):
     name = "ast.specialize_shapes"
     description = "Fold shape queries on forward's inputs to the declared shapes; guard them."
+    fixes = (Fix.capture("shape"), Fix.capture("tensor_if"))
     example = (BEFORE, AFTER)
 
     class Options(RuleOptions):

@@ -31,6 +31,7 @@ from edgeflow.rules.ast import _scope
 from edgeflow.rules.ast._source import Method, rewrite
 from edgeflow.rules.ast._types import Types
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 BEFORE = """\
 def forward(self, x):
@@ -55,6 +56,7 @@ MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "s
 class TensorIfToWhere(AstRule):
     name = "ast.tensor_if_to_where"
     description = "Compute both branches of an if on a tensor value and blend them with where."
+    fixes = (Fix.op("If"), Fix.capture("tensor_if"), Fix.capture("baked_branch"))
     example = (BEFORE, AFTER)
 
     class Options(RuleOptions):

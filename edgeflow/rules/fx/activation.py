@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 
 from edgeflow.core.specs import user_error
 from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import arg, finish, label, module_of, order, to_graph_module
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class ReplaceActivation(FxRule):
 
     name = "fx.replace_activation"
     description = "Replace an activation: silu, gelu, relu, hardswish, hardsigmoid."
+    fixes = (Fix.op("Gelu"), Fix.op("Erf"), Fix.op("HardSwish"), Fix.op("HardSigmoid"))
     example = ("y = F.silu(x)", "y = x * torch.sigmoid(x)")
 
     class Options(RuleOptions):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._affine import (
     BatchNorm,
     LinearOp,
@@ -33,6 +34,7 @@ class RemoveBatchnorm(FxRule):
 
     name = "fx.remove_batchnorm"
     description = "Remove identity BatchNorm layers; with fold: true, fold the others."
+    fixes = (Fix.op("BatchNormalization"),)
     example = (
         "h = self.bn(self.fc(x))  # bn: mean 0, var 1, weight 1, bias 0",
         "h = self.fc(x)",

@@ -6,6 +6,7 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import arg, finish, label, module_of, to_graph_module
 
 if TYPE_CHECKING:
@@ -17,6 +18,7 @@ class RemoveDropout(FxRule):
 
     name = "fx.remove_dropout"
     description = "Remove Dropout modules and dropout calls (eval semantics)."
+    fixes = (Fix.op("Dropout"),)
     example = ("h = self.drop(self.fc(x))", "h = self.fc(x)")
 
     class Options(RuleOptions):

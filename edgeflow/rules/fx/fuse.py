@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._affine import batch_norms, channels_match, fold_after, linear_op
 from edgeflow.rules.fx._graph import finish, to_graph_module
 
@@ -14,6 +15,7 @@ class FuseConvBn(FxRule):
 
     name = "fx.fuse_conv_bn"
     description = "Fold eval-mode BatchNorm into the preceding Conv1d/2d/3d."
+    fixes = (Fix.op("BatchNormalization"),)
     example = (
         "conv = self.conv(x); bn = self.bn(conv)",
         "conv = self.conv(x)  # conv.weight *= gamma/sqrt(var+eps); bias shifted",

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import user_error
 from edgeflow.rules.base import CODE_REF, FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import EXPORT, finish, to_graph_module
 
 
@@ -34,6 +35,7 @@ class ReplacePattern(FxRule):
 
     name = "fx.replace_pattern"
     description = "Replace each match of a pattern function by a replacement function."
+    fixes = (Fix.capture("unsupported"),)
     example = (
         "pattern: def p(x): return torch.relu(x) * 2",
         "replacement: def r(x): return torch.relu(x) + torch.relu(x)",

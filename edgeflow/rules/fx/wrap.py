@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import user_error
 from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import SYMBOLIC, first_line
 
 
@@ -27,6 +28,7 @@ class WrapLeaf(FxRule):
 
     name = "fx.wrap_leaf"
     description = "Keep helper functions as leaf calls so that symbolic_trace succeeds."
+    fixes = (Fix.capture("unsupported"),)
     example = (
         "return pad_to_even(self.conv(x))  # pad_to_even branches on x.shape: TraceError",
         "conv = self.conv(x); pad_to_even = helpers_pad_to_even(conv)  # one leaf call",

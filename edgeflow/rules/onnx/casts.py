@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from edgeflow.core.onnxgraph import Namer, all_graphs, copy_model
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
     import onnx
@@ -61,6 +62,7 @@ def rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:
 class CastFloat64ToFloat32(OnnxRule):
     name = "onnx.cast_float64_to_float32"
     description = "Turn float64 weights, constants, casts and values into float32."
+    fixes = (Fix.finding("float64"),)
 
     class Options(RuleOptions):
         """io: what happens to float64 graph inputs/outputs. auto: inputs the recipe declares
@@ -214,6 +216,7 @@ def _is_double(type_proto: Any) -> bool:
 class Int64ToInt32(OnnxRule):
     name = "onnx.int64_to_int32"
     description = "Narrow int64 tensors to int32 where the ops allow it and the values fit."
+    fixes = (Fix.finding("int64"),)
 
     class Options(RuleOptions):
         """io: int64 graph inputs/outputs stay int64 ('keep') or become int32 ('int32': the

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx._edit import Edit, attr, rewrite_nodes
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ class MaxPoolEdgePad(OnnxRule):
 
     name = "onnx.maxpool_edge_pad"
     description = "Pad a MaxPool by repeating edge rows/columns (Slice + Concat), not with -inf."
+    fixes = (Fix.check("MaxPool", "pads_zero"),)
 
     class Options(RuleOptions):
         pass
@@ -95,6 +97,7 @@ class SplitGroups(OnnxRule):
 
     name = "onnx.split_groups"
     description = "Split a grouped (not depthwise) Conv into one Conv per group and a Concat."
+    fixes = (Fix.check("Conv", "not_grouped"), Fix.check("Conv", "groups_one"))
 
     class Options(RuleOptions):
         pass

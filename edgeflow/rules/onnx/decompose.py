@@ -23,6 +23,7 @@ from edgeflow.core.onnxgraph import (
     tensor_types,
 )
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
     import onnx
@@ -68,6 +69,7 @@ GELU_TANH_MAX_ERROR = 4.8e-4
 class Decompose(OnnxRule):
     name = "onnx.decompose"
     description = "Rewrite ops a target lacks (Gelu, Erf, HardSigmoid, LayerNorm...) as basic math."
+    fixes = tuple(Fix.op(op) for op in SUPPORTED)
 
     class Options(RuleOptions):
         """ops: which op types to decompose (default: all supported); gelu: how an exact Gelu

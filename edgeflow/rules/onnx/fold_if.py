@@ -14,6 +14,7 @@ from edgeflow.core.onnxgraph import (
     tensor_types,
 )
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
     import onnx
@@ -25,6 +26,7 @@ NON_DETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "Rando
 class FoldIf(OnnxRule):
     name = "onnx.fold_if"
     description = "Inline the taken branch of every If whose condition is a constant."
+    fixes = (Fix.op("If"),)
 
     class Options(RuleOptions):
         """evaluate: also evaluate conditions computed from constants and static shapes

@@ -17,6 +17,7 @@ import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx._edit import Edit, attr, rewrite_nodes
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ class GatherToSlice(OnnxRule):
 
     name = "onnx.gather_to_slice"
     description = "Turn a Gather of constant, evenly spaced indices into Slice (+ Reshape)."
+    fixes = (Fix.op("Gather"),)
 
     class Options(RuleOptions):
         pass
@@ -99,6 +101,7 @@ class SliceRank(OnnxRule):
 
     name = "onnx.slice_rank"
     description = "Slice a tensor above 4-D as a view of at most 4 dims (merging unsliced dims)."
+    fixes = (Fix.check("Slice", "rank_at_most_4"),)
 
     class Options(RuleOptions):
         """max_rank: the most dims the Slice may see."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx._edit import Edit, attr, rewrite_nodes
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class LowerMatMul(OnnxRule):
 
     name = "onnx.lower_matmul"
     description = "Turn MatMul into Gemm/1x1 Conv with bias (constant weight) or Mul + ReduceMean."
+    fixes = (Fix.op("MatMul"),)
 
     class Options(RuleOptions):
         """constant: MatMul by a constant 2-D weight -> Gemm or 1x1 Conv, with a bias;
@@ -134,6 +136,7 @@ class ResizeToMatMul(OnnxRule):
 
     name = "onnx.resize_to_matmul"
     description = "Turn a linear (bilinear) 4-D Resize into 1x1 Convs by interpolation matrices."
+    fixes = (Fix.check("Resize", "resize_nearest"),)
 
     class Options(RuleOptions):
         pass
@@ -246,6 +249,7 @@ class SqrtNewton(OnnxRule):
 
     name = "onnx.sqrt_newton"
     description = "Compute Sqrt from its tangents and Heron's iteration: Add, Mul, Div, Min only."
+    fixes = (Fix.op("Sqrt"),)
 
     class Options(RuleOptions):
         """iterations: rounds of s <- (s + x/s)/2 after the tangent start; low, high: the

@@ -10,6 +10,7 @@ from pydantic import field_validator
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.onnxgraph import copy_model, op_counts, opset_version
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
     import onnx
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 class ConvertOpset(OnnxRule):
     name = "onnx.convert_opset"
     description = "Convert the model to another ONNX opset (onnx.version_converter)."
+    fixes = (Fix.finding("opset"),)
 
     class Options(RuleOptions):
         """opset: the default-domain opset to convert to."""

@@ -9,6 +9,7 @@ from pydantic import PositiveInt
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.onnxgraph import copy_model, name_hint, op_counts, same_graph
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
     import onnx
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 class FixShapes(OnnxRule):
     name = "onnx.fix_shapes"
     description = "Fix input shapes (default: the recipe's), infer all shapes, fold Shape ops."
+    fixes = (Fix.finding("inputs"),)
 
     class Options(RuleOptions):
         """shapes: input name -> dims (default: the recipe's source.inputs shapes);
