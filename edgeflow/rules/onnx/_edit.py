@@ -5,7 +5,7 @@ Such a rule subclasses NodeRule: it names the op types it visits and writes
 `replace(edit, node, opts) -> str | None`, which either emits replacement nodes through `edit`
 (ending with the node's outputs) and returns None, or returns why it keeps the node ('' for a
 node that is not the construct at all: nothing to report). `rewrite_nodes` runs it over the
-graph and makes the RuleResult.
+graph and makes the RuleResult, a Site per replaced or kept node.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from edgeflow.core.onnxgraph import constant_value, copy_model
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleResult
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleResult, Site
 from edgeflow.rules.onnx._build import Builder
 
 if TYPE_CHECKING:
@@ -110,12 +110,11 @@ def rewrite_nodes(
     model: onnx.ModelProto, op_types: set[str], replace: Replace, what: str
 ) -> RuleResult[onnx.ModelProto]:
     """Offer every main-graph node of `op_types` (default domain) to `replace`; a replaced
-    node's nodes go where it was. `what` names a match in the reasons ('MaxPool with pads')."""
+    node's nodes go where it was. `what` names a match in the sites' messages."""
     out = copy_model(model)
     edit = Edit(out)
     nodes: list[Any] = []
-    kept: list[str] = []
-    matches = 0
+    sites: list[Site] = []
     for node in out.graph.node:
         if node.output and node.output[0] in edit.removed:
             continue
@@ -126,13 +125,14 @@ def rewrite_nodes(
         why = replace(node, edit)
         if why is not None:  # kept; '' when the node is not the construct at all
             if why:
-                kept.append(f"kept {node.op_type} '{edit.prefix}': {why}")
+                sites.append(Site.kept(edit.prefix, why))
             nodes.append(node)
             continue
-        matches += 1
+        sites.append(Site.changed(edit.prefix, f"{what} rewritten"))
         nodes.extend(edit.nodes)
-    if not matches:
-        return RuleResult(copy_model(model), False, 0, kept or [f"no {what}"])
+    result = RuleResult(out, sites=sites)
+    if not result.changed:
+        return RuleResult(copy_model(model), sites=sites or [Site.not_applicable(f"no {what}")])
     # original nodes a replacement took over that came before it (a Reshape feeding it)
     originals = {id(n) for n in out.graph.node}
     nodes = [
@@ -145,7 +145,7 @@ def rewrite_nodes(
     out.graph.initializer.extend(edit.initializers)
     _drop_unread_initializers(out, set().union(*(_reads(n) for n in nodes)))
     _drop_stale_value_info(out)
-    return RuleResult(out, True, matches, [f"{what} x{matches}", *kept])
+    return result
 
 
 def _reads(node: Any) -> set[str]:

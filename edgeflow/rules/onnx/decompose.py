@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 from pydantic import Field
 
 from edgeflow.core.onnxgraph import Namer, all_graphs, copy_model, elem_type, tensor_types
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.onnx._build import Builder, attr
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class Decompose(OnnxRule):
         types = tensor_types(out)
         emit = Emitter(out, Namer(out))
         done: Counter[str] = Counter()
-        skipped: list[str] = []
+        sites: list[Site] = []
         # Innermost graphs first: rebuilding a graph's node list copies its subgraphs.
         for graph in reversed(list(all_graphs(out.graph))):
             nodes: list[Any] = []
@@ -98,20 +98,21 @@ class Decompose(OnnxRule):
                     nodes.append(node)
                     continue
                 dtype = elem_type(types, node.input[0])
+                where = node.name or node.output[0]
                 why = self._cannot(node, dtype, types)
                 if why:
-                    skipped.append(f"kept {node.op_type} '{node.name or node.output[0]}': {why}")
+                    sites.append(Site.kept(where, f"{node.op_type}: {why}"))
                     nodes.append(node)
                     continue
                 nodes.extend(emit.expand(node, dtype, wanted, opts.gelu, types, done))
+                sites.append(Site.changed(where, f"{node.op_type} -> {NOTES[node.op_type](opts)}"))
             del graph.node[:]
             graph.node.extend(nodes)
         if not done:
-            reasons = skipped or [f"no {', '.join(sorted(wanted))} nodes"]
-            return RuleResult(copy_model(model), False, 0, reasons)
+            nothing = Site.not_applicable(f"no {', '.join(sorted(wanted))} nodes")
+            return RuleResult(copy_model(model), sites=sites or [nothing])
         out.graph.initializer.extend(emit.initializers)
-        reasons = [f"{op} x{n} -> {NOTES[op](opts)}" for op, n in sorted(done.items())]
-        return RuleResult(out, True, sum(done.values()), reasons + skipped)
+        return RuleResult(out, sites=sites)
 
     @staticmethod
     def _cannot(node: Any, dtype: int, types: dict[str, Any]) -> str:
