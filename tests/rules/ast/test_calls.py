@@ -88,7 +88,7 @@ def test_call_that_does_not_fit_the_replacement_names_the_line() -> None:
     assert "Counting.forward: the call count(self.linear(x)) does not fit" in info.value.message
 
 
-def test_no_call_found_is_a_reason() -> None:
+def test_no_call_found_is_not_applicable() -> None:
     result = apply(ReplaceCall, Counting(), SPECS, **{"from": "torch.nonzero", "to": OPTIONS["to"]})
     assert not result.changed
     assert outcomes(result) == [("not_applicable", "")]

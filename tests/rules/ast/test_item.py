@@ -61,7 +61,7 @@ class Peak(nn.Module):
         return x / peak
 
 
-def test_data_dependent_value_not_used_for_a_shape_is_a_reason() -> None:
+def test_data_dependent_value_not_used_for_a_shape_is_kept() -> None:
     result = apply(StaticItem, Peak(), SPECS)
     assert not result.changed
     assert outcomes(result) == [("kept", line_of(Peak, ".item()")), ("not_applicable", "")]

@@ -78,7 +78,7 @@ def forward(self, scores: torch.Tensor, boxes: torch.Tensor) -> tuple[torch.Tens
 """
 
 
-def test_without_max_size_every_site_is_a_reason() -> None:
+def test_without_max_size_every_site_is_kept() -> None:
     result = apply(NonzeroToMask, Boxes(), BOXES)
     assert not result.changed
     returned = line_of(Boxes, "return boxes[keep]")

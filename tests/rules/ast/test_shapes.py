@@ -95,7 +95,7 @@ class Rebound(nn.Module):
         return x.view(x.size(0), -1)
 
 
-def test_queries_after_rebinding_are_reasons() -> None:
+def test_queries_after_rebinding_are_kept() -> None:
     result = apply(SpecializeShapes, Rebound(), specs((2, 3, 4)))
     assert not result.changed
     assert outcomes(result) == [("kept", line_of(Rebound, "x.size(0)")), ("not_applicable", "")]

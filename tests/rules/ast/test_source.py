@@ -100,7 +100,7 @@ class Decorated(nn.Module):
         return x.double()
 
 
-def test_decorated_and_library_methods_are_left_with_a_reason() -> None:
+def test_decorated_and_library_methods_are_kept() -> None:
     result = apply(Float64ToFloat32, Decorated(), SPECS)
     assert not result.changed
     assert outcomes(result) == [("kept", "Decorated.forward"), ("not_applicable", "")]

@@ -98,7 +98,7 @@ class Effects(nn.Module):
         return x + fresh if x.min() > 0 else x
 
 
-def test_branches_with_effects_are_reasons() -> None:
+def test_branches_with_effects_are_kept() -> None:
     result = apply(TensorIfToWhere, Effects(), SPECS)
     assert result.changed  # only the conditional expression
     assert outcomes(result) == [

