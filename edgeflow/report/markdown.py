@@ -157,9 +157,28 @@ def _target_rules(info: dict[str, Any]) -> list[str]:
         return [f"- target rewrites of `{target}`: none{tail}"]
     lines = [f"- target rewrites of `{target}` (its profile's `rewrites:`){tail}:"]
     for r in info["rules"]:
-        state = "changed" if r["changed"] else "no change"
-        why = f": {'; '.join(r['reasons'])}" if r["reasons"] else ""
-        lines.append(f"  - `{r['rule']}`: {state}, {r['matches']} matches{why}")
+        lines += rule_lines(r)
+    return lines
+
+
+MAX_SITES = 12  # a rule's sites shown in report.md; the stage's JSON record has them all
+STATUS_TEXT = {"changed": "changed", "kept": "kept", "not_applicable": "nothing to do"}
+
+
+def rule_lines(record: dict[str, Any]) -> list[str]:
+    """One rule's record (rewrite.json, rewrite_onnx.json) as list items: what it did, where."""
+    state = "changed" if record["changed"] else "no change"
+    lines = [f"  - `{record['rule']}`: {state}, {record['matches']} matches"]
+    graph = record.get("graph")
+    if graph:
+        note = f": {graph['note']}" if graph["note"] else ""
+        lines.append(f"    - graph from {graph['kind']}{note}")
+    sites = record["sites"]
+    for site in sites[:MAX_SITES]:
+        where = f" `{site['where']}`" if site["where"] else ""
+        lines.append(f"    - {STATUS_TEXT[site['status']]}{where}: {site['message']}")
+    if len(sites) > MAX_SITES:
+        lines.append(f"    - ... and {len(sites) - MAX_SITES} more (in the stage's JSON)")
     return lines
 
 
@@ -169,9 +188,7 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
     if rules:
         lines.append("- rewrite rules, in order:")
         for r in rules:
-            state = "changed" if r["changed"] else "no change"
-            why = f": {'; '.join(r['reasons'])}" if r["reasons"] else ""
-            lines.append(f"  - `{r['rule']}`: {state}, {r['matches']} matches{why}")
+            lines += rule_lines(r)
     else:
         lines.append("- rewrite rules: none in the recipe")
     lines += _target_rules(details.get("rewrite_target", {}))

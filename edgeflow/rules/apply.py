@@ -50,7 +50,7 @@ def apply_rules(
             "rule": spec.name,
             "level": spec.rule.level,
             "options": spec.options.model_dump(mode="json", by_alias=True),
-            **result.summary(),
+            **result.record(),
         }
         if current is not None:
             current, record["contract"] = _enforce(spec, current, result.model, feeds, ctx, ran)

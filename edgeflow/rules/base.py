@@ -2,13 +2,16 @@
 
 A rule has a dotted name (`ast.*`, `fx.*`, `onnx.*`), a one-line description, an options model
 validated from its recipe entry, and `apply(model, opts, ctx) -> RuleResult`. A rule never
-mutates its input: it returns the rewritten model in the result (or the input, unchanged).
+mutates its input: it returns the rewritten model in the result (or the input, unchanged),
+with a Site for each place it looked at (changed, kept with why, or nothing to do).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
@@ -45,20 +48,97 @@ class RewriteContext:
         return example_inputs(self.inputs)
 
 
-@dataclass
+class Status(str, Enum):
+    """What a rule did at one site."""
+
+    CHANGED = "changed"  # rewritten
+    KEPT = "kept"  # a candidate of the rule's kind, left as it was (the message says why)
+    NOT_APPLICABLE = "not_applicable"  # nothing of the rule's kind to do
+
+
+@dataclass(frozen=True)
+class Site:
+    """One place a rule looked at: what it did there (code decides on this), where, and why."""
+
+    status: Status
+    # a node, tensor or op type (fx, onnx), "file.py:12" or "Net.forward" (ast); "" for the
+    # model as a whole
+    where: str
+    message: str  # for people: rendered by the report, never parsed
+
+    @classmethod
+    def changed(cls, where: str, message: str) -> Site:
+        return cls(Status.CHANGED, where, message)
+
+    @classmethod
+    def kept(cls, where: str, message: str) -> Site:
+        return cls(Status.KEPT, where, message)
+
+    @classmethod
+    def not_applicable(cls, message: str, where: str = "") -> Site:
+        return cls(Status.NOT_APPLICABLE, where, message)
+
+    def record(self) -> dict[str, str]:
+        return {"status": self.status.value, "where": self.where, "message": self.message}
+
+
+@dataclass(frozen=True)
+class GraphOrigin:
+    """How an fx rule got its graph: "GraphModule" (the previous rule's), "symbolic_trace" or
+    "torch.export", with what people should know about it (`note`)."""
+
+    kind: str
+    note: str = ""
+
+
 class RuleResult(Generic[M]):
-    """The rewritten model, whether anything changed, how many sites matched, and why."""
+    """The rewritten model (or the input, unchanged) and what the rule did at each site."""
 
-    model: M
-    changed: bool
-    matches: int = 0
-    reasons: list[str] = field(default_factory=list)
-    # Readable rewritten code by file name (AST: new method sources; FX: graph code), kept in
-    # the rewrite stage's output for inspection.
-    sources: dict[str, str] = field(default_factory=dict)
+    def __init__(
+        self,
+        model: M,
+        changed: bool | None = None,
+        matches: int | None = None,
+        reasons: Iterable[str] = (),
+        sources: dict[str, str] | None = None,
+        *,
+        sites: Iterable[Site] = (),
+        graph: GraphOrigin | None = None,
+    ) -> None:
+        # changed: whether any site changed, matches: how many did, unless given (a rule that
+        # reports a whole-graph pass as one site says how many nodes it touched). reasons=:
+        # texts, each a site of the whole model (changed when `changed` is, else
+        # not_applicable), for rules written before sites. sources: readable rewritten code
+        # by file name (ast: new method sources; fx: graph code), kept by the rewrite stage.
+        given = list(sites)
+        status = Status.CHANGED if changed else Status.NOT_APPLICABLE
+        self.model = model
+        self.sites: list[Site] = [*given, *(Site(status, "", str(text)) for text in reasons)]
+        self.sources = dict(sources or {})
+        self.graph = graph
+        counted = len(self.sites_of(Status.CHANGED))
+        self.changed = bool(counted) if changed is None else bool(changed)
+        self.matches = counted if matches is None else int(matches)
+        if given and self.changed != bool(counted):
+            raise ValueError(
+                f"RuleResult: changed={self.changed}, but {counted} of its sites changed"
+            )
+        if given and not self.changed and self.matches:
+            raise ValueError(f"RuleResult: nothing changed, but matches={self.matches}")
 
-    def summary(self) -> dict[str, Any]:
-        return {"changed": self.changed, "matches": self.matches, "reasons": list(self.reasons)}
+    def sites_of(self, status: Status) -> list[Site]:
+        return [s for s in self.sites if s.status is status]
+
+    def record(self) -> dict[str, Any]:
+        """What the rewrite stages write for the rule (rewrite.json, rewrite_onnx.json)."""
+        found: dict[str, Any] = {"changed": self.changed, "matches": self.matches}
+        if self.graph is not None:
+            found["graph"] = {"kind": self.graph.kind, "note": self.graph.note}
+        found["sites"] = [site.record() for site in self.sites]
+        return found
+
+    def __repr__(self) -> str:
+        return f"RuleResult(changed={self.changed}, matches={self.matches}, sites={self.sites!r})"
 
 
 class Rule(ABC, Generic[M]):

@@ -84,11 +84,13 @@ def test_user_rules_run_and_are_reported(recipe, tmp_path: Path) -> None:
     )
     assert result.metrics["agreement"]["max_abs_diff"] <= 1e-4
     report = (result.build_dir / "report.md").read_text()
-    assert "`user.scale`: changed, 1 matches: wrapped" in report
-    assert "`user.noop`: no change, 0 matches: nothing to do" in report
+    # a rule written before sites: its reasons= texts become sites of the whole model
+    assert "`user.scale`: changed, 1 matches\n    - changed: wrapped\n" in report
+    assert "`user.noop`: no change, 0 matches\n    - nothing to do: nothing to do\n" in report
     entries = list((tmp_path / "c" / "rewrite").glob("*/*/rewrite.json"))
     [record] = json.loads(entries[0].read_text())["rules"]
     assert record["rule"] == "user.scale" and record["options"] == {"factor": 1.0}
+    assert record["sites"] == [{"status": "changed", "where": "", "message": "wrapped"}]
 
 
 def test_a_rule_that_changes_the_result_fails_the_rewrite_stage(recipe, tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast import _fold, _scope
-from edgeflow.rules.base import RewriteContext, RuleResult
+from edgeflow.rules.base import RewriteContext, RuleResult, Site
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +51,7 @@ class Method:
     filename: str
     is_root: bool  # forward of the model itself: ctx.inputs describe its arguments
     ctx: RewriteContext
-    reasons: list[str] = field(default_factory=list)
+    kept: list[Site] = field(default_factory=list)  # sites left as they are, with why
     inject: dict[str, Any] = field(default_factory=dict)
     _locals: set[str] | None = None
 
@@ -76,7 +76,7 @@ class Method:
 
     def note(self, node: ast.AST, text: str) -> None:
         """Record why a site was left as it is."""
-        self.reasons.append(f"{self.where(node)}: {self.owner}: {text}")
+        self.kept.append(Site.kept(self.where(node), f"{self.owner}: {text}"))
 
     def is_builtin(self, name: str) -> bool:
         return name not in self.locals and name not in self.function.__globals__
@@ -159,21 +159,21 @@ def rewrite(
     model: torch.nn.Module, ctx: RewriteContext, rule: str, transform: Transform, wanted: str
 ) -> RuleResult[Any]:
     """Apply `transform` to every method forward reaches, in a deep copy of `model`.
-    `wanted` names what the rule looks for, for the reason given when it finds nothing."""
+    `wanted` names what the rule looks for, for the site given when it finds nothing."""
     copy_ = copy.deepcopy(model)
     compiled: dict[tuple[Any, str], types.FunctionType] = {}
     classes: dict[tuple[Any, ...], type] = {}
     sources: dict[str, str] = {}
-    reasons: dict[str, None] = {}
+    sites: dict[Site, None] = {}  # in order, once each
     looked: dict[str, None] = {}
     matches = 0
     files: dict[str, ast.Module] = {}
     for path, instance in copy_.named_modules():
         new: dict[str, types.FunctionType] = {}
-        for method in reached_methods(instance, path == "", ctx, files, reasons):
+        for method in reached_methods(instance, path == "", ctx, files, sites):
             looked[method.owner] = None
             count = transform(method)
-            reasons.update(dict.fromkeys(method.reasons))
+            sites.update(dict.fromkeys(method.kept))
             if not count:
                 continue
             ast.fix_missing_locations(method.tree)
@@ -183,17 +183,18 @@ def rewrite(
                 compiled[key] = _compile(method, text, rule)
                 matches += count
                 owner = method.owner
+                sites[Site.changed(owner, f"{count} site(s) rewritten")] = None
                 if sources.setdefault(owner, text + "\n") != text + "\n":
                     sources[f"{owner}@{path}"] = text + "\n"  # other instances, other code
             new[method.name] = compiled[key]
         if new:
             _give(instance, new, classes)
     if not compiled and looked:
-        reasons[f"nothing rewritten: no {wanted} in {', '.join(looked)}"] = None
+        sites[Site.not_applicable(f"no {wanted} in {', '.join(looked)}")] = None
     elif not compiled:
-        why = "no method could be read" if reasons else "the model has only torch's own modules"
-        reasons[f"nothing rewritten: {why}"] = None
-    return RuleResult(copy_, bool(compiled), matches, list(reasons), sources)
+        why = "no method could be read" if sites else "the model has only torch's own modules"
+        sites[Site.not_applicable(why)] = None
+    return RuleResult(copy_, matches=matches, sites=list(sites), sources=sources)
 
 
 def reached_methods(
@@ -201,7 +202,7 @@ def reached_methods(
     is_root: bool,
     ctx: RewriteContext,
     files: dict[str, ast.Module],
-    reasons: dict[str, None],
+    sites: dict[Site, None],
 ) -> list[Method]:
     """forward of a user-defined module and the methods it reaches via `self.<name>(...)`."""
     cls = type(instance)
@@ -213,7 +214,7 @@ def reached_methods(
             continue
         parsed = _parse(fn, files)
         if isinstance(parsed, str):
-            reasons[f"{class_name(cls)}.{name}: {parsed}"] = None
+            sites[Site.kept(f"{class_name(cls)}.{name}", parsed)] = None
             continue
         tree, filename = parsed
         method = Method(instance, name, fn, tree, filename, is_root and name == "forward", ctx)

@@ -8,8 +8,8 @@ QuantizeLinear/DequantizeLinear and the int8 targets take the learned parameters
 (`quantization: {mode: int8, method: qat}`: no recalibration). A range narrower than the
 type's (7-bit weights in [-64, 63], which x86 int8 kernels without VNNI need) is kept exactly
 by clamping before the int8 Q/DQ. A module whose fake quantization is disabled becomes an
-identity. A module whose observer is still enabled is frozen at its current parameters and
-named in the reasons. A type ONNX cannot express (e.g. torch.qint32) is an error naming the
+identity. A module whose observer is still enabled is frozen at its current parameters, and
+its site says so. A type ONNX cannot express (e.g. torch.qint32) is an error naming the
 module.
 """
 
@@ -19,7 +19,7 @@ import copy
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult, Site
 
 BEFORE = """\
 self.act = torch.ao.quantization.FakeQuantize(observer=MovingAverageMinMaxObserver, ...)
@@ -51,14 +51,14 @@ class FreezeFakeQuant(AstRule):
         from edgeflow.ops.quant import ONNX_RANGES, FrozenFakeQuant
 
         copy_ = copy.deepcopy(model)
-        frozen, reasons = 0, []
+        sites: list[Site] = []
         for path, found in list(copy_.named_modules()):
             if not isinstance(found, FakeQuantizeBase) or not path:
                 continue
             module: Any = found  # its buffers and attributes, untyped in torch's stubs
             scale, zero_point = getattr(module, "scale", None), getattr(module, "zero_point", None)
             if scale is None or zero_point is None:
-                reasons.append(f"{path}: {type(module).__name__} has no scale/zero_point: kept")
+                sites.append(Site.kept(path, f"{type(module).__name__} has no scale/zero_point"))
                 continue
             qmin, qmax = int(module.quant_min), int(module.quant_max)
             lo, hi = ONNX_RANGES.get(str(module.dtype).removeprefix("torch."), (0, -1))
@@ -68,8 +68,9 @@ class FreezeFakeQuant(AstRule):
                     "ONNX QuantizeLinear cannot express",
                     "train with torch.qint8 within [-128, 127] or torch.quint8 within [0, 255]",
                 )
+            done = "frozen at its learned scale and zero point"
             if module.observer_enabled[0] == 1:
-                reasons.append(f"{path}: observer still enabled; frozen at its current scale")
+                done = "observer still enabled; frozen at its current scale"
             replacement: torch.nn.Module
             if module.fake_quant_enabled[0] == 0:
                 replacement = torch.nn.Identity()
@@ -82,10 +83,10 @@ class FreezeFakeQuant(AstRule):
                 replacement = FrozenFakeQuant(scale, zero_point, (qmin, qmax), (lo, hi), axis)
             parent_path, _, attr = path.rpartition(".")
             setattr(copy_.get_submodule(parent_path) if parent_path else copy_, attr, replacement)
-            frozen += 1
-        if not frozen:
-            reasons.append("nothing rewritten: no fake-quantize module in the model")
-        return RuleResult(copy_, frozen > 0, frozen, reasons, {})
+            sites.append(Site.changed(path, done))
+        if not sites:
+            sites.append(Site.not_applicable("no fake-quantize module in the model"))
+        return RuleResult(copy_, sites=sites)
 
     def tolerance(self, opts: Any) -> float | None:
         return 0.0  # the module's own eval-mode numbers

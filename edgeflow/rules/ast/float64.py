@@ -19,7 +19,7 @@ import ast
 from typing import TYPE_CHECKING, Any
 
 from edgeflow.rules.ast._source import Method, rewrite
-from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult, Site, Status
 from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
@@ -50,14 +50,13 @@ class Float64ToFloat32(AstRule):
         result = rewrite(
             model, ctx, self.name, _transform, "torch.float64, .double() or dtype=float"
         )
-        if opts.parameters:
-            cast = _cast_tensors(result.model)
-            if cast:
-                result.reasons = [r for r in result.reasons if not r.startswith("nothing")]
-                result.reasons.append(f"cast {cast} float64 parameters/buffers to float32")
-                result.changed = True
-                result.matches += cast
-        return result
+        cast = _cast_tensors(result.model) if opts.parameters else []
+        if not cast:
+            return result
+        sites = [s for s in result.sites if s.status is not Status.NOT_APPLICABLE]
+        sites += [Site.changed(name, "float64 -> float32") for name in cast]
+        matches = result.matches + len(cast)
+        return RuleResult(result.model, matches=matches, sites=sites, sources=result.sources)
 
     def tolerance(self, opts: Any) -> float | None:
         return 1e-4  # float32 rounding of values of order 1
@@ -137,18 +136,19 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
 
-def _cast_tensors(model: torch.nn.Module) -> int:
-    """Cast float64 parameters and buffers to float32 in place; how many there were."""
+def _cast_tensors(model: torch.nn.Module) -> list[str]:
+    """Cast float64 parameters and buffers to float32 in place; their names."""
     import torch
 
-    count = 0
-    for module in model.modules():
-        for param in module.parameters(recurse=False):
+    cast = []
+    for path, module in model.named_modules():
+        prefix = f"{path}." if path else ""
+        for name, param in module.named_parameters(recurse=False):
             if param.dtype == torch.float64:
                 param.data = param.data.float()
-                count += 1
+                cast.append(prefix + name)
         for name, buf in module.named_buffers(recurse=False):
             if buf is not None and buf.dtype == torch.float64:
                 module._buffers[name] = buf.float()
-                count += 1
-    return count
+                cast.append(prefix + name)
+    return cast

@@ -32,7 +32,7 @@ from pydantic import Field, field_validator
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast._source import _give
 from edgeflow.rules.ast.calls import _import_path, load
-from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 
 NAME = "ast.replace_method"
@@ -118,14 +118,14 @@ class ReplaceMethod(AstRule):
         method = _method_copy(replacement.function)
         copy_ = copy.deepcopy(model)
         classes: dict[tuple[Any, ...], type] = {}
-        replaced, reasons = [], []
+        sites: list[Site] = []
         for path, instance in copy_.named_modules():
             where = path or "the model"
             if not isinstance(instance, cls):
                 continue
             current = vars(type(instance)).get(attr)
             if getattr(current, "__edgeflow_replacement__", None) is replacement.function:
-                reasons.append(f"{where}: {qualified} already replaced")
+                sites.append(Site.kept(path, f"{qualified} already replaced"))
                 continue
             problems = replacement.check(instance, _at(ctx, path)) if replacement.check else []
             if problems:
@@ -137,16 +137,14 @@ class ReplaceMethod(AstRule):
             if replacement.prepare is not None:
                 replacement.prepare(instance, _at(ctx, path))
             _give(cast(Any, instance), {attr: method}, classes)
-            replaced.append(where)
-        sources: dict[str, str] = {}
-        if replaced:
-            sources[f"{cls.__name__}.{attr}"] = method.__edgeflow_source__  # type: ignore[attr-defined]
-            reasons.append(
-                f"replaced {qualified} (source sha256 {digest[:12]}) in {', '.join(replaced)}"
-            )
-        elif not reasons:
-            reasons.append(f"nothing rewritten: no instance of {cls.__qualname__} in the model")
-        return RuleResult(copy_, bool(replaced), len(replaced), reasons, sources)
+            sites.append(Site.changed(path, f"{qualified} replaced (source sha256 {digest[:12]})"))
+        result = RuleResult(copy_, sites=sites)
+        if result.changed:
+            result.sources[f"{cls.__name__}.{attr}"] = method.__edgeflow_source__  # type: ignore[attr-defined]
+        elif not sites:
+            nothing = Site.not_applicable(f"no instance of {cls.__qualname__} in the model")
+            result = RuleResult(copy_, sites=[nothing])
+        return result
 
     def tolerance(self, opts: Any) -> float | None:
         return None  # a replacement may change the output form on purpose (padded detections)

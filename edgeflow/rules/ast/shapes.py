@@ -82,12 +82,12 @@ def _specialize(method: Method, dynamic: bool) -> int:
     shapes = _shapes(method, dynamic)
     total = 0
     for _ in range(8):
-        notes_before = len(method.reasons)
+        notes_before = len(method.kept)
         count = _round(method, shapes)
         total += count
         if not count:
             break
-        del method.reasons[notes_before:]  # sites noted in this round may fold in the next
+        del method.kept[notes_before:]  # sites noted in this round may fold in the next
     if total and not _has_guard(method.tree):
         method.tree.body.insert(_after_docstring(method.tree), _guard(method, shapes))
     return total

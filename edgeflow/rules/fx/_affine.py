@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgeflow.rules.base import Site
 from edgeflow.rules.fx._graph import (
     NotConstant,
     add_constant,
@@ -65,12 +66,12 @@ class LinearOp:
     install: Callable[[torch.Tensor, torch.Tensor], None]
 
 
-def batch_norms(gm: GraphModule, reasons: list[str]) -> Iterator[BatchNorm]:
-    """Every usable eval BatchNorm in the graph; unusable ones are added to `reasons`."""
+def batch_norms(gm: GraphModule, sites: list[Site]) -> Iterator[BatchNorm]:
+    """Every usable eval BatchNorm in the graph; unusable ones are added to `sites`, kept."""
     for node in list(gm.graph.nodes):
         bn = batch_norm(gm, node)
         if isinstance(bn, str):
-            reasons.append(f"kept {node.name}: {bn}")
+            sites.append(Site.kept(label(node, module_of(gm, node)), bn))
         elif bn is not None:
             yield bn
 

@@ -11,7 +11,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.rules.base import RewriteContext, RuleResult
+from edgeflow.rules.base import GraphOrigin, RewriteContext, RuleResult, Site
 
 if TYPE_CHECKING:
     import torch
@@ -26,7 +26,9 @@ class NotConstant(ValueError):
     """An operand that should be a parameter or buffer is computed in the graph."""
 
 
-def to_graph_module(module: torch.nn.Module, ctx: RewriteContext) -> tuple[GraphModule, str]:
+def to_graph_module(
+    module: torch.nn.Module, ctx: RewriteContext
+) -> tuple[GraphModule, GraphOrigin]:
     """A copy of `module` as a GraphModule, and how it was obtained: a GraphModule is copied as
     is; otherwise symbolic_trace, or torch.export's graph on the declared inputs when that fails.
     """
@@ -34,9 +36,9 @@ def to_graph_module(module: torch.nn.Module, ctx: RewriteContext) -> tuple[Graph
     from torch import fx
 
     if isinstance(module, fx.GraphModule):
-        return copy.deepcopy(module), GIVEN
+        return copy.deepcopy(module), GraphOrigin(GIVEN, "the previous rule's graph")
     try:
-        return fx.symbolic_trace(copy.deepcopy(module)), SYMBOLIC
+        return fx.symbolic_trace(copy.deepcopy(module)), GraphOrigin(SYMBOLIC)
     except Exception as exc:  # symbolic_trace raises whatever forward raises on a Proxy
         traced = first_line(exc)
     try:
@@ -52,7 +54,7 @@ def to_graph_module(module: torch.nn.Module, ctx: RewriteContext) -> tuple[Graph
     for sub in gm.modules():  # the graph has the module's semantics; say so to exporters
         sub.training = module.training
     note = "specialised to the declared input shapes, so no dynamic batch"
-    return gm, f"{EXPORT}, {note} (symbolic_trace failed: {traced})"
+    return gm, GraphOrigin(EXPORT, f"{note} (symbolic_trace failed: {traced})")
 
 
 def first_line(exc: BaseException) -> str:
@@ -145,7 +147,7 @@ def order(gm: GraphModule) -> dict[Node, int]:
 
 
 def label(node: Node, module: torch.nn.Module | None = None) -> str:
-    """A node as reasons name it: "bn (BatchNorm2d)" or "batch_norm (aten.batch_norm)"."""
+    """A node as sites name it: "bn (BatchNorm2d)" or "batch_norm (aten.batch_norm)"."""
     if module is not None:
         return f"{node.target} ({type(module).__name__})"
     target = node.target
@@ -186,10 +188,12 @@ def tidy(gm: GraphModule) -> None:
 
 
 def finish(
-    original: Any, gm: GraphModule, how: str, matches: int, reasons: list[str]
+    original: Any, gm: GraphModule, graph: GraphOrigin, sites: list[Site]
 ) -> RuleResult[Any]:
-    """The rule's result: the tidied graph when something matched, else the input unchanged."""
-    if not matches:
-        return RuleResult(original, False, 0, reasons)
+    """The rule's result: the tidied graph when a site changed, else the input unchanged."""
+    result = RuleResult(gm, sites=sites, graph=graph)
+    if not result.changed:
+        return RuleResult(original, sites=sites)
     tidy(gm)
-    return RuleResult(gm, True, matches, [f"graph from {how}", *reasons], {"graph": gm.code})
+    result.sources["graph"] = gm.code
+    return result

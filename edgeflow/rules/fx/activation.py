@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, model_validator
 
 from edgeflow.core.specs import user_error
-from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import arg, finish, label, module_of, order, to_graph_module
 
@@ -70,8 +70,8 @@ class ReplaceActivation(FxRule):
 
     def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
         gm, how = to_graph_module(model, ctx)
-        replaced: list[str] = []
-        reasons: list[str] = []
+        sites: list[Site] = []
+        formula = PAIRS[opts.from_, opts.to]
         for node in list(gm.graph.nodes):
             found = _site(gm, node, opts.from_)
             if found is None:
@@ -79,22 +79,17 @@ class ReplaceActivation(FxRule):
             x, inplace = found
             name = label(node, module_of(gm, node))
             if inplace and not _inplace_is_safe(gm, node, x, order(gm)):
-                reasons.append(f"kept {name}: it works in place on a tensor read elsewhere")
+                sites.append(Site.kept(name, "it works in place on a tensor read elsewhere"))
                 continue
             aten = type(node.target).__name__ == "OpOverload"
             with gm.graph.inserting_before(node):
                 new = _build(gm.graph, x, (opts.from_, opts.to), aten)
             node.replace_all_uses_with(new)
             gm.graph.erase_node(node)
-            replaced.append(name)
-        if replaced:
-            reasons.append(
-                f"replaced {len(replaced)} {opts.from_} with {PAIRS[opts.from_, opts.to]}: "
-                + ", ".join(replaced)
-            )
-        elif not reasons:
-            reasons.append(f"no {opts.from_} in the graph")
-        return finish(model, gm, how, len(replaced), reasons)
+            sites.append(Site.changed(name, f"{opts.from_} replaced with {formula}"))
+        if not sites:
+            sites.append(Site.not_applicable(f"no {opts.from_} in the graph"))
+        return finish(model, gm, how, sites)
 
 
 def _site(gm: GraphModule, node: Node, kind: str) -> tuple[Node, bool] | None:

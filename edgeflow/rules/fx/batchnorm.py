@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._affine import (
     BatchNorm,
@@ -57,42 +57,34 @@ class RemoveBatchnorm(FxRule):
     def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
         gm, how = to_graph_module(model, ctx)
         shapes_known = False
-        matches = 0
-        reasons: list[str] = []
-        for bn in batch_norms(gm, reasons):
+        sites: list[Site] = []
+        for bn in batch_norms(gm, sites):
             scale_err = float((bn.scale - 1).abs().max())
             shift_err = float(bn.shift.abs().max())
+            errors = f"max |scale - 1| {scale_err:.2g}, max |shift| {shift_err:.2g}"
             if scale_err <= opts.atol and shift_err <= opts.atol:
                 bn.bypass(gm, bn.input)
-                matches += 1
-                reasons.append(
-                    f"removed {bn.label}: an identity (max |scale - 1| {scale_err:.2g}, "
-                    f"max |shift| {shift_err:.2g})"
-                )
+                sites.append(Site.changed(bn.label, f"removed: an identity ({errors})"))
                 continue
             if not opts.fold:
-                reasons.append(
-                    f"kept {bn.label}: not an identity (max |scale - 1| {scale_err:.2g}, "
-                    f"max |shift| {shift_err:.2g}); fold: true folds it into a conv / linear op"
-                )
+                why = f"not an identity ({errors}); fold: true folds it into a conv / linear op"
+                sites.append(Site.kept(bn.label, why))
                 continue
             if not shapes_known and not _has_shapes(gm):
                 propagate_shapes(gm, ctx)
             shapes_known = True
-            done = _fold(gm, bn)
-            matches += done.startswith("folded")
-            reasons.append(done)
-        if not reasons:
-            reasons.append("no BatchNorm in the graph")
-        return finish(model, gm, how, matches, reasons)
+            sites.append(_fold(gm, bn))
+        if not sites:
+            sites.append(Site.not_applicable("no BatchNorm in the graph"))
+        return finish(model, gm, how, sites)
 
 
 def _has_shapes(gm: GraphModule) -> bool:
     return all(shape(n) is not None for n in gm.graph.nodes if n.op.startswith("call"))
 
 
-def _fold(gm: GraphModule, bn: BatchNorm) -> str:
-    """Fold bn into the op before it, else the op after it; say what was done or why not."""
+def _fold(gm: GraphModule, bn: BatchNorm) -> Site:
+    """Fold bn into the op before it, else the op after it: what was done, or why not."""
     why: list[str] = []
     before = _neighbour(gm, bn.input)
     if isinstance(before, LinearOp):
@@ -100,7 +92,8 @@ def _fold(gm: GraphModule, bn: BatchNorm) -> str:
         if not problem:
             fold_after(before, bn)
             bn.bypass(gm, before.node)
-            return f"folded {bn.label} into the preceding {before.label} (output channels)"
+            into = f"folded into the preceding {before.label} (output channels)"
+            return Site.changed(bn.label, into)
         why.append(problem)
     elif isinstance(before, str):
         why.append(f"the op before it: {before}")
@@ -111,12 +104,13 @@ def _fold(gm: GraphModule, bn: BatchNorm) -> str:
         if not problem:
             fold_before(after, bn)
             bn.bypass(gm, bn.input)
-            return f"folded {bn.label} into the following {after.label} (input channels)"
+            into = f"folded into the following {after.label} (input channels)"
+            return Site.changed(bn.label, into)
         why.append(problem)
     elif isinstance(after, str):
         why.append(f"the op after it: {after}")
     detail = "; ".join(why) or "no conv / linear op next to it"
-    return f"kept {bn.label}: cannot fold it: {detail}"
+    return Site.kept(bn.label, f"cannot fold it: {detail}")
 
 
 def _neighbour(gm: GraphModule, node: Any) -> LinearOp | str | None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any
 
-from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import arg, finish, label, module_of, to_graph_module
 
 if TYPE_CHECKING:
     from torch.fx import GraphModule, Node
+
+
+TRAINING = "removed, though in training mode: it was random at inference, now eval semantics"
 
 
 class RemoveDropout(FxRule):
@@ -26,33 +29,24 @@ class RemoveDropout(FxRule):
 
     def apply(self, model: Any, opts: Any, ctx: RewriteContext) -> RuleResult[Any]:
         gm, how = to_graph_module(model, ctx)
-        removed: list[str] = []
-        active: list[str] = []
-        reasons: list[str] = []
+        sites: list[Site] = []
         for node in list(gm.graph.nodes):
             found = _dropout(gm, node)
             if found is None:
                 continue
             out, training = found
             if out is None:
-                reasons.append(f"kept {label(node)}: its mask output is used")
+                sites.append(Site.kept(label(node), "its mask output is used"))
                 continue
             name = label(node, module_of(gm, node))
             out.replace_all_uses_with(node.args[0])
             for user in list(node.users):
                 gm.graph.erase_node(user)
             gm.graph.erase_node(node)
-            (active if training else removed).append(name)
-        if removed:
-            reasons.append(f"removed {len(removed)} inactive dropout(s): {', '.join(removed)}")
-        if active:
-            reasons.append(
-                f"removed {len(active)} dropout(s) in training mode, which were random at "
-                f"inference: {', '.join(active)}; the result now has eval semantics"
-            )
-        if not removed and not active and not reasons:
-            reasons.append("no dropout in the graph")
-        return finish(model, gm, how, len(removed) + len(active), reasons)
+            sites.append(Site.changed(name, TRAINING if training else "removed (inactive)"))
+        if not sites:
+            sites.append(Site.not_applicable("no dropout in the graph"))
+        return finish(model, gm, how, sites)
 
 
 def _dropout(gm: GraphModule, node: Node) -> tuple[Node | None, bool] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._affine import batch_norms, channels_match, fold_after, linear_op
 from edgeflow.rules.fx._graph import finish, to_graph_module
@@ -28,23 +28,21 @@ class FuseConvBn(FxRule):
         from torch.fx import Node
 
         gm, how = to_graph_module(model, ctx)
-        matches = 0
-        reasons: list[str] = []
-        for bn in batch_norms(gm, reasons):
+        sites: list[Site] = []
+        for bn in batch_norms(gm, sites):
             producer = bn.input
             conv = linear_op(gm, producer) if isinstance(producer, Node) else None
             if conv is None or isinstance(conv, str) or conv.kind != "conv":
                 why = conv if isinstance(conv, str) else "its input is not a convolution"
-                reasons.append(f"kept {bn.label}: {why}")
+                sites.append(Site.kept(bn.label, why))
             elif len(producer.users) != 1:
-                reasons.append(f"kept {bn.label}: {conv.label}'s output has other users")
+                sites.append(Site.kept(bn.label, f"{conv.label}'s output has other users"))
             elif not channels_match(conv, bn, after=True):
-                reasons.append(f"kept {bn.label}: channel counts differ from {conv.label}")
+                sites.append(Site.kept(bn.label, f"channel counts differ from {conv.label}"))
             else:
                 fold_after(conv, bn)
                 bn.bypass(gm, producer)
-                matches += 1
-                reasons.append(f"folded {bn.label} into {conv.label}")
-        if not reasons:
-            reasons.append("no BatchNorm in the graph")
-        return finish(model, gm, how, matches, reasons)
+                sites.append(Site.changed(bn.label, f"folded into {conv.label}"))
+        if not sites:
+            sites.append(Site.not_applicable("no BatchNorm in the graph"))
+        return finish(model, gm, how, sites)

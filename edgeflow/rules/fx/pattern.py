@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import user_error
-from edgeflow.rules.base import CODE_REF, FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import CODE_REF, FxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import EXPORT, finish, to_graph_module
 
@@ -68,11 +68,18 @@ class ReplacePattern(FxRule):
         found = subgraph_rewriter.replace_pattern(gm, pattern, replacement)
         if not found:
             reason = f"no match of {opts.pattern}"
-            if how.startswith(EXPORT):
+            if how.kind == EXPORT:
                 reason += " (the graph holds aten ops: write the pattern with torch.ops.aten.*)"
-            return finish(model, gm, how, 0, [reason])
-        reason = f"replaced {len(found)} match(es) of {opts.pattern} with {opts.replacement}"
-        return finish(model, gm, how, len(found), [reason])
+            return finish(model, gm, how, [Site.not_applicable(reason)])
+        replaced = f"match of {opts.pattern} replaced with {opts.replacement}"
+        sites = [Site.changed(_anchor(match), replaced) for match in found]
+        return finish(model, gm, how, sites)
+
+
+def _anchor(match: Any) -> str:
+    """The name of the graph node a match's output was (its pattern anchor's image)."""
+    node = match.nodes_map.get(match.anchor, match.anchor)
+    return str(getattr(node, "name", node))
 
 
 def _load(text: str, base_dir: Path) -> Any:

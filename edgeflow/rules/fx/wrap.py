@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import user_error
-from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import FxRule, GraphOrigin, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import SYMBOLIC, first_line
 
@@ -59,7 +59,8 @@ class WrapLeaf(FxRule):
         from torch import fx
 
         if isinstance(model, fx.GraphModule):
-            return RuleResult(model, False, 0, ["already a graph: put fx.wrap_leaf first"])
+            first = Site.not_applicable("already a graph: put fx.wrap_leaf first")
+            return RuleResult(model, sites=[first])
         functions = [_resolve(text, ctx.base_dir) for text in opts.functions]
         tracer = fx.Tracer(autowrap_functions=tuple(functions))
         # Also patch each helper where its own module holds it, for `helpers.fn(x)` calls.
@@ -82,10 +83,13 @@ class WrapLeaf(FxRule):
         wrapped = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in functions]
         if not wrapped:
             names = ", ".join(opts.functions)
-            return RuleResult(model, False, 0, [f"forward calls none of {names}"])
-        leaves = ", ".join(sorted({getattr(n.target, "__name__", str(n.target)) for n in wrapped}))
-        reasons = [f"graph from {SYMBOLIC}", f"{len(wrapped)} leaf call(s) of {leaves}"]
-        return RuleResult(gm, True, len(wrapped), reasons, {"graph": gm.code})
+            return RuleResult(model, sites=[Site.not_applicable(f"forward calls none of {names}")])
+        sites = [
+            Site.changed(n.name, f"a leaf call of {getattr(n.target, '__name__', n.target)}")
+            for n in wrapped
+        ]
+        origin = GraphOrigin(SYMBOLIC)
+        return RuleResult(gm, sites=sites, graph=origin, sources={"graph": gm.code})
 
 
 def _resolve(text: str, base_dir: Path) -> Any:

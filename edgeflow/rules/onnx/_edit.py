@@ -1,39 +1,38 @@
 """Node-by-node rewriting of a model's main graph, for rules that replace one construct with
 an equivalent formulation a runtime takes (onnx.maxpool_edge_pad, onnx.lower_matmul, ...).
 
-A rule writes `replace(node, edit) -> str | None`: it either emits replacement nodes through
-`edit` (which must end by writing the node's outputs) and returns None, or returns the reason
-it keeps the node ('' for a node that is not the construct at all: nothing to report).
-`rewrite_nodes` runs it over the graph and makes the RuleResult.
+Such a rule subclasses NodeRule: it names the op types it visits and writes
+`replace(edit, node, opts) -> str | None`, which either emits replacement nodes through `edit`
+(ending with the node's outputs) and returns None, or returns why it keeps the node ('' for a
+node that is not the construct at all: nothing to report). `rewrite_nodes` runs it over the
+graph and makes the RuleResult, a Site per replaced or kept node.
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from edgeflow.core.onnxgraph import Namer, constant_value, copy_model, opset_version
-from edgeflow.rules.base import RuleResult
+from edgeflow.core.onnxgraph import constant_value, copy_model
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleResult, Site
+from edgeflow.rules.onnx._build import Builder
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
 
 
-class Edit:
-    """What a replacement may read (static shapes, constants, consumers) and emit (nodes,
-    initializers with fresh names)."""
+class Edit(Builder):
+    """What a replacement may read (static shapes, constants, consumers) besides what it
+    emits (a Builder's nodes and initializers)."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         import onnx
         from onnx import numpy_helper
 
-        self.opset = opset_version(model)
-        self.namer = Namer(model)
-        self.initializers: list[Any] = []
-        self.nodes: list[Any] = []
+        super().__init__(model)
         self.removed: set[str] = set()  # node outputs whose nodes a replacement took over
-        self.prefix = ""
         graph = model.graph
         self.constants: dict[str, np.ndarray] = {
             t.name: numpy_helper.to_array(t) for t in graph.initializer
@@ -75,35 +74,6 @@ class Edit:
             return None
         return readers[0]
 
-    def op(self, op_type: str, *inputs: str, out: str = "", **attrs: Any) -> str:
-        from onnx import helper
-
-        name = out or self.namer(f"{self.prefix}/{op_type}")
-        node_name = self.namer(f"{self.prefix}/{op_type}_node")
-        self.nodes.append(helper.make_node(op_type, list(inputs), [name], node_name, **attrs))
-        return name
-
-    def ops(self, op_type: str, inputs: list[str], outputs: int, **attrs: Any) -> list[str]:
-        """A node with several outputs (Split)."""
-        from onnx import helper
-
-        names = [self.namer(f"{self.prefix}/{op_type}") for _ in range(outputs)]
-        node_name = self.namer(f"{self.prefix}/{op_type}_node")
-        self.nodes.append(helper.make_node(op_type, inputs, names, node_name, **attrs))
-        return names
-
-    def array(self, value: np.ndarray, base: str = "const") -> str:
-        from onnx import numpy_helper
-
-        name = self.namer(f"{self.prefix}/{base}")
-        self.initializers.append(numpy_helper.from_array(value, name))
-        return name
-
-    def ints(self, values: list[int]) -> str:
-        import numpy as np
-
-        return self.array(np.array(values, np.int64), "ints")
-
     def scalar(self, value: float, like: str) -> str:
         """A scalar of the element type of tensor `like`."""
         import numpy as np
@@ -112,67 +82,25 @@ class Edit:
         np_type = helper.tensor_dtype_to_np_dtype(self.dtypes.get(like) or 1)
         return self.array(np.array(value, np_type), "scalar")
 
-    def reshape(self, x: str, shape: list[int], out: str = "") -> str:
-        return self.op("Reshape", x, self.ints(shape), out=out)
 
-    def slice(self, x: str, axis: int, start: int, end: int, step: int = 1) -> str:
-        inputs = [self.ints([start]), self.ints([end]), self.ints([axis])]
-        if step != 1:
-            inputs.append(self.ints([step]))
-        return self.op("Slice", x, *inputs)
+class NodeRule(OnnxRule):
+    """An onnx rule that offers every main-graph node of `op_types` to `replace`."""
 
-    def gemm(self, x: str, weight: np.ndarray, bias: np.ndarray | None, out: str = "") -> str:
-        """x [M, K] @ weight [K, N] + bias, always with a bias (see _kept_bias)."""
-        bias = _kept_bias(bias, weight)
-        return self.op("Gemm", x, self.array(weight, "weight"), self.array(bias, "bias"), out=out)
+    op_types: ClassVar[frozenset[str]]  # default-domain op types the rule visits
+    what: ClassVar[str]  # a match, as its outcomes name it ('padded MaxPool')
 
-    def linear(
-        self,
-        x: str,
-        shape: list[int],
-        axis: int,
-        weight: np.ndarray,
-        bias: np.ndarray | None,
-        out: str = "",
-    ) -> str:
-        """Multiply one axis of a static tensor by weight [K, N] (+ bias) as a 1x1 Conv:
-        the axis moves to the channel position, the dims after it become one spatial dim.
-        For ranks above 2 this, not Gemm between Reshapes: TensorFlow's converter fuses those
-        Reshapes into a FULLY_CONNECTED with keep_num_dims, whose output shape Arm NN 22
-        refuses."""
-        import numpy as np
+    @abstractmethod
+    def replace(self, edit: Edit, node: Any, opts: Any) -> str | None:
+        """Emit the node's replacement through `edit` and return None, or say why it is kept
+        ('' when the node is not the construct at all)."""
 
-        rank = len(shape)
-        perm = [0, axis, *[d for d in range(1, rank) if d != axis]] if axis else list(range(rank))
-        moved = [shape[d] for d in perm]
-        if perm != list(range(rank)):
-            x = self.op("Transpose", x, perm=perm)
-        x = self.reshape(x, [moved[0], moved[1], int(np.prod(moved[2:], dtype=np.int64)), 1])
-        kernel = self.array(np.ascontiguousarray(weight.T)[:, :, None, None], "weight")
-        y = self.op(
-            "Conv", x, kernel, self.array(_kept_bias(bias, weight), "bias"), kernel_shape=[1, 1]
-        )
-        result = [moved[0], weight.shape[1], *moved[2:]]
-        if perm == list(range(rank)):
-            return self.reshape(y, result, out=out)
-        back = [perm.index(d) for d in range(rank)]
-        return self.op("Transpose", self.reshape(y, result), out=out, perm=back)
+    def apply(
+        self, model: onnx.ModelProto, opts: Any, ctx: RewriteContext
+    ) -> RuleResult[onnx.ModelProto]:
+        def replace(node: Any, edit: Edit) -> str | None:
+            return self.replace(edit, node, opts)
 
-    def reduce_mean(self, x: str, axes: list[int], keepdims: int, out: str = "") -> str:
-        if self.opset >= 18:
-            return self.op("ReduceMean", x, self.ints(axes), out=out, keepdims=keepdims)
-        return self.op("ReduceMean", x, out=out, axes=axes, keepdims=keepdims)
-
-
-def _kept_bias(bias: np.ndarray | None, weight: np.ndarray) -> np.ndarray:
-    """The bias, or float32's smallest normal number (2^-126) where it is missing or all zero:
-    TensorFlow's converter drops a zero bias, and Arm NN 22 rejects a FULLY_CONNECTED without
-    one. Adding 2^-126 changes no sum larger than 2e-31 in magnitude."""
-    import numpy as np
-
-    if bias is None or not bias.any():
-        return np.full(weight.shape[1], np.finfo(weight.dtype).tiny, weight.dtype)
-    return bias
+        return rewrite_nodes(model, set(self.op_types), replace, self.what)
 
 
 Replace = Callable[[Any, Edit], "str | None"]
@@ -182,12 +110,11 @@ def rewrite_nodes(
     model: onnx.ModelProto, op_types: set[str], replace: Replace, what: str
 ) -> RuleResult[onnx.ModelProto]:
     """Offer every main-graph node of `op_types` (default domain) to `replace`; a replaced
-    node's nodes go where it was. `what` names a match in the reasons ('MaxPool with pads')."""
+    node's nodes go where it was. `what` names a match in the sites' messages."""
     out = copy_model(model)
     edit = Edit(out)
     nodes: list[Any] = []
-    kept: list[str] = []
-    matches = 0
+    sites: list[Site] = []
     for node in out.graph.node:
         if node.output and node.output[0] in edit.removed:
             continue
@@ -198,13 +125,14 @@ def rewrite_nodes(
         why = replace(node, edit)
         if why is not None:  # kept; '' when the node is not the construct at all
             if why:
-                kept.append(f"kept {node.op_type} '{edit.prefix}': {why}")
+                sites.append(Site.kept(edit.prefix, why))
             nodes.append(node)
             continue
-        matches += 1
+        sites.append(Site.changed(edit.prefix, f"{what} rewritten"))
         nodes.extend(edit.nodes)
-    if not matches:
-        return RuleResult(copy_model(model), False, 0, kept or [f"no {what}"])
+    result = RuleResult(out, sites=sites)
+    if not result.changed:
+        return RuleResult(copy_model(model), sites=sites or [Site.not_applicable(f"no {what}")])
     # original nodes a replacement took over that came before it (a Reshape feeding it)
     originals = {id(n) for n in out.graph.node}
     nodes = [
@@ -217,7 +145,7 @@ def rewrite_nodes(
     out.graph.initializer.extend(edit.initializers)
     _drop_unread_initializers(out, set().union(*(_reads(n) for n in nodes)))
     _drop_stale_value_info(out)
-    return RuleResult(out, True, matches, [f"{what} x{matches}", *kept])
+    return result
 
 
 def _reads(node: Any) -> set[str]:
@@ -242,13 +170,3 @@ def _drop_stale_value_info(model: onnx.ModelProto) -> None:
     kept = [v for v in model.graph.value_info if v.name in produced]
     del model.graph.value_info[:]
     model.graph.value_info.extend(kept)
-
-
-def attr(node: Any, name: str, default: Any) -> Any:
-    from onnx import helper
-
-    found = next((a for a in node.attribute if a.name == name), None)
-    if found is None:
-        return default
-    value = helper.get_attribute_value(found)
-    return value.decode() if isinstance(value, bytes) else value

@@ -57,7 +57,7 @@ class Plan:
     values: set[str] = field(default_factory=set)
     constant_uses: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     casts: list[tuple[int, int]] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
+    kept: list[tuple[str, str]] = field(default_factory=list)  # (tensors, why they stay)
 
 
 class _Groups:
@@ -306,12 +306,12 @@ def _decide(
         pins += _unfit(elements, consts, ranges, graph)
         consumers = [c for k in keys for c in groups.consumer.get(k, [])]
         names = sorted({k[1] for k in elements})
-        shown = ", ".join(f"'{n}'" for n in names[:4]) + (", ..." if len(names) > 4 else "")
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         computes = bool(groups.free & set(elements)) and any(k[0] == "v" for k in elements)
         if not pins and consumers and not (insert_casts and computes):
             pins = [consumers[0][2]]
         if pins:
-            result.kept.append(f"kept int64 {shown}: {pins[0]}")
+            result.kept.append((shown, f"stays int64: {pins[0]}"))
             continue
         result.casts.extend((i, s) for i, s, _ in consumers)
         for k in elements:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from edgeflow.core.onnxgraph import Namer, all_graphs, copy_model
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
@@ -87,15 +87,15 @@ class CastFloat64ToFloat32(OnnxRule):
 
         out = copy_model(model)
         counts = {"initializers": 0, "constants": 0, "type attributes": 0, "value types": 0}
-        overflow: list[str] = []
+        overflow: list[Site] = []
 
-        def narrow(tensor: onnx.TensorProto, what: str) -> None:
+        def narrow(tensor: onnx.TensorProto, where: str) -> None:
             wide = numpy_helper.to_array(tensor)
             with np.errstate(over="ignore"):
                 narrow_ = wide.astype(np.float32)
             lost = int(np.sum(np.isinf(narrow_) & np.isfinite(wide)))
             if lost:
-                overflow.append(f"{lost} values of {what} '{tensor.name}' overflow float32 (inf)")
+                overflow.append(Site.changed(where, f"{lost} values overflow float32 (inf)"))
             tensor.CopyFrom(numpy_helper.from_array(narrow_, tensor.name))
 
         kept_outputs = {v.name for v in out.graph.output if _is_double(v.type)}
@@ -107,12 +107,12 @@ class CastFloat64ToFloat32(OnnxRule):
                     continue  # the Cast that keeps a float64 output float64
                 for attr in node.attribute:
                     if attr.type == attr.TENSOR and attr.t.data_type == DOUBLE:
-                        narrow(attr.t, f"{node.op_type} '{node.name}'")
+                        narrow(attr.t, node.name or node.output[0])
                         counts["constants"] += 1
                     elif attr.type == attr.TENSORS:
                         for t in attr.tensors:
                             if t.data_type == DOUBLE:
-                                narrow(t, f"{node.op_type} '{node.name}'")
+                                narrow(t, node.name or node.output[0])
                                 counts["constants"] += 1
                     elif (
                         node.domain in ("", "ai.onnx")
@@ -125,7 +125,7 @@ class CastFloat64ToFloat32(OnnxRule):
         for depth, graph in enumerate(all_graphs(out.graph)):
             for init in graph.initializer:
                 if init.data_type == DOUBLE:
-                    narrow(init, "initializer")
+                    narrow(init, init.name)
                     counts["initializers"] += 1
             convert_nodes(graph.node)
             for value in graph.value_info:
@@ -135,17 +135,19 @@ class CastFloat64ToFloat32(OnnxRule):
                     counts["value types"] += retype(value.type, DOUBLE, FLOAT)
         for function in out.functions:
             convert_nodes(function.node)
-        reasons = self._interface(out, opts, ctx, counts)
+        kept = self._interface(out, opts, ctx, counts)
         done = [f"{n} {what}" for what, n in counts.items() if n]
         if not done:
-            return RuleResult(copy_model(model), False, 0, ["no float64 tensors, casts or values"])
-        reasons.insert(0, "float64 -> float32: " + ", ".join(done))
-        return RuleResult(out, True, sum(counts.values()), reasons + overflow)
+            nothing = Site.not_applicable("no float64 tensors, casts or values")
+            return RuleResult(copy_model(model), sites=[nothing])
+        narrowed = Site.changed("", "float64 -> float32: " + ", ".join(done))
+        sites = [narrowed, *kept, *overflow]
+        return RuleResult(out, matches=sum(counts.values()), sites=sites)
 
     @staticmethod
     def _interface(
         model: onnx.ModelProto, opts: Any, ctx: RewriteContext, counts: dict[str, int]
-    ) -> list[str]:
+    ) -> list[Site]:
         """Retype the main graph's inputs/outputs, or keep them float64 behind a Cast."""
         from onnx import helper
 
@@ -157,7 +159,7 @@ class CastFloat64ToFloat32(OnnxRule):
         def fresh(base: str) -> str:
             return namer(f"{base}_f32")
 
-        reasons: list[str] = []
+        kept: list[Site] = []
         head, tail = [], []
         for value in graph.input:
             if not _is_double(value.type):
@@ -174,7 +176,8 @@ class CastFloat64ToFloat32(OnnxRule):
             rename_uses(graph, value.name, inner)
             head.append(helper.make_node("Cast", [value.name], [inner], to=FLOAT, name=inner))
             counts["value types"] += 1
-            reasons.append(f"input '{value.name}' stays float64 (io: {opts.io}); Cast after it")
+            why = f"input stays float64 (io: {opts.io}); Cast after it"
+            kept.append(Site.kept(value.name, why))
         inputs = {v.name for v in graph.input}
         produced_by_cast = {o for n in graph.node for o in _casts_to(n, DOUBLE)}
         for value in graph.output:
@@ -192,12 +195,12 @@ class CastFloat64ToFloat32(OnnxRule):
                     info.name = inner
             tail.append(helper.make_node("Cast", [inner], [value.name], to=DOUBLE, name=inner))
             counts["value types"] += 1
-            reasons.append(f"output '{value.name}' stays float64 (io: keep); Cast before it")
+            kept.append(Site.kept(value.name, "output stays float64 (io: keep); Cast before it"))
         if head or tail:
             nodes = [*head, *graph.node, *tail]
             del graph.node[:]
             graph.node.extend(nodes)
-        return reasons
+        return kept
 
 
 def _casts_to(node: Any, dtype: int) -> set[str]:
@@ -243,24 +246,20 @@ class Int64ToInt32(OnnxRule):
 
         out = copy_model(model)
         decided = plan(out, tensor_types(out), opts.io, opts.insert_casts)
-        kept = decided.kept[:MAX_KEPT_REASONS]
-        if len(decided.kept) > MAX_KEPT_REASONS:
-            kept.append(f"... and {len(decided.kept) - MAX_KEPT_REASONS} more kept groups")
+        kept = [Site.kept(where, why) for where, why in decided.kept]
         if not decided.values and not decided.constant_uses:
-            return RuleResult(copy_model(model), False, 0, kept or ["no int64 tensors"])
+            nothing = Site.not_applicable("no int64 tensors")
+            return RuleResult(copy_model(model), sites=kept or [nothing])
         uses = _narrow_constants(out, decided.constant_uses)
         _narrow_values(out, decided.values)
         casts = _insert_casts(out, decided.casts)
-        reasons = [
+        narrowed = Site.changed(
+            "",
             f"int64 -> int32: {len(decided.values)} values, {len(decided.constant_uses)} "
             f"constants ({uses} uses)",
-            *casts,
-            *kept,
-        ]
-        return RuleResult(out, True, len(decided.values) + uses, reasons)
-
-
-MAX_KEPT_REASONS = 40
+        )
+        sites = [narrowed, *casts, *kept]
+        return RuleResult(out, matches=len(decided.values) + uses, sites=sites)
 
 
 def _narrow_constants(model: onnx.ModelProto, converted: dict[str, list[tuple[int, int]]]) -> int:
@@ -323,7 +322,7 @@ def _narrow_values(model: onnx.ModelProto, values: set[str]) -> None:
             retype(value.type, INT64, INT32)
 
 
-def _insert_casts(model: onnx.ModelProto, sites: list[tuple[int, int]]) -> list[str]:
+def _insert_casts(model: onnx.ModelProto, sites: list[tuple[int, int]]) -> list[Site]:
     """A Cast back to int64 before each op input that needs int64 (one per value)."""
     from onnx import helper
 
@@ -333,7 +332,7 @@ def _insert_casts(model: onnx.ModelProto, sites: list[tuple[int, int]]) -> list[
     namer = Namer(model)
     made: dict[str, str] = {}
     before: dict[int, list[Any]] = {}
-    reasons = []
+    inserted = []
     for node_index, slot in sorted(sites):
         node = graph.node[node_index]
         source = node.input[slot]
@@ -342,9 +341,10 @@ def _insert_casts(model: onnx.ModelProto, sites: list[tuple[int, int]]) -> list[
             cast = helper.make_node("Cast", [source], [made[source]], made[source], to=INT64)
             before.setdefault(node_index, []).append(cast)
         node.input[slot] = made[source]
-        reasons.append(f"Cast to int64 before {node.op_type} '{node.name or node.output[0]}'")
+        where = node.name or node.output[0]
+        inserted.append(Site.changed(where, f"Cast to int64 before this {node.op_type}"))
     if before:
         nodes = [new for i, n in enumerate(graph.node) for new in (*before.get(i, []), n)]
         del graph.node[:]
         graph.node.extend(nodes)
-    return reasons
+    return inserted

@@ -10,19 +10,17 @@ measured by the target's probes).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import RuleOptions
 from edgeflow.rules.fixes import Fix
-from edgeflow.rules.onnx._edit import Edit, attr, rewrite_nodes
-
-if TYPE_CHECKING:
-    import onnx
+from edgeflow.rules.onnx._build import attr
+from edgeflow.rules.onnx._edit import Edit, NodeRule
 
 
-class MaxPoolEdgePad(OnnxRule):
+class MaxPoolEdgePad(NodeRule):
     """Exact. onnx2tf writes a padded MaxPool as PADV2 (pad with -inf) + MAX_POOL_2D, and Arm
     NN 22's TfLite parser has no PADV2. Pads below the kernel size mean every window that
     reaches into the padding also holds the edge value the copies repeat, so the maximum is
@@ -44,10 +42,11 @@ class MaxPoolEdgePad(OnnxRule):
     def tolerance(self, opts: Any) -> float | None:
         return 0.0  # every window holds the same values, only repeated: exact
 
-    def apply(
-        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
-    ) -> RuleResult[onnx.ModelProto]:
-        return rewrite_nodes(model, {"MaxPool"}, _edge_pad_maxpool, "padded MaxPool")
+    op_types = frozenset({"MaxPool"})
+    what = "padded MaxPool"
+
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        return _edge_pad_maxpool(node, e)
 
 
 def _edge_pad_maxpool(node: Any, e: Edit) -> str | None:
@@ -89,7 +88,7 @@ def _edge_pad_maxpool(node: Any, e: Edit) -> str | None:
     return None
 
 
-class SplitGroups(OnnxRule):
+class SplitGroups(NodeRule):
     """The same sums in another order. Arm NN's CpuRef computes grouped (not depthwise)
     CONV_2D wrong: relative error 1.1 in the target's probe. Depthwise convolutions (one input
     channel per group) are kept: every runtime has DEPTHWISE_CONV_2D. Needs a constant weight
@@ -110,10 +109,11 @@ class SplitGroups(OnnxRule):
     def tolerance(self, opts: Any) -> float | None:
         return 1e-5  # the same sums, in another order
 
-    def apply(
-        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
-    ) -> RuleResult[onnx.ModelProto]:
-        return rewrite_nodes(model, {"Conv"}, _split_groups, "grouped Conv")
+    op_types = frozenset({"Conv"})
+    what = "grouped Conv"
+
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        return _split_groups(node, e)
 
 
 def _split_groups(node: Any, e: Edit) -> str | None:
@@ -146,7 +146,7 @@ def _split_groups(node: Any, e: Edit) -> str | None:
     return None
 
 
-class ShuffleToConv(OnnxRule):
+class ShuffleToConv(NodeRule):
     """Exact (each output is 1 x one input + 0 x the others). ShuffleNet's channel shuffle,
     `x.view(n, g, c // g, h, w).transpose(1, 2).reshape(n, c, h, w)`, is a Reshape to 5-D,
     a Transpose and a Reshape back. After it, onnx2tf writes the next depthwise convolution as
@@ -173,13 +173,11 @@ class ShuffleToConv(OnnxRule):
     def tolerance(self, opts: Any) -> float | None:
         return 0.0
 
-    def apply(
-        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
-    ) -> RuleResult[onnx.ModelProto]:
-        def replace(node: Any, e: Edit) -> str | None:
-            return _shuffle_to_conv(node, e, opts.max_channels)
+    op_types = frozenset({"Reshape"})
+    what = "channel shuffle"
 
-        return rewrite_nodes(model, {"Reshape"}, replace, "channel shuffle")
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        return _shuffle_to_conv(node, e, opts.max_channels)
 
 
 def _shuffle_to_conv(node: Any, e: Edit, max_channels: int) -> str | None:

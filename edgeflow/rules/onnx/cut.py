@@ -8,7 +8,7 @@ from pydantic import Field
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.onnxgraph import copy_model, name_hint, node_reads, tensor_types
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 
 if TYPE_CHECKING:
     import onnx
@@ -38,8 +38,9 @@ class Cut(OnnxRule):
         self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
     ) -> RuleResult[onnx.ModelProto]:
         graph = model.graph
+        already = Site.not_applicable("the outputs are already these")
         if [v.name for v in graph.output] == opts.outputs and not opts.prune_inputs:
-            return RuleResult(copy_model(model), False, 0, ["the outputs are already these"])
+            return RuleResult(copy_model(model), sites=[already])
         initializers = {t.name for t in graph.initializer}
         available = [v.name for v in graph.input if v.name not in initializers]
         available += [o for n in graph.node for o in n.output if o]
@@ -66,22 +67,19 @@ class Cut(OnnxRule):
         kept_info = [v for v in g.value_info if v.name in defined and v.name not in opts.outputs]
         del g.value_info[:]
         g.value_info.extend(kept_info)
-        reasons = [
-            f"outputs {[v.name for v in graph.output]} -> {opts.outputs}; "
-            f"nodes {len(graph.node)} -> {len(nodes)}"
-        ]
+        cut = f"outputs {[v.name for v in graph.output]} -> {opts.outputs}"
+        sites = [Site.changed("", f"{cut}; nodes {len(graph.node)} -> {len(nodes)}")]
         if opts.prune_inputs:
             dropped = [v.name for v in g.input if v.name not in read]
             kept_inputs = [v for v in g.input if v.name in read]
             del g.input[:]
             g.input.extend(kept_inputs)
-            if dropped:
-                reasons.append(f"dropped inputs the kept nodes do not read: {dropped}")
+            sites += [Site.changed(name, "input dropped: no node reads it") for name in dropped]
         from edgeflow.core.onnxgraph import same_graph
 
         if same_graph(out, model):
-            return RuleResult(copy_model(model), False, 0, ["the outputs are already these"])
-        return RuleResult(out, True, len(graph.node) - len(nodes), reasons)
+            return RuleResult(copy_model(model), sites=[already])
+        return RuleResult(out, matches=len(graph.node) - len(nodes), sites=sites)
 
 
 def needed_nodes(

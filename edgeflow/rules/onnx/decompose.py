@@ -14,16 +14,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from pydantic import Field
 
-from edgeflow.core.onnxgraph import (
-    Namer,
-    all_graphs,
-    copy_model,
-    elem_type,
-    opset_version,
-    tensor_types,
-)
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.core.onnxgraph import Namer, all_graphs, copy_model, elem_type, tensor_types
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
+from edgeflow.rules.onnx._build import Builder, attr
 
 if TYPE_CHECKING:
     import onnx
@@ -97,7 +91,7 @@ class Decompose(OnnxRule):
         types = tensor_types(out)
         emit = Emitter(out, Namer(out))
         done: Counter[str] = Counter()
-        skipped: list[str] = []
+        sites: list[Site] = []
         # Innermost graphs first: rebuilding a graph's node list copies its subgraphs.
         for graph in reversed(list(all_graphs(out.graph))):
             nodes: list[Any] = []
@@ -106,20 +100,21 @@ class Decompose(OnnxRule):
                     nodes.append(node)
                     continue
                 dtype = elem_type(types, node.input[0])
+                where = node.name or node.output[0]
                 why = self._cannot(node, dtype, types)
                 if why:
-                    skipped.append(f"kept {node.op_type} '{node.name or node.output[0]}': {why}")
+                    sites.append(Site.kept(where, f"{node.op_type}: {why}"))
                     nodes.append(node)
                     continue
                 nodes.extend(emit.expand(node, dtype, wanted, opts.gelu, types, done))
+                sites.append(Site.changed(where, f"{node.op_type} -> {NOTES[node.op_type](opts)}"))
             del graph.node[:]
             graph.node.extend(nodes)
         if not done:
-            reasons = skipped or [f"no {', '.join(sorted(wanted))} nodes"]
-            return RuleResult(copy_model(model), False, 0, reasons)
+            nothing = Site.not_applicable(f"no {', '.join(sorted(wanted))} nodes")
+            return RuleResult(copy_model(model), sites=sites or [nothing])
         out.graph.initializer.extend(emit.initializers)
-        reasons = [f"{op} x{n} -> {NOTES[op](opts)}" for op, n in sorted(done.items())]
-        return RuleResult(out, True, sum(done.values()), reasons + skipped)
+        return RuleResult(out, sites=sites)
 
     @staticmethod
     def _cannot(node: Any, dtype: int, types: dict[str, Any]) -> str:
@@ -150,19 +145,9 @@ NOTES: dict[str, Any] = {
 }
 
 
-def _attr(node: Any, name: str, default: Any) -> Any:
-    from onnx import helper
-
-    found = next((a for a in node.attribute if a.name == name), None)
-    if found is None:
-        return default
-    value = helper.get_attribute_value(found)
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _ln_axes(node: Any, types: dict[str, Any]) -> list[int] | None:
     """The axes LayerNormalization normalises over, or None when the rank is needed and unknown."""
-    axis = int(_attr(node, "axis", -1))
+    axis = int(attr(node, "axis", -1))
     if axis < 0:
         return list(range(axis, 0))
     t = types.get(node.input[0])
@@ -171,56 +156,35 @@ def _ln_axes(node: Any, types: dict[str, Any]) -> list[int] | None:
     return list(range(axis, len(t.tensor_type.shape.dim)))
 
 
-class Emitter:
-    """Builds replacement nodes with fresh names and shared scalar constants."""
+class Emitter(Builder):
+    """A Builder whose scalar constants are shared between decompositions, of the element
+    type of the one being built (`dtype`)."""
 
     def __init__(self, model: onnx.ModelProto, namer: Namer) -> None:
-        self.opset = opset_version(model)
-        self.namer = namer
-        self.initializers: list[Any] = []
+        super().__init__(model, namer)
         self.consts: dict[tuple[int, float], str] = {}
-        self.nodes: list[Any] = []
-        self.prefix = ""
         self.dtype = FLOAT
-
-    def op(self, op_type: str, *inputs: str, out: str = "", **attrs: Any) -> str:
-        from onnx import helper
-
-        name = out or self.namer(f"{self.prefix}/{op_type}")
-        node_name = self.namer(f"{self.prefix}/{op_type}_node")
-        self.nodes.append(helper.make_node(op_type, list(inputs), [name], node_name, **attrs))
-        return name
 
     def const(self, value: float) -> str:
         """A scalar initializer of the current element type (shared between decompositions)."""
         import numpy as np
-        from onnx import numpy_helper
 
         key = (self.dtype, float(value))
         if key not in self.consts:
             np_type = {FLOAT: np.float32, DOUBLE: np.float64, FLOAT16: np.float16}[self.dtype]
-            name = self.namer(f"decompose_const_{len(self.consts)}")
-            self.initializers.append(numpy_helper.from_array(np.array(value, np_type), name))
-            self.consts[key] = name
+            name = f"decompose_const_{len(self.consts)}"
+            self.consts[key] = self.initializer(np.array(value, np_type), name)
         return self.consts[key]
 
     def ints(self, values: list[int]) -> str:
         import numpy as np
-        from onnx import numpy_helper
 
-        name = self.namer("decompose_axes")
-        self.initializers.append(numpy_helper.from_array(np.array(values, np.int64), name))
-        return name
+        return self.initializer(np.array(values, np.int64), "decompose_axes")
 
     def clip(self, x: str, lo: float, hi: float, out: str = "") -> str:
         if self.opset >= 11:
             return self.op("Clip", x, self.const(lo), self.const(hi), out=out)
         return self.op("Clip", x, out=out, min=lo, max=hi)
-
-    def reduce_mean(self, x: str, axes: list[int], out: str = "") -> str:
-        if self.opset >= 18:
-            return self.op("ReduceMean", x, self.ints(axes), out=out, keepdims=1)
-        return self.op("ReduceMean", x, out=out, axes=axes, keepdims=1)
 
     def expand(
         self,
@@ -249,7 +213,7 @@ class Emitter:
 
 def _gelu(e: Emitter, node: Any, gelu: str, types: Any) -> None:
     x, y = node.input[0], node.output[0]
-    if _attr(node, "approximate", "none") == "tanh" or gelu == "tanh":
+    if attr(node, "approximate", "none") == "tanh" or gelu == "tanh":
         # 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2)))
         poly = e.op("Add", e.op("Mul", e.op("Mul", x, x), e.const(0.044715)), e.const(1.0))
         inner = e.op("Mul", e.op("Mul", x, poly), e.const(0.7978845608028654))
@@ -281,7 +245,7 @@ def _hard_sigmoid(e: Emitter, x: str, alpha: float, beta: float, out: str = "") 
 
 
 def _hardsigmoid(e: Emitter, node: Any, gelu: str, types: Any) -> None:
-    alpha, beta = float(_attr(node, "alpha", 0.2)), float(_attr(node, "beta", 0.5))
+    alpha, beta = float(attr(node, "alpha", 0.2)), float(attr(node, "beta", 0.5))
     _hard_sigmoid(e, node.input[0], alpha, beta, out=node.output[0])
 
 
@@ -306,7 +270,7 @@ def _layernorm(e: Emitter, node: Any, gelu: str, types: Any) -> None:
     mean = e.reduce_mean(x, axes, out=outputs[1])
     d = e.op("Sub", x, mean)
     var = e.reduce_mean(e.op("Mul", d, d), axes)  # Mul(d, d): no Pow / squared-difference
-    std = e.op("Sqrt", e.op("Add", var, e.const(float(_attr(node, "epsilon", 1e-5)))))
+    std = e.op("Sqrt", e.op("Add", var, e.const(float(attr(node, "epsilon", 1e-5)))))
     if outputs[2]:
         e.op("Div", e.const(1.0), std, out=outputs[2])
     bias = node.input[2] if len(node.input) > 2 and node.input[2] else ""
@@ -354,12 +318,12 @@ def _elu_of(e: Emitter, x: str, alpha: float, out: str = "") -> str:
 
 
 def _elu(e: Emitter, node: Any, gelu: str, types: Any) -> None:
-    _elu_of(e, node.input[0], float(_attr(node, "alpha", 1.0)), out=node.output[0])
+    _elu_of(e, node.input[0], float(attr(node, "alpha", 1.0)), out=node.output[0])
 
 
 def _selu(e: Emitter, node: Any, gelu: str, types: Any) -> None:
-    alpha = float(_attr(node, "alpha", 1.67326319217681884765625))
-    gamma = float(_attr(node, "gamma", 1.05070102214813232421875))
+    alpha = float(attr(node, "alpha", 1.67326319217681884765625))
+    gamma = float(attr(node, "gamma", 1.05070102214813232421875))
     e.op("Mul", _elu_of(e, node.input[0], alpha), e.const(gamma), out=node.output[0])
 
 

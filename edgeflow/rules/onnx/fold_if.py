@@ -13,7 +13,7 @@ from edgeflow.core.onnxgraph import (
     subgraphs,
     tensor_types,
 )
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
@@ -46,27 +46,28 @@ class FoldIf(OnnxRule):
         self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
     ) -> RuleResult[onnx.ModelProto]:
         out = copy_model(model)
-        reasons: list[str] = []
-        folded = 0
+        sites: list[Site] = []
         while True:
-            site = _find_constant_if(out, opts.evaluate, reasons)
-            if site is None:
+            found = _find_constant_if(out, opts.evaluate, sites)
+            if found is None:
                 break
-            graph, index, taken = site
+            graph, index, taken = found
             node = graph.node[index]
-            reasons.append(f"If '{node.name or node.output[0]}': condition is {taken}, inlined")
+            where = node.name or node.output[0]
+            sites.append(Site.changed(where, f"condition is {taken}, inlined"))
             _inline(out, graph, index, "then_branch" if taken else "else_branch")
-            folded += 1
-        if not folded:
-            return RuleResult(copy_model(model), False, 0, reasons or ["no If nodes"])
+        folded = RuleResult(out, sites=sites)
+        if not folded.changed:
+            nothing = Site.not_applicable("no If nodes")
+            return RuleResult(copy_model(model), sites=sites or [nothing])
         removed = _remove_dead_code(out)
         if removed:
-            reasons.append(f"removed {removed} nodes left unused (condition computation)")
-        return RuleResult(out, True, folded, reasons)
+            sites.append(Site.changed("", f"removed {removed} nodes left unused (conditions)"))
+        return RuleResult(out, matches=folded.matches, sites=sites)
 
 
 def _find_constant_if(
-    model: onnx.ModelProto, evaluate: bool, reasons: list[str]
+    model: onnx.ModelProto, evaluate: bool, sites: list[Site]
 ) -> tuple[Any, int, bool] | None:
     """The first If with a constant condition as (graph, node index, value); others noted."""
     values = _constants(model)
@@ -83,9 +84,9 @@ def _find_constant_if(
                 value = _evaluate(model, cond, values, types)
             if value is None or value.size != 1:
                 why = "is not constant" if value is None else f"has {value.size} elements"
-                note = f"kept If '{node.name or node.output[0]}': condition '{cond}' {why}"
-                if note not in reasons:
-                    reasons.append(note)
+                kept = Site.kept(node.name or node.output[0], f"condition '{cond}' {why}")
+                if kept not in sites:
+                    sites.append(kept)
                 continue
             return graph, index, bool(value.reshape(()))
     return None

@@ -14,17 +14,15 @@ Both are exact: they move the same values.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import RuleOptions
 from edgeflow.rules.fixes import Fix
-from edgeflow.rules.onnx._edit import Edit, attr, rewrite_nodes
-
-if TYPE_CHECKING:
-    import onnx
+from edgeflow.rules.onnx._build import attr
+from edgeflow.rules.onnx._edit import Edit, NodeRule
 
 
-class GatherToSlice(OnnxRule):
+class GatherToSlice(NodeRule):
     """Exact. Exporters write some views and indexing (torch's `as_strided` in timm's
     ConvNeXt head, `x[2]`) as a Gather of constant indices; TFLite Micro and Arm NN 22 have no
     GATHER. Indices that run evenly upward (step >= 1, negatives allowed) become a Slice, or
@@ -46,10 +44,11 @@ class GatherToSlice(OnnxRule):
     def tolerance(self, opts: Any) -> float | None:
         return 0.0
 
-    def apply(
-        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
-    ) -> RuleResult[onnx.ModelProto]:
-        return rewrite_nodes(model, {"Gather"}, _gather_to_slice, "Gather of a constant run")
+    op_types = frozenset({"Gather"})
+    what = "Gather of a constant run"
+
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        return _gather_to_slice(node, e)
 
 
 def _gather_to_slice(node: Any, e: Edit) -> str | None:
@@ -90,7 +89,7 @@ def _gather_to_slice(node: Any, e: Edit) -> str | None:
     return None
 
 
-class SliceRank(OnnxRule):
+class SliceRank(NodeRule):
     """Exact. TFLite Micro's STRIDED_SLICE and Arm NN's StridedSlice take at most 4-D; an
     attention's `qkv.reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)` slices a 5-D
     tensor. Neighbouring dims that are not sliced merge, and a sliced dim with step 1 absorbs
@@ -116,13 +115,11 @@ class SliceRank(OnnxRule):
     def tolerance(self, opts: Any) -> float | None:
         return 0.0
 
-    def apply(
-        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
-    ) -> RuleResult[onnx.ModelProto]:
-        def replace(node: Any, e: Edit) -> str | None:
-            return _slice_rank(node, e, opts.max_rank)
+    op_types = frozenset({"Slice"})
+    what = "Slice of more than max_rank dims"
 
-        return rewrite_nodes(model, {"Slice"}, replace, f"Slice above {opts.max_rank}-D")
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        return _slice_rank(node, e, opts.max_rank)
 
 
 def _slice_rank(node: Any, e: Edit, max_rank: int) -> str | None:

@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import RuleOptions
 from edgeflow.rules.fixes import Fix
-from edgeflow.rules.onnx._edit import Edit, attr, rewrite_nodes
+from edgeflow.rules.onnx._build import attr
+from edgeflow.rules.onnx._edit import Edit, NodeRule
 
 if TYPE_CHECKING:
     import numpy as np
-    import onnx
 
 
-class LowerMatMul(OnnxRule):
+class LowerMatMul(NodeRule):
     """Arm NN 22's TfLite parser rejects a FULLY_CONNECTED without a bias, which onnx2tf
     writes for a MatMul by a weight, and has no BATCH_MATMUL. A MatMul by a constant 2-D
     weight takes the bias of the Add that follows it (or 2^-126, which changes no sum above
@@ -65,18 +65,16 @@ class LowerMatMul(OnnxRule):
     def tolerance(self, opts: Any) -> float | None:
         return 1e-5 if opts.activations else 0.0
 
-    def apply(
-        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
-    ) -> RuleResult[onnx.ModelProto]:
-        def replace(node: Any, e: Edit) -> str | None:
-            weight = e.constants.get(node.input[1])
-            if weight is not None and weight.ndim == 2:
-                return _matmul_gemm(node, e, weight) if opts.constant else "constant: false"
-            if not opts.activations:
-                return "activations: false"
-            return _matmul_broadcast(node, e, opts.max_elements)
+    op_types = frozenset({"MatMul"})
+    what = "MatMul"
 
-        return rewrite_nodes(model, {"MatMul"}, replace, "MatMul")
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        weight = e.constants.get(node.input[1])
+        if weight is not None and weight.ndim == 2:
+            return _matmul_gemm(node, e, weight) if opts.constant else "constant: false"
+        if not opts.activations:
+            return "activations: false"
+        return _matmul_broadcast(node, e, opts.max_elements)
 
 
 def _matmul_gemm(node: Any, e: Edit, weight: np.ndarray) -> str | None:
@@ -125,7 +123,7 @@ def _matmul_broadcast(node: Any, e: Edit, max_elements: int) -> str | None:
     return None
 
 
-class ResizeToMatMul(OnnxRule):
+class ResizeToMatMul(NodeRule):
     """Within float rounding (1e-5). Arm NN's CpuRef computes bilinear RESIZE wrong (relative
     error 0.58 in the target's probe, half-pixel centres). A linear Resize of an [N, C, H, W]
     tensor with constant sizes or scales is Y = A_h X A_w^T, with interpolation matrices
@@ -149,10 +147,11 @@ class ResizeToMatMul(OnnxRule):
     def tolerance(self, opts: Any) -> float | None:
         return 1e-5
 
-    def apply(
-        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
-    ) -> RuleResult[onnx.ModelProto]:
-        return rewrite_nodes(model, {"Resize"}, _resize, "linear Resize")
+    op_types = frozenset({"Resize"})
+    what = "linear Resize"
+
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        return _resize(node, e)
 
 
 COORDINATE_MODES = (
@@ -236,7 +235,7 @@ def _interpolation(size_in: int, size_out: int, scale: float, mode: str) -> np.n
     return matrix
 
 
-class SqrtNewton(OnnxRule):
+class SqrtNewton(NodeRule):
     """Arm NN 22's TfLite parser has no SQRT or RSQRT, and `onnx.decompose`'s LayerNorm
     takes one square root per normalisation. The start is the least of sqrt's tangents at
     10^k, k = low..high (a concave function is the minimum of its tangents): within 17% on
@@ -267,27 +266,25 @@ class SqrtNewton(OnnxRule):
     def tolerance(self, opts: Any) -> float | None:
         return 1e-6 if opts.iterations >= 3 else None
 
-    def apply(
-        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
-    ) -> RuleResult[onnx.ModelProto]:
-        def replace(node: Any, e: Edit) -> str | None:
-            if e.dtypes.get(node.input[0]) not in (1, 11):  # float, double
-                return "not float32/float64"
-            x = node.input[0]
-            tangents = []
-            for k in range(opts.low, opts.high + 1):
-                root = 10.0 ** (k / 2)  # tangent at a = 10^k: sqrt(a)/2 + x / (2 sqrt(a))
-                slope = e.op("Mul", x, e.scalar(0.5 / root, x))
-                tangents.append(e.op("Add", slope, e.scalar(root / 2, x)))
-            while len(tangents) > 1:  # a balanced tree of Min: shallow
-                pairs = zip(tangents[::2], tangents[1::2], strict=False)
-                merged = [e.op("Min", a, b) for a, b in pairs]
-                tangents = merged + (tangents[-1:] if len(tangents) % 2 else [])
-            s, half = tangents[0], e.scalar(0.5, x)
-            for i in range(opts.iterations):
-                last = i == opts.iterations - 1
-                step = e.op("Add", s, e.op("Div", x, s))
-                s = e.op("Mul", step, half, out=node.output[0] if last else "")
-            return None
+    op_types = frozenset({"Sqrt"})
+    what = "Sqrt"
 
-        return rewrite_nodes(model, {"Sqrt"}, replace, "Sqrt")
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        if e.dtypes.get(node.input[0]) not in (1, 11):  # float, double
+            return "not float32/float64"
+        x = node.input[0]
+        tangents = []
+        for k in range(opts.low, opts.high + 1):
+            root = 10.0 ** (k / 2)  # tangent at a = 10^k: sqrt(a)/2 + x / (2 sqrt(a))
+            slope = e.op("Mul", x, e.scalar(0.5 / root, x))
+            tangents.append(e.op("Add", slope, e.scalar(root / 2, x)))
+        while len(tangents) > 1:  # a balanced tree of Min: shallow
+            pairs = zip(tangents[::2], tangents[1::2], strict=False)
+            merged = [e.op("Min", a, b) for a, b in pairs]
+            tangents = merged + (tangents[-1:] if len(tangents) % 2 else [])
+        s, half = tangents[0], e.scalar(0.5, x)
+        for i in range(opts.iterations):
+            last = i == opts.iterations - 1
+            step = e.op("Add", s, e.op("Div", x, s))
+            s = e.op("Mul", step, half, out=node.output[0] if last else "")
+        return None

@@ -11,16 +11,14 @@ parameter-search fallback, which ends in a RecursionError (measured on timm's co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx._edit import Edit, attr, rewrite_nodes
-
-if TYPE_CHECKING:
-    import onnx
+from edgeflow.rules.base import RuleOptions
+from edgeflow.rules.onnx._build import attr
+from edgeflow.rules.onnx._edit import Edit, NodeRule
 
 
-class ChannelLayerNorm(OnnxRule):
+class ChannelLayerNorm(NodeRule):
     """Within float rounding (the same formula as `onnx.decompose`'s LayerNorm, on the other
     layout). Needs constant scale and bias, and a LayerNormalization whose only reader is the
     Transpose back to NCHW (its mean and inverse-std outputs unused). Runs before
@@ -41,10 +39,11 @@ class ChannelLayerNorm(OnnxRule):
     def tolerance(self, opts: Any) -> float | None:
         return 1e-5
 
-    def apply(
-        self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
-    ) -> RuleResult[onnx.ModelProto]:
-        return rewrite_nodes(model, {"Transpose"}, _channel_layernorm, "channel LayerNorm")
+    op_types = frozenset({"Transpose"})
+    what = "channel LayerNorm"
+
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        return _channel_layernorm(node, e)
 
 
 def _channel_layernorm(node: Any, e: Edit) -> str | None:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, ClassVar
 from pydantic import field_validator
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.onnxgraph import copy_model, op_counts, opset_version
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.core.onnxgraph import copy_model, opset_version
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
@@ -53,7 +53,8 @@ class ConvertOpset(OnnxRule):
 
         current = opset_version(model)
         if current == opts.opset:
-            return RuleResult(copy_model(model), False, 0, [f"already at opset {current}"])
+            nothing = Site.not_applicable(f"already at opset {current}")
+            return RuleResult(copy_model(model), sites=[nothing])
         missing = _missing_ops(model, opts.opset)
         if missing:
             listed = ", ".join(f"{op} (since opset {v})" for op, v in sorted(missing.items()))
@@ -73,14 +74,12 @@ class ConvertOpset(OnnxRule):
                 "onnx's version converter has no adapter for an op here; choose another "
                 "opset, or decompose or replace the op first",
             ) from exc
-        changed = sum(1 for a, b in zip(model.graph.node, out.graph.node, strict=False) if a != b)
-        reasons = [f"opset {current} -> {opts.opset}; {changed} nodes adapted"]
-        counts_before, counts_after = op_counts(model), op_counts(out)
-        if counts_before != counts_after:
-            from edgeflow.rules.onnx.optimize import _diff
+        from edgeflow.rules.onnx.optimize import op_sites
 
-            reasons.append(_diff(model, out))
-        return RuleResult(out, True, changed, reasons)
+        changed = sum(1 for a, b in zip(model.graph.node, out.graph.node, strict=False) if a != b)
+        converted = Site.changed("", f"opset {current} -> {opts.opset}; {changed} nodes adapted")
+        sites = [converted, *op_sites(model, out)]
+        return RuleResult(out, matches=changed, sites=sites)
 
 
 def _missing_ops(model: onnx.ModelProto, target: int) -> dict[str, int]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import AfterValidator
 
 from edgeflow.core.onnxgraph import copy_model, op_counts, same_graph
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 
 if TYPE_CHECKING:
     import onnx
@@ -74,13 +74,12 @@ class Optimize(OnnxRule):
                 break
             out = nxt
         if same_graph(out, model):
-            return RuleResult(
-                copy_model(model), False, 0, [f"{len(passes)} passes changed nothing"]
-            )
-        reasons = [_diff(model, out)]
+            nothing = Site.not_applicable(f"{len(passes)} passes changed nothing")
+            return RuleResult(copy_model(model), sites=[nothing])
+        sites = graph_sites(model, out)
         if not converged:
-            reasons.append(f"still changing after {MAX_ROUNDS} rounds of the passes")
-        return RuleResult(out, True, _removed(model, out), reasons)
+            sites.append(Site.kept("", f"still changing after {MAX_ROUNDS} rounds of the passes"))
+        return RuleResult(out, matches=_removed(model, out), sites=sites)
 
     @staticmethod
     def default_passes() -> list[str]:
@@ -93,9 +92,18 @@ def _removed(before: onnx.ModelProto, after: onnx.ModelProto) -> int:
     return max(0, sum(op_counts(before).values()) - sum(op_counts(after).values()))
 
 
-def _diff(before: onnx.ModelProto, after: onnx.ModelProto) -> str:
-    """'nodes 12 -> 7 (BatchNormalization -2, Identity -3)'."""
+def op_sites(before: onnx.ModelProto, after: onnx.ModelProto) -> list[Site]:
+    """A changed site per op type whose node count changed ('BatchNormalization': 2 -> 0)."""
     a, b = op_counts(before), op_counts(after)
-    changes = [f"{op} {b[op] - a[op]:+d}" for op in sorted(a.keys() | b.keys()) if a[op] != b[op]]
-    text = f"nodes {sum(a.values())} -> {sum(b.values())}"
-    return text + (f" ({', '.join(changes)})" if changes else "")
+    return [
+        Site.changed(op, f"{a[op]} -> {b[op]} nodes")
+        for op in sorted(a.keys() | b.keys())
+        if a[op] != b[op]
+    ]
+
+
+def graph_sites(before: onnx.ModelProto, after: onnx.ModelProto) -> list[Site]:
+    """What a whole-graph pass changed: per op type, or the graph as a whole (rewired,
+    constants folded) when no count changed."""
+    total = sum(op_counts(after).values())
+    return op_sites(before, after) or [Site.changed("", f"{total} nodes, none removed")]

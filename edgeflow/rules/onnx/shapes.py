@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import PositiveInt
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.onnxgraph import copy_model, name_hint, op_counts, same_graph
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
+from edgeflow.core.onnxgraph import copy_model, name_hint, same_graph
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 
 if TYPE_CHECKING:
@@ -40,14 +40,15 @@ class FixShapes(OnnxRule):
     ) -> RuleResult[onnx.ModelProto]:
         import onnx
 
-        from edgeflow.rules.onnx.optimize import _diff
+        from edgeflow.rules.onnx.optimize import op_sites
         from edgeflow.rules.onnx.simplify import simplify
 
         wanted = opts.shapes if opts.shapes is not None else {s.name: s.shape for s in ctx.inputs}
         if not wanted:
-            return RuleResult(copy_model(model), False, 0, ["no input shapes given or declared"])
+            nothing = Site.not_applicable("no input shapes given or declared")
+            return RuleResult(copy_model(model), sites=[nothing])
         out = copy_model(model)
-        reasons = _pin_inputs(out, wanted)
+        sites = _pin_inputs(out, wanted)
         del out.graph.value_info[:]  # stale: inferred again below from the fixed inputs
         for value in out.graph.output:
             for dim in value.type.tensor_type.shape.dim:
@@ -63,14 +64,13 @@ class FixShapes(OnnxRule):
                 "check the shapes against what the model accepts",
             ) from exc
         if same_graph(out, model):
-            return RuleResult(copy_model(model), False, 0, ["shapes already fixed and folded"])
-        dynamic = _dynamic_values(out)
-        if op_counts(out) != op_counts(model):
-            reasons.append(_diff(model, out))
-        if dynamic:
-            shown = ", ".join(dynamic[:8]) + (", ..." if len(dynamic) > 8 else "")
-            reasons.append(f"{len(dynamic)} values still have unknown dims: {shown}")
-        return RuleResult(out, True, len(wanted), reasons)
+            nothing = Site.not_applicable("shapes already fixed and folded")
+            return RuleResult(copy_model(model), sites=[nothing])
+        sites += op_sites(model, out)
+        if not sites:  # the value types only: inferred again
+            sites.append(Site.changed("", "value shapes inferred from the fixed inputs"))
+        sites += [Site.kept(name, "dims still unknown") for name in _dynamic_values(out)]
+        return RuleResult(out, matches=len(wanted), sites=sites)
 
 
 def _dims(value: Any) -> list[str]:
@@ -78,12 +78,12 @@ def _dims(value: Any) -> list[str]:
     return [str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in shape.dim]
 
 
-def _pin_inputs(model: onnx.ModelProto, wanted: dict[str, list[int]]) -> list[str]:
+def _pin_inputs(model: onnx.ModelProto, wanted: dict[str, list[int]]) -> list[Site]:
     """Set the graph inputs' dims in place; an unknown name or a clashing dim is an error."""
     graph = model.graph
     initializers = {t.name for t in graph.initializer}
     inputs = {v.name: v for v in graph.input if v.name not in initializers}
-    reasons = []
+    pinned = []
     for name, dims in wanted.items():
         if name not in inputs:
             raise EdgeflowError(
@@ -108,8 +108,8 @@ def _pin_inputs(model: onnx.ModelProto, wanted: dict[str, list[int]]) -> list[st
         for new in dims:
             shape.dim.add().dim_value = new
         if before != [str(d) for d in dims]:
-            reasons.append(f"input '{name}': [{', '.join(before)}] -> {dims}")
-    return reasons
+            pinned.append(Site.changed(name, f"input shape [{', '.join(before)}] -> {dims}"))
+    return pinned
 
 
 def _dynamic_values(model: onnx.ModelProto) -> list[str]:

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from edgeflow.core.onnxgraph import copy_model, same_graph
-from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult
-from edgeflow.rules.onnx.optimize import _diff, _removed
+from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
+from edgeflow.rules.onnx.optimize import _removed, graph_sites
 
 if TYPE_CHECKING:
     import onnx
@@ -37,8 +37,9 @@ class Simplify(OnnxRule):
     ) -> RuleResult[onnx.ModelProto]:
         out = simplify(model, opts.iterations, opts.inline)
         if same_graph(out, model):
-            return RuleResult(copy_model(model), False, 0, ["already simplified"])
-        return RuleResult(out, True, _removed(model, out), [_diff(model, out)])
+            nothing = Site.not_applicable("already simplified")
+            return RuleResult(copy_model(model), sites=[nothing])
+        return RuleResult(out, matches=_removed(model, out), sites=graph_sites(model, out))
 
 
 def simplify(model: onnx.ModelProto, iterations: int = 2, inline: bool = True) -> onnx.ModelProto:

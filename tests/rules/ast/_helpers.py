@@ -42,12 +42,12 @@ def check(
     before_classes = [type(m) for m in model.modules()]
     before_state = copy.deepcopy(model.state_dict())
     result = apply(rule, model, spec_list, **options)
-    assert result.changed, result.reasons
+    assert result.changed, result.sites
     assert [type(m) for m in model.modules()] == before_classes
     for key, value in model.state_dict().items():
         assert torch.equal(value, before_state[key]), key
     again = apply(rule, result.model, spec_list, **options)
-    assert not again.changed, again.reasons
+    assert not again.changed, again.sites
     assert rewritten_sources(again.model) == rewritten_sources(result.model)
     with torch.no_grad():
         for seed in range(seeds):

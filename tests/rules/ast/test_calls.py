@@ -9,6 +9,7 @@ from torch import nn
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast.calls import ReplaceCall
 from tests.rules.ast._helpers import apply, check, inputs, specs
+from tests.rules.sites import outcomes
 
 SPECS = specs((2, 6))
 HERE = "tests.rules.ast.test_calls"
@@ -87,9 +88,8 @@ def test_call_that_does_not_fit_the_replacement_names_the_line() -> None:
     assert "Counting.forward: the call count(self.linear(x)) does not fit" in info.value.message
 
 
-def test_no_call_found_is_a_reason() -> None:
+def test_no_call_found_is_not_applicable() -> None:
     result = apply(ReplaceCall, Counting(), SPECS, **{"from": "torch.nonzero", "to": OPTIONS["to"]})
     assert not result.changed
-    assert result.reasons == [
-        "nothing rewritten: no call to torch.nonzero in Counting.forward, Counting.head"
-    ]
+    assert outcomes(result) == [("not_applicable", "")]
+    assert "Counting.head" in result.sites[0].message  # it names the methods it read

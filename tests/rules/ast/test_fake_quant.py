@@ -19,7 +19,9 @@ from torch.ao.quantization import (
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.ops.quant import FrozenFakeQuant
 from edgeflow.rules.ast.fake_quant import FreezeFakeQuant
+from edgeflow.rules.base import Status
 from tests.rules.ast._helpers import apply, check, inputs, specs
+from tests.rules.sites import outcomes, wheres
 
 SPECS = specs((4, 6))
 
@@ -62,7 +64,12 @@ def trained() -> Tiny:
 def test_numbers_equal_the_fake_quantize_modules_and_idempotence() -> None:
     model = trained()
     result = check(FreezeFakeQuant, model, SPECS, atol=0.0)
-    assert result.matches == 3 and result.reasons == []
+    assert result.matches == 3
+    assert outcomes(result) == [
+        ("changed", "act_in"),
+        ("changed", "weight"),
+        ("changed", "act_out"),
+    ]
     frozen = [m for m in result.model.modules() if isinstance(m, FrozenFakeQuant)]
     assert [m.quant_range for m in frozen] == [(-128, 127), (-64, 63), (0, 255)]
     assert frozen[1].narrow and not frozen[0].narrow
@@ -84,11 +91,9 @@ def test_export_fails_before_and_gives_qdq_after(tmp_path: Path) -> None:
 def test_observers_still_on_and_types_onnx_lacks() -> None:
     model = Tiny().eval()  # observers never frozen
     result = apply(FreezeFakeQuant, model, SPECS)
-    assert "act_in: observer still enabled; frozen at its current scale" in result.reasons
+    assert wheres(result, Status.CHANGED) == ["act_in", "weight", "act_out"]  # frozen anyway
     odd = trained()
     odd.act_out.dtype = torch.qint32
     with pytest.raises(EdgeflowError, match=r"act_out quantizes to torch.qint32"):
         apply(FreezeFakeQuant, odd, SPECS)
-    assert apply(FreezeFakeQuant, nn.Linear(6, 5), SPECS).reasons == [
-        "nothing rewritten: no fake-quantize module in the model"
-    ]
+    assert outcomes(apply(FreezeFakeQuant, nn.Linear(6, 5), SPECS)) == [("not_applicable", "")]

@@ -10,6 +10,7 @@ from torch import float64, nn
 
 from edgeflow.rules.ast.float64 import Float64ToFloat32
 from tests.rules.ast._helpers import apply, check, inputs, specs
+from tests.rules.sites import line_of, outcomes
 
 SPECS = specs((1, 1, 8, 8))
 
@@ -53,8 +54,12 @@ def test_source_before_after_and_numbers() -> None:
         "DoubleConv.finish": AFTER_FINISH,
     }
     assert result.matches == 6  # 5 sites + 1 float64 buffer
-    assert any("comparison left as is" in r for r in result.reasons)
-    assert any("cast 1 float64 parameters/buffers" in r for r in result.reasons)
+    assert outcomes(result) == [
+        ("kept", line_of(DoubleConv, "== torch.float64")),
+        ("changed", "DoubleConv.forward"),
+        ("changed", "DoubleConv.finish"),
+        ("changed", "scale"),  # the float64 buffer
+    ]
     out = result.model(*inputs(SPECS))
     assert out.dtype == torch.float32
 
@@ -67,7 +72,7 @@ def test_parameters_option_off_keeps_buffers() -> None:
 def test_nothing_to_do_says_so() -> None:
     result = apply(Float64ToFloat32, nn.Sequential(nn.Linear(2, 2)), specs((1, 2)))
     assert not result.changed
-    assert result.reasons == ["nothing rewritten: the model has only torch's own modules"]
+    assert outcomes(result) == [("not_applicable", "")]
 
 
 def _ort_session(model: nn.Module, path: str) -> ort.InferenceSession:

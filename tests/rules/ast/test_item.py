@@ -9,6 +9,7 @@ from torch import nn
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast.item import StaticItem
 from tests.rules.ast._helpers import apply, check, inputs, specs
+from tests.rules.sites import line_of, outcomes
 
 SPECS = specs((2, 4))
 
@@ -60,13 +61,10 @@ class Peak(nn.Module):
         return x / peak
 
 
-def test_data_dependent_value_not_used_for_a_shape_is_a_reason() -> None:
+def test_data_dependent_value_not_used_for_a_shape_is_kept() -> None:
     result = apply(StaticItem, Peak(), SPECS)
     assert not result.changed
-    assert result.reasons[0].endswith(
-        "Peak.forward: x.abs().max().item() left as is (it depends on the values of "
-        "forward's inputs): not used for a shape"
-    )
+    assert outcomes(result) == [("kept", line_of(Peak, ".item()")), ("not_applicable", "")]
 
 
 class Count(nn.Module):

@@ -9,6 +9,7 @@ from torch import nn
 from edgeflow.rules.ast._source import rewritten_sources
 from edgeflow.rules.ast.nonzero import NonzeroToMask
 from tests.rules.ast._helpers import apply, check, inputs, specs
+from tests.rules.sites import line_of, outcomes
 
 SCORES = specs((2, 8))
 BOXES = specs((10,), (10, 4))
@@ -77,17 +78,16 @@ def forward(self, scores: torch.Tensor, boxes: torch.Tensor) -> tuple[torch.Tens
 """
 
 
-def test_without_max_size_every_site_is_a_reason() -> None:
+def test_without_max_size_every_site_is_kept() -> None:
     result = apply(NonzeroToMask, Boxes(), BOXES)
     assert not result.changed
-    endings = [r.split(": Boxes.forward: ")[-1] for r in result.reasons]
-    assert endings == [
-        "torch.nonzero(keep) has a data-dependent size: set max_size",
-        "torch.where(keep) has a data-dependent size: set max_size",
-        "boxes[keep] has a data-dependent size: set max_size",
-        "boxes[:, keep[:4]]: a mask in a multi-axis index",
-        "nothing rewritten: no nonzero, one-argument where, masked_select or boolean-mask "
-        "indexing in Boxes.forward",
+    returned = line_of(Boxes, "return boxes[keep]")
+    assert outcomes(result) == [
+        ("kept", line_of(Boxes, "torch.nonzero(keep)")),  # data-dependent size: set max_size
+        ("kept", line_of(Boxes, "torch.where(keep)")),
+        ("kept", returned),  # boxes[keep]
+        ("kept", returned),  # boxes[:, keep[:4]]: a mask in a multi-axis index
+        ("not_applicable", ""),
     ]
 
 

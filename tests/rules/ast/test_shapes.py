@@ -9,7 +9,9 @@ from torch import nn
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast.shapes import SpecializeShapes
+from edgeflow.rules.base import Status
 from tests.rules.ast._helpers import apply, check, inputs, specs
+from tests.rules.sites import line_of, outcomes, wheres
 
 SPECS = specs((1, 3, 8, 8), (5,))
 
@@ -82,7 +84,7 @@ def test_dynamic_batch_leaves_dim_0_alone() -> None:
     model = Flex().eval()
     result = check(SpecializeShapes, model, SPECS, dynamic_batch=True)
     assert result.sources == {"Flex.forward": AFTER_DYNAMIC_BATCH}
-    assert any(r.endswith("len(bias) depends on the dynamic batch dim") for r in result.reasons)
+    assert line_of(Flex, "len(bias)") in wheres(result, Status.KEPT)
     x, bias = torch.randn(3, 3, 8, 8), torch.randn(5)
     torch.testing.assert_close(result.model(x, bias), model(x, bias))
 
@@ -93,15 +95,10 @@ class Rebound(nn.Module):
         return x.view(x.size(0), -1)
 
 
-def test_queries_after_rebinding_are_reasons() -> None:
+def test_queries_after_rebinding_are_kept() -> None:
     result = apply(SpecializeShapes, Rebound(), specs((2, 3, 4)))
     assert not result.changed
-    assert result.reasons[0].endswith(
-        "Rebound.forward: x.size(0) reads x after it is rebound: left as is"
-    )
-    assert result.reasons[-1] == (
-        "nothing rewritten: no shape query on forward's arguments in Rebound.forward"
-    )
+    assert outcomes(result) == [("kept", line_of(Rebound, "x.size(0)")), ("not_applicable", "")]
 
 
 def test_more_inputs_than_arguments_is_an_error() -> None:

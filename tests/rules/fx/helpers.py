@@ -11,6 +11,7 @@ from torch import fx, nn
 
 from edgeflow.core.specs import TensorSpec
 from edgeflow.rules.base import FxRule, RewriteContext, RuleResult
+from edgeflow.rules.fx._graph import EXPORT
 
 SAMPLES = 3  # random input batches compared, besides the declared example inputs
 
@@ -62,7 +63,7 @@ def check_rule(
     before = {k: v.clone() for k, v in model.state_dict().items()}
     code = model.code if isinstance(model, fx.GraphModule) else None
     result = apply(rule, options, model, ctx)
-    assert result.changed and result.matches > 0, result.reasons
+    assert result.changed and result.matches > 0, result.sites
     assert isinstance(result.model, fx.GraphModule) and result.model is not model
     assert result.sources == {"graph": result.model.code}
     after = model.state_dict()
@@ -73,7 +74,7 @@ def check_rule(
         assert model.code == code, "input GraphModule's code changed"
     assert_same_outputs(model, result.model, ctx, atol, rtol)
     again = apply(rule, options, result.model, ctx)
-    assert not again.changed and again.matches == 0 and again.reasons, again.reasons
+    assert not again.changed and again.matches == 0 and again.sites, again.sites
     assert again.model is result.model
     return result
 
@@ -115,7 +116,7 @@ def ops(gm: fx.GraphModule) -> Counter[str]:
 
 
 def is_export_graph(result: RuleResult[Any]) -> bool:
-    return any(r.startswith("graph from torch.export") for r in result.reasons)
+    return result.graph is not None and result.graph.kind == EXPORT
 
 
 def onnx_export(gm: fx.GraphModule, ctx: RewriteContext, path: Path) -> list[str]:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from edgeflow.rules.base import Status
 from edgeflow.rules.fx.fuse import FuseConvBn
 from tests.rules.fx.helpers import (
     apply,
@@ -20,6 +21,7 @@ from tests.rules.fx.helpers import (
     ops,
     randomize_batchnorms,
 )
+from tests.rules.sites import outcomes, wheres
 
 CTX = ctx_for([2, 3, 8, 8])
 
@@ -63,7 +65,8 @@ def test_folds_batchnorm_into_the_conv_before_it(untraceable: bool) -> None:
     else:
         assert after["BatchNorm2d"] == 1 and after["BatchNorm1d"] == 0
         assert after["Conv2d"] == 2 and after["Conv1d"] == 1
-    assert any("output has other users" in r for r in result.reasons)
+    [kept] = wheres(result, Status.KEPT)  # its conv's output has other users
+    assert "bn_shared" in kept
     names = {n for n, _ in result.model.named_parameters()} | {
         n for n, _ in result.model.named_buffers()
     }
@@ -107,13 +110,13 @@ def test_training_mode_batchnorm_is_kept() -> None:
     model = ConvBnNet().train()
     result = apply(FuseConvBn, {}, model, CTX)
     assert not result.changed and result.model is model
-    assert all("training mode" in r for r in result.reasons)
+    assert [status for status, _ in outcomes(result)] == ["kept"] * 3  # in training mode
 
 
 def test_nothing_to_fuse() -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
     result = apply(FuseConvBn, {}, model, CTX)
-    assert not result.changed and result.reasons == ["no BatchNorm in the graph"]
+    assert not result.changed and outcomes(result) == [("not_applicable", "")]
 
 
 def test_batchnorm_after_a_conv_called_twice_is_kept() -> None:
@@ -128,7 +131,7 @@ def test_batchnorm_after_a_conv_called_twice_is_kept() -> None:
 
     result = apply(FuseConvBn, {}, Twice().eval(), CTX)
     assert not result.changed
-    assert result.reasons == ["kept bn (BatchNorm2d): conv is called more than once"]
+    assert outcomes(result) == [("kept", "bn (BatchNorm2d)")]  # conv is called more than once
 
 
 def test_onnx_export_after_fusion(tmp_path: Path) -> None:

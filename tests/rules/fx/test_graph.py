@@ -32,21 +32,21 @@ class Gated(nn.Module):
 def test_symbolic_trace_first() -> None:
     model = nn.Sequential(nn.Linear(6, 6), nn.ReLU())
     gm, how = to_graph_module(model, CTX)
-    assert how == "symbolic_trace" and ops(gm) == {"Linear": 1, "ReLU": 1}
+    assert how.kind == "symbolic_trace" and ops(gm) == {"Linear": 1, "ReLU": 1}
     assert gm.get_submodule("0") is not model[0]  # a copy
 
 
 def test_a_graph_module_is_copied_as_is() -> None:
     traced = fx.symbolic_trace(nn.Sequential(nn.Linear(6, 6)))
     gm, how = to_graph_module(traced, CTX)
-    assert how == "GraphModule" and gm is not traced and gm.code == traced.code
+    assert how.kind == "GraphModule" and gm is not traced and gm.code == traced.code
 
 
 def test_torch_export_when_symbolic_trace_fails() -> None:
     model = Gated().eval()
     gm, how = to_graph_module(model, CTX)
-    assert how.startswith("torch.export, specialised to the declared input shapes")
-    assert "(symbolic_trace failed: TraceError: symbolically traced variables" in how
+    assert how.kind == "torch.export"
+    assert "TraceError" in how.note  # it names symbolic_trace's error
     assert ops(gm)["aten.linear.default"] == 1 and ops(gm)["aten.relu.default"] == 1
     assert not gm.training  # the module's mode, so exporters do not warn
     x = torch.randn(2, 6)

@@ -96,7 +96,7 @@ def test_rules_load_and_apply_in_order(recipe_dir: Path) -> None:
         ("fx.replace_activation", True, 1),
         ("fx.remove_dropout", True, 1),
     ]
-    assert records[1]["reasons"][0] == "graph from GraphModule"  # the previous rule's graph
+    assert records[1]["graph"]["kind"] == "GraphModule"  # the previous rule's graph
     assert set(sources) == {f"{r['rule']}.graph" for r in records}
     assert ops(module) == {"Conv2d": 1, "sigmoid": 1, "mul": 1, ".mean": 1, "Linear": 1}
     image = torch.rand(2, 1, 8, 8)

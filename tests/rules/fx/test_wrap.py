@@ -25,6 +25,7 @@ from tests.rules.fx.helpers import (
     ops,
     randomize_batchnorms,
 )
+from tests.rules.sites import outcomes
 
 CTX = ctx_for([2, 3, 8, 8])
 HERE = "tests.rules.fx.test_wrap"
@@ -62,7 +63,8 @@ def test_helpers_become_leaf_calls(spec: str) -> None:
     model = randomize_batchnorms(Net()).eval()
     result = check_rule(WrapLeaf, {"functions": [spec]}, model, CTX, atol=0, rtol=0)
     assert result.matches == 2
-    assert result.reasons == ["graph from symbolic_trace", "2 leaf call(s) of pad_to_even"]
+    assert result.graph is not None and result.graph.kind == "symbolic_trace"
+    assert outcomes(result) == [("changed", "pad_to_even"), ("changed", "pad_to_even_1")]
     assert ops(result.model)["pad_to_even"] == 2 and ops(result.model)["Conv2d"] == 1
 
 
@@ -70,7 +72,7 @@ def test_later_rules_rewrite_its_graph(tmp_path: Path) -> None:
     model = randomize_batchnorms(Net()).eval()
     wrapped = apply(WrapLeaf, {"functions": [f"{HERE}:pad_to_even"]}, model, CTX).model
     fused = apply(FuseConvBn, {}, wrapped, CTX)
-    assert fused.reasons[0] == "graph from GraphModule" and fused.matches == 1
+    assert fused.graph is not None and fused.graph.kind == "GraphModule" and fused.matches == 1
     assert ops(fused.model)["BatchNorm2d"] == 0
     assert_same_outputs(model, fused.model, CTX, atol=1e-5, rtol=1e-5)
     found = onnx_export(fused.model, CTX, tmp_path / "model.onnx")
@@ -104,7 +106,7 @@ def test_not_called() -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 1))
     result = apply(WrapLeaf, {"functions": [f"{HERE}:pad_to_even"]}, model, CTX)
     assert not result.changed and result.model is model
-    assert result.reasons == [f"forward calls none of {HERE}:pad_to_even"]
+    assert outcomes(result) == [("not_applicable", "")]
 
 
 def test_still_untraceable_is_a_user_error() -> None:

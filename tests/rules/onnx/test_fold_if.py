@@ -12,6 +12,7 @@ from edgeflow.rules.onnx.fold_if import FoldIf
 from edgeflow.targets.precheck import check
 from edgeflow.targets.profile import TargetProfile
 from tests.rules.onnx.helpers import apply, feeds, model, ops, run, specs
+from tests.rules.sites import outcomes
 
 NO_CONTROL_FLOW = TargetProfile(name="flat", backend="onnxruntime_micro", control_flow=False)
 F = T.FLOAT
@@ -78,7 +79,7 @@ def test_constant_condition_inlines_the_taken_branch(cond: bool) -> None:
     m = clashing_if(cond)
     result = apply(FoldIf, m, [])
     assert ops(result.model)["If"] == 1  # the sibling's condition is an input
-    assert result.reasons[0] == f"If 'branchy': condition is {cond}, inlined"
+    assert outcomes(result)[0] == ("changed", "branchy")
     for d in (True, False):
         x = {"x": np.linspace(-3, 3, 8, dtype=np.float32).reshape(2, 4), "d": np.array(d)}
         for got, want in zip(run(result.model, x), run(m, x), strict=True):
@@ -122,7 +123,7 @@ def test_condition_from_a_static_shape_is_evaluated() -> None:
     assert [d.dim_value for d in inferred.type.tensor_type.shape.dim] == [0, 0]  # unknown
     result = apply(FoldIf, m)
     assert ops(result.model) == {"Reshape": 1}
-    assert any("removed 3 nodes" in r for r in result.reasons)
+    assert outcomes(result)[-1] == ("changed", "")  # the condition's nodes, now unused
     static = onnx.shape_inference.infer_shapes(result.model).graph.output[0]
     assert [d.dim_value for d in static.type.tensor_type.shape.dim] == [1, 12]
     x = feeds(specs(m))
@@ -162,7 +163,7 @@ def test_nested_ifs_fold_and_a_data_dependent_if_stays() -> None:
     )
     result = apply(FoldIf, m, [])
     assert ops(result.model) == {"Sigmoid": 1, "If": 1, "Neg": 1, "Exp": 1}
-    assert "kept If 'dynamic': condition 'd' is not constant" in result.reasons
+    assert ("kept", "dynamic") in outcomes(result)  # its condition 'd' is not constant
     x = {"x": np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4), "d": np.array(True)}
     for got, want in zip(run(result.model, x), run(m, x), strict=True):
         np.testing.assert_array_equal(got, want)
@@ -171,7 +172,7 @@ def test_nested_ifs_fold_and_a_data_dependent_if_stays() -> None:
 def test_no_if_nodes() -> None:
     m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2])], [("y", F, [2])])
     result = apply(FoldIf, m)
-    assert not result.changed and result.reasons == ["no If nodes"]
+    assert not result.changed and outcomes(result) == [("not_applicable", "")]
 
 
 def test_a_scripted_torch_branch_on_the_batch_size() -> None:
