@@ -30,6 +30,7 @@ from edgeflow.errors import EdgeflowError, InternalError, StageCrashed, StageFai
 JOB_FILE = ".job.pkl"
 LOG_FILE = "worker.log"
 PARENT_ENV = "EDGEFLOW_WORKER_PARENT"
+TERMINAL_ENV = "EDGEFLOW_WORKER_TERMINAL"  # the parent's stderr, when it is a terminal
 
 
 class Worker:
@@ -123,6 +124,11 @@ class Worker:
         from multiprocessing.connection import Connection
 
         ours, theirs = socket.socketpair()
+        fds, env = [theirs.fileno()], {**os.environ, PARENT_ENV: str(os.getpid())}
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            if sys.stderr.isatty():  # progress bars reach it from the worker too
+                fds.append(os.dup(sys.stderr.fileno()))  # the worker's own fd 2 is the log
+                env[TERMINAL_ENV] = str(fds[-1])
         self._log = tempfile.TemporaryFile(prefix="edgeflow-worker-")  # noqa: SIM115 (closed by close())
         flags = fcntl.fcntl(self._log.fileno(), fcntl.F_GETFL)
         fcntl.fcntl(self._log.fileno(), fcntl.F_SETFL, flags | os.O_APPEND)  # shared with it
@@ -132,11 +138,13 @@ class Worker:
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
-                pass_fds=(theirs.fileno(),),
-                env={**os.environ, PARENT_ENV: str(os.getpid())},
+                pass_fds=fds,
+                env=env,
             )
         finally:
             theirs.close()
+            for fd in fds[1:]:
+                os.close(fd)
         self._conn = Connection(ours.detach())
         self._context = context
         self.started += 1
@@ -168,16 +176,16 @@ _session: Worker | None = None
 
 
 @contextlib.contextmanager
-def session(label: Path | str) -> Iterator[Worker]:
+def session() -> Iterator[None]:
     """One worker for every build run inside (the jobs of a sweep in one process); builds
     outside a session each start their own."""
     global _session
     if _session is not None:
-        yield _session
+        yield
         return
-    _session = Worker(label)
+    _session = Worker("")
     try:
-        yield _session
+        yield
     finally:
         worker, _session = _session, None
         worker.close()
@@ -187,6 +195,7 @@ def session(label: Path | str) -> Iterator[Worker]:
 def for_build(label: Path | str) -> Iterator[Worker]:
     """The session's worker, or one for this build alone."""
     if _session is not None:
+        _session.label = _session.label or str(label)  # the first build's cache names it
         yield _session
         return
     with Worker(label) as worker:
@@ -250,6 +259,11 @@ def main(fd: int) -> None:
     from multiprocessing.connection import Connection
 
     _die_with_parent()
+    terminal = os.environ.pop(TERMINAL_ENV, None)
+    if terminal is not None:
+        from edgeflow.verify import runners
+
+        runners.PROGRESS = open(int(terminal), "w", buffering=1, closefd=False)  # noqa: SIM115
     conn = Connection(fd)
     home, environ = os.getcwd(), dict(os.environ)
     while True:

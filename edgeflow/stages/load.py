@@ -67,4 +67,5 @@ STAGE = Stage(
     produces={"reference": "reference.npz", "source": "source.json"},
     reads=("source", "evaluation", "verify.detections.max_detections"),
     tools=("torch", "numpy"),
+    isolated=True,
 )

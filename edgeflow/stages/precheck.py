@@ -75,4 +75,5 @@ STAGE = Stage(
     produces={"precheck": "precheck.json", "layers": "layers.csv"},
     reads=("target", "precheck", "quantization.mode", "quantization.activations"),
     tools=("onnx",),
+    isolated=True,
 )

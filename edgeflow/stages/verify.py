@@ -123,4 +123,5 @@ STAGE = Stage(
         "target",
     ),
     tools=(*RUNTIMES, "numpy"),
+    isolated=True,
 )
