@@ -38,14 +38,19 @@ def recipe_slice(
     loaded: LoadedRecipe,
     reads: tuple[str, ...],
     rule_levels: tuple[str, ...] = ("ast", "fx", "onnx"),
+    memo: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The recipe values a stage reads, as JSON (its `rewrites` only of its rule levels)."""
+    """The recipe values a stage reads, as JSON (its `rewrites` only of its rule levels).
+    `memo` (one per build) keeps the target's JSON for the next stage that reads it."""
     out: dict[str, Any] = {}
     for dotted in reads:
         if dotted == "target":
-            out[dotted] = jsonable(loaded.profile)
-            # the profile's default rewrites by their code too, not only by name
-            out["target_rewrite_code"] = [s.fingerprint() for s in loaded.profile.rewrite_specs()]
+            memo = {} if memo is None else memo
+            if "target" not in memo:
+                # the profile's default rewrites by their code too, not only by name
+                code = [s.fingerprint() for s in loaded.profile.rewrite_specs()]
+                memo["target"] = (jsonable(loaded.profile), code)
+            out[dotted], out["target_rewrite_code"] = memo["target"]  # read, never changed
             continue
         if dotted == "recipe_file":
             out[dotted] = loaded.stem

@@ -47,14 +47,19 @@ class BuildResult:
     failed_checks: list[str] = field(default_factory=list)
 
 
-def stage_key(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Slot]) -> str:
+def stage_key(
+    stage: Stage,
+    loaded: LoadedRecipe,
+    inputs: dict[str, Slot],
+    memo: dict[str, Any] | None = None,
+) -> str:
     return keys.digest(
         {
             "stage": stage.name,
             "version": stage.version,
             "code": keys.edgeflow_code(),
             "tools": keys.tool_versions(stage.tools),
-            "recipe": keys.recipe_slice(loaded, stage.reads, stage.rule_levels),
+            "recipe": keys.recipe_slice(loaded, stage.reads, stage.rule_levels, memo),
             "inputs": {slot: inputs[slot].key for slot in inputs},
         }
     )
@@ -118,9 +123,10 @@ def _run_build(
     echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
     check_owner(result.build_dir, loaded.path)  # before the work, not after it
     cache.sweep()  # temporary folders of runs that were killed
+    memo: dict[str, Any] = {}  # what every stage's key takes of the target, computed once
     for stage in pipeline.stages:
         used = {s: slots[s] for s in (*stage.consumes, *stage.optional) if s in slots}
-        key = stage_key(stage, loaded, used)
+        key = stage_key(stage, loaded, used, memo)
         inputs = {slot: value.path for slot, value in used.items()}
         start = time.perf_counter()
 

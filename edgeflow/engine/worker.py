@@ -47,6 +47,7 @@ class Worker:
         self._log: IO[bytes] | None = None
         self._context: tuple[str, dict[str, str]] | None = None  # cwd and environment
         self.started = 0  # how many processes this worker has started (a crash restarts it)
+        self.cpu_seconds: list[tuple[str, float]] = []  # per stage run, for benchmarks
 
     def __enter__(self) -> Worker:
         return self
@@ -75,6 +76,7 @@ class Worker:
         finally:
             job.unlink(missing_ok=True)
         if reply is not None:
+            self.cpu_seconds.append((ctx.stage.name, reply["cpu_seconds"]))
             _raise_reply(reply, ctx)
             return
         code, output = self._died()
@@ -253,6 +255,17 @@ def run_job(job_path: Path) -> dict[str, Any]:
     return {"kind": "ok"}
 
 
+def _cpu_seconds() -> float:
+    """User and system CPU time of this process and of its children that have ended."""
+    import resource
+
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def main(fd: int) -> None:
     """Serve jobs until the parent closes the socket. Each job runs in the working folder
     and environment the parent sent, as in a process of its own."""
@@ -271,6 +284,7 @@ def main(fd: int) -> None:
             job = conn.recv()
         except EOFError:
             break
+        start = _cpu_seconds()
         try:
             reply = run_job(Path(job))
         except SystemExit as exc:  # a tool that exits the process: it ends here as it would
@@ -286,7 +300,7 @@ def main(fd: int) -> None:
             if os.environ != environ:
                 os.environ.clear()
                 os.environ.update(environ)
-        conn.send(reply)
+        conn.send({**reply, "cpu_seconds": _cpu_seconds() - start})
     # Nothing is left to write: skip the interpreter's teardown of torch, TensorFlow, ...
     # (about half a second of CPU).
     os._exit(0)
