@@ -64,15 +64,19 @@ def recipe_slice(
     return out
 
 
-def tool_versions(dists: tuple[str, ...]) -> dict[str, str]:
+def tool_versions(dists: tuple[str, ...], memo: dict[str, Any] | None = None) -> dict[str, str]:
     """Versions of Python, edgeflow and each tool: a distribution name, or `debian:PATTERN`
-    for Debian packages (Arm NN comes from Debian, not PyPI)."""
-    versions = {"python": platform.python_version(), "edgeflow": _version("edgeflow")}
-    for dist in dists:
-        if dist.startswith("debian:"):
-            versions[dist] = debian_versions(dist.removeprefix("debian:"))
-        else:
-            versions[dist] = _version(dist)
+    for Debian packages (Arm NN comes from Debian, not PyPI). `memo` (one per build) keeps
+    each version for the next stage that names it."""
+    found: dict[str, str] = {} if memo is None else memo.setdefault("versions", {})
+    versions = {"python": platform.python_version()}
+    for dist in ("edgeflow", *dists):
+        if dist not in found:
+            if dist.startswith("debian:"):
+                found[dist] = debian_versions(dist.removeprefix("debian:"))
+            else:
+                found[dist] = _version(dist)
+        versions[dist] = found[dist]
     return versions
 
 

@@ -58,7 +58,7 @@ def stage_key(
             "stage": stage.name,
             "version": stage.version,
             "code": keys.edgeflow_code(),
-            "tools": keys.tool_versions(stage.tools),
+            "tools": keys.tool_versions(stage.tools, memo),
             "recipe": keys.recipe_slice(loaded, stage.reads, stage.rule_levels, memo),
             "inputs": {slot: inputs[slot].key for slot in inputs},
         }
@@ -123,7 +123,7 @@ def _run_build(
     echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
     check_owner(result.build_dir, loaded.path)  # before the work, not after it
     cache.sweep()  # temporary folders of runs that were killed
-    memo: dict[str, Any] = {}  # what every stage's key takes of the target, computed once
+    memo: dict[str, Any] = {}  # the target's JSON and tool versions, found once a build
     for stage in pipeline.stages:
         used = {s: slots[s] for s in (*stage.consumes, *stage.optional) if s in slots}
         key = stage_key(stage, loaded, used, memo)

@@ -290,7 +290,7 @@ def main(fd: int) -> None:
         except SystemExit as exc:  # a tool that exits the process: it ends here as it would
             sys.stdout.flush()
             sys.stderr.flush()
-            code = exc.code if isinstance(exc.code, int) else 1
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
             os._exit(code)
         finally:
             sys.stdout.flush()
