@@ -42,8 +42,11 @@ def run_hydra(args: list[str]) -> int:
             args = [*args, f"hydra.sweep.dir={sweep_dir}"]
     saved = sys.argv
     sys.argv = ["edgeflow run", *args]
+    from edgeflow.engine.worker import session
+
     try:
-        app()
+        with session():  # the jobs Hydra runs in this process share one worker
+            app()
     finally:
         sys.argv = saved
     if sweep_dir is not None:  # jobs that ran in other processes report only in their rows

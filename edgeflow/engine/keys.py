@@ -38,14 +38,19 @@ def recipe_slice(
     loaded: LoadedRecipe,
     reads: tuple[str, ...],
     rule_levels: tuple[str, ...] = ("ast", "fx", "onnx"),
+    memo: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The recipe values a stage reads, as JSON (its `rewrites` only of its rule levels)."""
+    """The recipe values a stage reads, as JSON (its `rewrites` only of its rule levels).
+    `memo` (one per build) keeps the target's JSON for the next stage that reads it."""
     out: dict[str, Any] = {}
     for dotted in reads:
         if dotted == "target":
-            out[dotted] = jsonable(loaded.profile)
-            # the profile's default rewrites by their code too, not only by name
-            out["target_rewrite_code"] = [s.fingerprint() for s in loaded.profile.rewrite_specs()]
+            memo = {} if memo is None else memo
+            if "target" not in memo:
+                # the profile's default rewrites by their code too, not only by name
+                code = [s.fingerprint() for s in loaded.profile.rewrite_specs()]
+                memo["target"] = (jsonable(loaded.profile), code)
+            out[dotted], out["target_rewrite_code"] = memo["target"]  # read, never changed
             continue
         if dotted == "recipe_file":
             out[dotted] = loaded.stem
@@ -59,15 +64,19 @@ def recipe_slice(
     return out
 
 
-def tool_versions(dists: tuple[str, ...]) -> dict[str, str]:
+def tool_versions(dists: tuple[str, ...], memo: dict[str, Any] | None = None) -> dict[str, str]:
     """Versions of Python, edgeflow and each tool: a distribution name, or `debian:PATTERN`
-    for Debian packages (Arm NN comes from Debian, not PyPI)."""
-    versions = {"python": platform.python_version(), "edgeflow": _version("edgeflow")}
-    for dist in dists:
-        if dist.startswith("debian:"):
-            versions[dist] = debian_versions(dist.removeprefix("debian:"))
-        else:
-            versions[dist] = _version(dist)
+    for Debian packages (Arm NN comes from Debian, not PyPI). `memo` (one per build) keeps
+    each version for the next stage that names it."""
+    found: dict[str, str] = {} if memo is None else memo.setdefault("versions", {})
+    versions = {"python": platform.python_version()}
+    for dist in ("edgeflow", *dists):
+        if dist not in found:
+            if dist.startswith("debian:"):
+                found[dist] = debian_versions(dist.removeprefix("debian:"))
+            else:
+                found[dist] = _version(dist)
+        versions[dist] = found[dist]
     return versions
 
 

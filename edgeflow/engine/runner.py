@@ -16,7 +16,7 @@ from edgeflow.engine.cache import Cache, slot_digest
 from edgeflow.engine.pipeline import load_pipeline
 from edgeflow.engine.publish import check_owner, publish
 from edgeflow.engine.tracebacks import summary, write_traceback
-from edgeflow.engine.worker import run_isolated
+from edgeflow.engine.worker import Worker, for_build, run_isolated
 from edgeflow.recipe import LoadedRecipe
 from edgeflow.stages.base import WARNINGS_FILE, Stage, StageContext
 
@@ -47,27 +47,42 @@ class BuildResult:
     failed_checks: list[str] = field(default_factory=list)
 
 
-def stage_key(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Slot]) -> str:
+def stage_key(
+    stage: Stage,
+    loaded: LoadedRecipe,
+    inputs: dict[str, Slot],
+    memo: dict[str, Any] | None = None,
+) -> str:
     return keys.digest(
         {
             "stage": stage.name,
             "version": stage.version,
             "code": keys.edgeflow_code(),
-            "tools": keys.tool_versions(stage.tools),
-            "recipe": keys.recipe_slice(loaded, stage.reads, stage.rule_levels),
+            "tools": keys.tool_versions(stage.tools, memo),
+            "recipe": keys.recipe_slice(loaded, stage.reads, stage.rule_levels, memo),
             "inputs": {slot: inputs[slot].key for slot in inputs},
         }
     )
 
 
-def execute(stage: Stage, loaded: LoadedRecipe, inputs: dict[str, Path], out_dir: Path) -> None:
-    """Run one stage into `out_dir`; in a worker process when a native crash is possible.
+def execute(
+    stage: Stage,
+    loaded: LoadedRecipe,
+    inputs: dict[str, Path],
+    out_dir: Path,
+    worker: Worker | None = None,
+) -> None:
+    """Run one stage into `out_dir`; in a worker process when a native crash is possible
+    (the build's warm `worker`, or one of its own).
 
     A user error stays an EdgeflowError; any other exception is a bug in edgeflow: an
     InternalError naming the stage, its full traceback written to out_dir/traceback.txt."""
     ctx = StageContext(stage, loaded, inputs, out_dir)
     if stage.isolated:
-        run_isolated(ctx)
+        if worker is None:
+            run_isolated(ctx)
+        else:
+            worker.run(ctx)
         return
     try:
         stage.run(ctx)
@@ -88,21 +103,35 @@ def run_build(
     build_root: Path = Path("build"),
     echo: Callable[[str], None] = print,
 ) -> BuildResult:
-    """Run every stage of the recipe's pipeline (cached where possible) and publish the build."""
+    """Run every stage of the recipe's pipeline (cached where possible) and publish the build.
+
+    The isolated stages share one worker process, started when the first of them runs."""
+    with for_build(cache.root / "tmp") as worker:
+        return _run_build(loaded, cache, build_root, echo, worker)
+
+
+def _run_build(
+    loaded: LoadedRecipe,
+    cache: Cache,
+    build_root: Path,
+    echo: Callable[[str], None],
+    worker: Worker,
+) -> BuildResult:
     pipeline = load_pipeline(loaded.recipe.source.kind)
     result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
     slots = seed_slots(loaded, pipeline.seeds)
     echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
     check_owner(result.build_dir, loaded.path)  # before the work, not after it
     cache.sweep()  # temporary folders of runs that were killed
+    memo: dict[str, Any] = {}  # the target's JSON and tool versions, found once a build
     for stage in pipeline.stages:
         used = {s: slots[s] for s in (*stage.consumes, *stage.optional) if s in slots}
-        key = stage_key(stage, loaded, used)
+        key = stage_key(stage, loaded, used, memo)
         inputs = {slot: value.path for slot, value in used.items()}
         start = time.perf_counter()
 
         def produce(out_dir: Path, stage: Stage = stage, inputs: dict[str, Path] = inputs) -> None:
-            execute(stage, loaded, inputs, out_dir)
+            execute(stage, loaded, inputs, out_dir, worker)
 
         meta: dict[str, object] = {
             "recipe": str(loaded.path),

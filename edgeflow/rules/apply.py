@@ -40,6 +40,8 @@ def apply_rules(
     records: list[dict[str, Any]] = []
     sources: dict[str, str] = {}
     ran: list[str] = []
+    if not any(spec.rule.level in levels for spec in specs):
+        return model, records, sources  # nothing to apply, nothing to check it against
     feeds = contract.probes(ctx.inputs) if check else []
     current = _snapshot(model, feeds, ctx) if check else None
     for spec in specs:
@@ -78,9 +80,7 @@ def _apply(spec: RuleSpec, model: Any, ctx: RewriteContext, ran: list[str]) -> A
 
 def _snapshot(model: Any, feeds: list[dict[str, Any]], ctx: RewriteContext) -> _Checked:
     if _is_onnx(model):
-        return _Checked(
-            model, True, contract.onnx_digest(model), contract.onnx_outputs(model, feeds)
-        )
+        return _Checked(model, True, *contract.onnx_snapshot(model, feeds))
     outputs = contract.torch_outputs(model, feeds, ctx.inputs) if ctx.check_numerics else None
     return _Checked(model, False, contract.torch_state(model), outputs or contract.Outputs(None))
 

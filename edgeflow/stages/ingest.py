@@ -62,4 +62,5 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "reference": "reference.npz", "source": "source.json"},
     reads=("source.inputs", "source.dynamic_batch", "evaluation"),
     tools=("onnxruntime", "numpy"),
+    isolated=True,
 )

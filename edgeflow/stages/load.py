@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.stages.base import Stage, StageContext
+
+if TYPE_CHECKING:  # imported where used: the edgeflow process itself never needs numpy
+    import numpy as np
 
 
 def run(ctx: StageContext) -> None:
@@ -36,6 +39,8 @@ def save_reference(
 ) -> None:
     """Write the source model's outputs (the verify stage's reference) and a summary; a
     source that outputs NaN or Inf on the user's own data cannot be a reference."""
+    import numpy as np
+
     from edgeflow.verify.compare import non_finite_samples
 
     for i, output in enumerate(outputs):
@@ -67,4 +72,5 @@ STAGE = Stage(
     produces={"reference": "reference.npz", "source": "source.json"},
     reads=("source", "evaluation", "verify.detections.max_detections"),
     tools=("torch", "numpy"),
+    isolated=True,
 )

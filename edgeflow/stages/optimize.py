@@ -80,4 +80,5 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "optimize": "optimize.json"},
     reads=("optimize", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
+    isolated=True,
 )

@@ -13,6 +13,7 @@ from edgeflow.stages.base import Stage, StageContext
 def run(ctx: StageContext) -> None:
     import onnx
 
+    from edgeflow.targets.memory import with_shapes
     from edgeflow.targets.precheck import (
         check,
         check_memory,
@@ -26,8 +27,9 @@ def run(ctx: StageContext) -> None:
     q, board = ctx.recipe.quantization, ctx.recipe.precheck.board
     mode = q.mode
     sized = "int16_act" if mode == "int8" and q.activations == "int16" else mode
-    memory, too_big = check_memory(model, ctx.profile, sized, board)
-    _write_layers(ctx, model, sized)
+    shaped = with_shapes(model)  # once for the estimate and the table
+    memory, too_big = check_memory(shaped, ctx.profile, sized, board, inferred=True)
+    _write_layers(ctx, shaped, sized)
     findings = to_json(check(model, ctx.profile, mode) + too_big)
     passed = not errors(findings)
     ctx.write_json(
@@ -57,10 +59,11 @@ def run(ctx: StageContext) -> None:
 
 
 def _write_layers(ctx: StageContext, model: object, quantization: str) -> None:
-    """layers.csv: the memory estimate per layer (a DVC plot: where the arena peaks)."""
+    """layers.csv: the memory estimate per layer (a DVC plot: where the arena peaks); the
+    model comes with its shapes inferred."""
     from edgeflow.targets.memory import layers
 
-    rows = layers(model, quantization)
+    rows = layers(model, quantization, inferred=True)
     columns = ("layer", "node", "op", "output_bytes", "alive_bytes", "weight_bytes")
     lines = [",".join(columns)]
     lines += [",".join(str(row[c]).replace(",", ";") for c in columns) for row in rows]
@@ -75,4 +78,5 @@ STAGE = Stage(
     produces={"precheck": "precheck.json", "layers": "layers.csv"},
     reads=("target", "precheck", "quantization.mode", "quantization.activations"),
     tools=("onnx",),
+    isolated=True,
 )

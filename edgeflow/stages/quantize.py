@@ -142,4 +142,5 @@ STAGE = Stage(
     produces={"onnx": "model.onnx", "quantize": "quantize.json"},
     reads=("quantization", "calibration", "source.inputs", "source.dynamic_batch", "target"),
     tools=("onnx", "onnxruntime", "numpy"),
+    isolated=True,
 )

@@ -76,4 +76,5 @@ STAGE = Stage(
     reads=("rewrites", "postprocess", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
     rule_levels=("onnx",),
+    isolated=True,
 )

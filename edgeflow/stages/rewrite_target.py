@@ -43,4 +43,5 @@ STAGE = Stage(
     reads=("target", "target_rewrites", "rewrites", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir"),
     rule_levels=("onnx",),
+    isolated=True,
 )

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 from edgeflow.targets.base import NotVerified
 
+if TYPE_CHECKING:  # imported where used: the edgeflow process itself never needs numpy
+    import numpy as np
+
 
 def run(ctx: StageContext) -> None:
+    import numpy as np
+
     from edgeflow.data import load_samples
     from edgeflow.postprocess import HostChained, load_host
     from edgeflow.targets import backend
@@ -123,4 +126,5 @@ STAGE = Stage(
         "target",
     ),
     tools=(*RUNTIMES, "numpy"),
+    isolated=True,
 )

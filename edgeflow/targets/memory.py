@@ -47,13 +47,23 @@ class MemoryEstimate:
         return self.activations_bytes + self.overhead_bytes
 
 
-def estimate(model: Any, quantization: str = "none", backend: str = "") -> MemoryEstimate:
-    """Weights and peak activation memory of `model` (an onnx.ModelProto) at `quantization`:
-    none, fp16, int8, or int16_act (int8 weights, int16 activations)."""
+def with_shapes(model: Any) -> Any:
+    """The model with the shapes onnx infers for its intermediates; as it is when inference
+    fails (a failure is the precheck's own finding; unknown sizes count as 0)."""
     import onnx
 
-    with contextlib.suppress(Exception):  # a failure is the precheck's own finding
-        model = onnx.shape_inference.infer_shapes(model)
+    with contextlib.suppress(Exception):
+        return onnx.shape_inference.infer_shapes(model)
+    return model
+
+
+def estimate(
+    model: Any, quantization: str = "none", backend: str = "", inferred: bool = False
+) -> MemoryEstimate:
+    """Weights and peak activation memory of `model` (an onnx.ModelProto) at `quantization`:
+    none, fp16, int8, or int16_act (int8 weights, int16 activations). `inferred`: the
+    model is what `infer_shapes` made of it already (the precheck infers shapes once)."""
+    model = model if inferred else with_shapes(model)
     graph = model.graph
     sizes, unknown = _sizes(model, quantization)
     # int16_act (TFLite 16x8): int8 weights, int16 activations
@@ -69,13 +79,10 @@ def estimate(model: Any, quantization: str = "none", backend: str = "") -> Memor
     return MemoryEstimate(weights, plan, overhead, peak_node, sorted(set(unknown) & set(first)))
 
 
-def layers(model: Any, quantization: str = "none") -> list[dict[str, Any]]:
+def layers(model: Any, quantization: str = "none", inferred: bool = False) -> list[dict[str, Any]]:
     """Per node, in graph order: its output bytes, the activation bytes alive while it runs
     (the same lifetimes as the arena estimate) and the bytes of the weights it reads."""
-    import onnx
-
-    with contextlib.suppress(Exception):  # unknown sizes count as 0, as in estimate()
-        model = onnx.shape_inference.infer_shapes(model)
+    model = model if inferred else with_shapes(model)
     graph = model.graph
     sizes, _ = _sizes(model, quantization)
     element = "int8" if quantization == "int16_act" else quantization

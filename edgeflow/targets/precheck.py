@@ -228,12 +228,16 @@ def _tensors_above_rank(model: Any, rank: int) -> list[str]:
 
 
 def check_memory(
-    model: Any, profile: TargetProfile, quantization: str = "none", board: str | None = None
+    model: Any,
+    profile: TargetProfile,
+    quantization: str = "none",
+    board: str | None = None,
+    inferred: bool = False,
 ) -> tuple[dict[str, Any], list[Finding]]:
     """The memory estimate (see edgeflow.targets.memory) against the board's budgets."""
     from edgeflow.targets.memory import estimate
 
-    est = estimate(model, quantization, profile.backend)
+    est = estimate(model, quantization, profile.backend, inferred)
     chosen = profile.board(board)
     name, limits = chosen if chosen else (None, None)
     summary: dict[str, Any] = {

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import numpy as np
 
 from edgeflow.data import Samples
+
+# Where progress bars go: stderr, or in a worker process the terminal of the `edgeflow`
+# process that started it (the worker's own output goes to its log).
+PROGRESS: IO[str] | None = None
 
 
 class Runner(Protocol):
@@ -53,7 +58,12 @@ def run_all(runner: Runner, samples: Samples, batch: int, fixed: bool) -> list[n
     chunks = []
     total = -(-len(samples) // batch)
     for feeds, size in tqdm(
-        samples.batches(batch, fixed), total=total, desc="run", disable=None, leave=False
+        samples.batches(batch, fixed),
+        total=total,
+        desc="run",
+        disable=None,
+        leave=False,
+        file=PROGRESS or sys.stderr,
     ):
         chunks.append([o[:size] for o in runner.run(feeds)])
     return [
@@ -68,7 +78,15 @@ def latency_ms(runner: Runner, feeds: dict[str, np.ndarray], warmup: int, runs: 
     from tqdm import tqdm
 
     times = []
-    for _ in tqdm(range(runs), desc="latency", unit="run", disable=None, leave=False):
+    bar = tqdm(
+        range(runs),
+        desc="latency",
+        unit="run",
+        disable=None,
+        leave=False,
+        file=PROGRESS or sys.stderr,
+    )
+    for _ in bar:
         start = time.perf_counter()
         runner.run(feeds)
         times.append((time.perf_counter() - start) * 1e3)

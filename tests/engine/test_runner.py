@@ -64,6 +64,54 @@ def test_native_crash_in_a_worker_is_a_stage_failure(tmp_path: Path) -> None:
     assert "killed by SIGABRT" in info.value.message
 
 
+def _pid(ctx: StageContext) -> None:
+    (ctx.out_dir / "pid").write_text(f"{os.getpid()} {os.environ.get('EDGEFLOW_TEST_VALUE')}")
+
+
+def _refuses(ctx: StageContext) -> None:
+    raise StageFailed(ctx.stage.name, "the step changed what the model computes", "set x")
+
+
+def test_one_warm_worker_runs_the_stages_and_a_crash_gets_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stages of a build share one worker process; after a native crash the next stage
+    starts another; a changed environment is seen, as a new process would see it."""
+    from edgeflow.engine.worker import Worker
+
+    loaded = load_recipe(DEMO_RECIPE)
+    pid = Stage(name="pid", description="its process", run=_pid, isolated=True)
+    crashy = Stage(name="crashy", description="aborts", run=_abort, isolated=True)
+    refuses = Stage(name="refuses", description="a user error", run=_refuses, isolated=True)
+
+    def run(worker: Worker, stage: Stage, name: str) -> str:
+        out = tmp_path / name
+        out.mkdir()
+        worker.run(StageContext(stage, loaded, {}, out))
+        return (out / "pid").read_text()
+
+    with Worker(tmp_path) as worker:
+        first, second = run(worker, pid, "a"), run(worker, pid, "b")
+        assert first == second and worker.started == 1
+        (tmp_path / "c").mkdir()
+        with pytest.raises(StageFailed) as info:
+            worker.run(StageContext(refuses, loaded, {}, tmp_path / "c"))
+        assert info.value.message == (
+            "stage 'refuses' failed: the step changed what the model computes"
+        )
+        assert info.value.hint == "set x" and worker.started == 1
+        (tmp_path / "d").mkdir()
+        with pytest.raises(StageFailed) as crash:
+            worker.run(StageContext(crashy, loaded, {}, tmp_path / "d"))
+        assert "killed by SIGABRT" in crash.value.message
+        assert (tmp_path / "d" / "worker.log").is_file()
+        after = run(worker, pid, "e")
+        assert after.split()[0] != first.split()[0] and worker.started == 2
+        monkeypatch.setenv("EDGEFLOW_TEST_VALUE", "seen")
+        assert run(worker, pid, "f").split()[1] == "seen" and worker.started == 3
+        assert not any((tmp_path / d / ".job.pkl").exists() for d in "abcdef")
+
+
 def _needs_a_tool(ctx: StageContext) -> None:
     raise MissingDependency("target tflite", "onnx2tf", "tflite")
 
