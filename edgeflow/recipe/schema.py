@@ -61,6 +61,11 @@ def _resolved_rules(value: Any, info: ValidationInfo) -> Any:
     context = info.context or {}
     if "rewrites" in context:
         return tuple(context["rewrites"])
+    if not isinstance(value, list | tuple):
+        raise user_error(
+            f"expected a list of rules (got {value!r:.80})",
+            "write one rule per line: '- fx.fuse_conv_bn' (see `edgeflow rules`)",
+        )
     return value  # RuleSpecs already (a copy of a loaded recipe); anything else is refused
 
 

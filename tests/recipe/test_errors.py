@@ -136,6 +136,17 @@ def test_unknown_rewrite_rule_fails_at_load(write_recipe) -> None:
     assert problem.startswith(f"{path}:14:5: rewrites[0]: unknown rule 'fx.fuse_conv_bnn'")
 
 
+def test_rewrites_must_be_a_list_and_resolve_to_rule_specs(write_recipe) -> None:
+    from edgeflow.rules.base import RuleSpec
+
+    path = write_recipe(GOOD + "rewrites: fx.fuse_conv_bn\n")
+    [problem] = problems(path)
+    assert problem.startswith(f"{path}:13:11: rewrites: expected a list of rules (got 'fx.")
+    loaded = load_recipe(write_recipe(GOOD + "rewrites:\n  - fx.fuse_conv_bn\n"))
+    [spec] = loaded.recipe.rewrites
+    assert isinstance(spec, RuleSpec) and spec.name == "fx.fuse_conv_bn"
+
+
 def test_command_line_override_errors_name_the_override(write_recipe) -> None:
     path = write_recipe(GOOD)
     [problem] = problems(path, **{"quantization.mode": "int4"})
