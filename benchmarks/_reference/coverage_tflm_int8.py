@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from edgeflow.datasets import sample_image_crops
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _export import reference_and_export  # beside this script
 from coverage_models import build
 
 ARENA = 8 * 1024 * 1024  # the coverage benchmark's board
@@ -44,21 +44,8 @@ def main(out: Path, name: str, size: int) -> None:
     test = sample_image_crops("test", **options)["image"]
     calibration = sample_image_crops("calibration", **options)["image"]
 
-    with torch.inference_mode():  # the reference: batch 1, as the artifact runs
-        reference = np.concatenate([model(torch.from_numpy(x[None])).numpy() for x in test])
-
     onnx_path = out / "model.onnx"
-    torch.onnx.export(
-        model,
-        (torch.from_numpy(test[:1]),),
-        str(onnx_path),
-        opset_version=18,
-        input_names=["image"],
-        output_names=["output"],
-        dynamo=True,
-        external_data=False,
-        verbose=False,
-    )
+    reference = reference_and_export(model, test, onnx_path, "output")
 
     # TensorFlow after torch and torchvision: torchvision imported after it crashes (SIGSEGV)
     import onnx2tf

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
+from _export import reference_and_export  # beside this script
 from onnxruntime.quantization import (
     CalibrationDataReader,
     CalibrationMethod,
@@ -47,21 +48,8 @@ def main(out: Path) -> None:
     calibration = sklearn_digits("calibration")["image"][:180]
     images, labels = test["image"], test["label"]
 
-    with torch.inference_mode():  # the reference: batch 1, as the artifact runs
-        reference = np.concatenate([model(torch.from_numpy(x[None])).numpy() for x in images])
-
     onnx_path = out / "model.onnx"
-    torch.onnx.export(
-        model,
-        (torch.from_numpy(images[:1]),),
-        str(onnx_path),
-        opset_version=18,
-        input_names=["image"],
-        output_names=["logits"],
-        dynamo=True,
-        external_data=False,
-        verbose=False,
-    )
+    reference = reference_and_export(model, images, onnx_path, "logits")
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
