@@ -37,17 +37,17 @@ class Finding:
 
     def __post_init__(self) -> None:
         self.count = self.count or len(self.nodes) or 1
-        key = self.operator[1:-1] if self.operator.startswith("(") else ""
-        if key:
-            self.rule = self.rule or suggest(Fix.finding(key)) or SETTINGS.get(key, "")
-        else:
-            self.rule = self.rule or suggest(Fix.op(self.operator))
+        self.rule = self.rule or suggest(Fix.op(self.operator))
 
 
-def model_finding(key: str, reason: str, nodes: list[str] | None = None, **kw: Any) -> Finding:
-    """A finding about the model rather than one operator: "(float64)" for FINDINGS' float64."""
+def model_finding(
+    key: str, reason: str, nodes: list[str] | None = None, rule: str = "", **kw: Any
+) -> Finding:
+    """A finding about the model rather than one operator: "(float64)" for FINDINGS' float64,
+    with the rule that declares it fixes it (or the recipe setting that avoids it)."""
     assert key in FINDINGS, key
-    return Finding(f"({key})", reason, nodes or [], **kw)
+    rule = rule or suggest(Fix.finding(key)) or SETTINGS.get(key, "")
+    return Finding(f"({key})", reason, nodes or [], rule=rule, **kw)
 
 
 def suggest(*fixes: Fix) -> str:
