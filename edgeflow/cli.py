@@ -39,6 +39,21 @@ A key nothing reads is an error. Exit status: 0 verified, 1 a threshold missed, 
 or a bug in edgeflow, 2 a problem for you to fix, 3 NOT VERIFIED (the runtime is absent).
 """
 
+DIFF_HELP = """\
+usage: edgeflow diff RECIPE [target=NAME] [quantization=PRESET] [KEY=VALUE ...]
+
+Build the recipe (cached stages are reused), then compare every tensor of the artifact, run
+in the target's real runtime, with its counterpart in the source ONNX model (after the
+recipe's rewrites, in onnxruntime float32) on the first diff.samples evaluation samples.
+Writes layers_diff.csv (tensor, op, node, shape, max abs diff, error relative to the tensor's
+range, SQNR in dB) and diff.json into the build folder, and prints the first tensor whose
+SQNR falls below diff.min_sqnr_db (default by mode: none 60, fp16 40, int8 15 dB):
+  first divergence: <tensor> (<op>, node <name>), SQNR 41 dB -> 7 dB
+The arguments are those of `edgeflow run` (RECIPE is recipe=RECIPE); the exit status too.
+`edgeflow run` runs the same diff after a build that misses an accuracy or agreement
+threshold (diff.on_failure: true).
+"""
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -49,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"edgeflow {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("run", help="build, verify and report a recipe (Hydra overrides; -m sweeps)")
+    sub.add_parser("diff", help="build a recipe, then compare every tensor of the artifact")
     validate = sub.add_parser("validate", help="check recipe files without running them")
     validate.add_argument("recipes", nargs="+", metavar="RECIPE", help="recipe name or path")
     sub.add_parser("list", help="list the recipes, targets and pipelines edgeflow can see")
@@ -102,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["run"] and any(a in ("-h", "--help") for a in argv[1:]):
         print(RUN_HELP)
         return 0
-    args = parser.parse_args(argv[:1] if argv[:1] == ["run"] else argv)
+    if argv[:1] == ["diff"] and any(a in ("-h", "--help") for a in argv[1:]):
+        print(DIFF_HELP)
+        return 0
+    args = parser.parse_args(argv[:1] if argv[:1] in (["run"], ["diff"]) else argv)
     try:
         with _sigterm_unwinds():
             return _command(parser, args, argv)
@@ -150,6 +169,10 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: li
         from edgeflow.hydra_app import run_hydra
 
         return run_hydra(argv[1:])
+    if args.command == "diff":
+        from edgeflow.hydra_app import run_hydra
+
+        return run_hydra(_recipe_argument(argv[1:]), diff=True)
     if args.command == "validate":
         return _validate(args.recipes)
     if args.command == "list":
@@ -167,6 +190,14 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: li
         return 0
     parser.print_help()
     return 0
+
+
+def _recipe_argument(args: list[str]) -> list[str]:
+    """`edgeflow diff RECIPE ...`: the first plain argument is the recipe."""
+    for k, arg in enumerate(args):
+        if not arg.startswith("-") and "=" not in arg:
+            return [*args[:k], f"recipe={arg}", *args[k + 1 :]]
+    return args
 
 
 def _dvc(args: argparse.Namespace) -> int:

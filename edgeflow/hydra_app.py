@@ -21,15 +21,19 @@ from edgeflow.core.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError, 
 from edgeflow.core.specs import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
 
 _exit_codes: list[int] = []
+_diff: list[bool | None] = [None]  # run_build's `diff` for the jobs of this run
 ROWS = "edgeflow-rows"  # in the sweep folder: one JSON row per job (edgeflow.report.sweep)
 
 
-def run_hydra(args: list[str]) -> int:
-    """Run `edgeflow run ARGS`; returns the worst exit status over all jobs."""
+def run_hydra(args: list[str], diff: bool | None = None) -> int:
+    """Run `edgeflow run ARGS`; returns the worst exit status over all jobs. `diff`: the
+    per-layer diff after each build (True: `edgeflow diff`), or only after a build that
+    misses a threshold (None)."""
     import hydra
 
     args = _route(_register_groups(args))
     _exit_codes.clear()
+    _diff[0] = diff
     app = hydra.main(version_base=None, config_name="edgeflow_run")(_job)
     sweep_dir = None
     if {"-m", "--multirun"} & set(args):
@@ -108,6 +112,7 @@ RECIPE_SECTIONS = (
     "evaluation",
     "precheck",
     "verify",
+    "diff",
     "target_rewrites",
 )
 RUN_KEYS = ("recipe", "target", "quantization", "cache_dir", "build_dir")
@@ -286,7 +291,7 @@ def _job(cfg: Any) -> None:
     job = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as the recipe says"
     try:
         loaded = load_recipe(Path(cfg.recipe.path), overrides)
-        result = run_build(loaded, Cache(Path(cfg.cache_dir)), Path(cfg.build_dir))
+        result = run_build(loaded, Cache(Path(cfg.cache_dir)), Path(cfg.build_dir), diff=_diff[0])
     except (EdgeflowError, InternalError) as exc:
         print(f"error: {exc.render()}", file=sys.stderr)
         row = sweep.row(cfg.recipe.name, job, None, exc.render().splitlines()[0])

@@ -272,3 +272,13 @@ class Verify(Strict):
     # accept a build whose runtime is absent here (TensorRT without a GPU): exit 0, not 3;
     # metrics.json and the report still say verified: false and why
     allow_unverified: bool = False
+
+
+class Diff(Strict):
+    """The per-layer diff: `edgeflow diff`, and after a build that misses an accuracy or
+    agreement threshold (docs/debugging.md)."""
+
+    samples: int = Field(16, ge=1, le=10_000)  # evaluation samples compared, the first ones
+    # below this SQNR a tensor has diverged; default by mode: none 60, fp16 40, int8 15 dB
+    min_sqnr_db: float | None = None
+    on_failure: bool = True  # run it when a build misses an accuracy or agreement threshold

@@ -21,7 +21,19 @@ from edgeflow.recipe import LoadedRecipe
 from edgeflow.stages.base import WARNINGS_FILE, Stage, StageContext
 
 # Files of the final stages that are copied into build/<recipe>/<target>-<mode>/.
-PUBLISHED_SLOTS = ("artifact", "metrics", "report", "plots", "precheck", "layers", "verify")
+PUBLISHED_SLOTS = (
+    "artifact",
+    "metrics",
+    "report",
+    "plots",
+    "precheck",
+    "layers",
+    "verify",
+    "layers_diff",
+    "diff",
+)
+# Checks that a per-layer diff cannot explain: it runs after a build misses any other one.
+NOT_NUMERICAL = ("verify.max_latency_ms", "verify.max_size_bytes")
 
 
 @dataclass(frozen=True)
@@ -102,12 +114,15 @@ def run_build(
     cache: Cache,
     build_root: Path = Path("build"),
     echo: Callable[[str], None] = print,
+    diff: bool | None = None,
 ) -> BuildResult:
     """Run every stage of the recipe's pipeline (cached where possible) and publish the build.
 
-    The isolated stages share one worker process, started when the first of them runs."""
+    `diff`: run the per-layer diff after the pipeline (True), never (False), or when the
+    build misses an accuracy or agreement threshold and the recipe's diff.on_failure is set
+    (None). The isolated stages share one worker process, started when the first runs."""
     with for_build(cache.root / "tmp") as worker:
-        return _run_build(loaded, cache, build_root, echo, worker)
+        return _run_build(loaded, cache, build_root, echo, worker, diff)
 
 
 def _run_build(
@@ -116,6 +131,7 @@ def _run_build(
     build_root: Path,
     echo: Callable[[str], None],
     worker: Worker,
+    diff: bool | None,
 ) -> BuildResult:
     pipeline = load_pipeline(loaded.recipe.source.kind)
     result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
@@ -125,42 +141,86 @@ def _run_build(
     cache.sweep()  # temporary folders of runs that were killed
     memo: dict[str, Any] = {}  # the target's JSON and tool versions, found once a build
     for stage in pipeline.stages:
-        used = {s: slots[s] for s in (*stage.consumes, *stage.optional) if s in slots}
-        key = stage_key(stage, loaded, used, memo)
-        inputs = {slot: value.path for slot, value in used.items()}
-        start = time.perf_counter()
-
-        def produce(out_dir: Path, stage: Stage = stage, inputs: dict[str, Path] = inputs) -> None:
-            execute(stage, loaded, inputs, out_dir, worker)
-
-        meta: dict[str, object] = {
-            "recipe": str(loaded.path),
-            "inputs": {k: str(v) for k, v in inputs.items()},
-        }
-        try:
-            entry, cached = cache.get_or_create(stage.name, key, produce, meta)
-        except InternalError:
-            _report(echo, result, stage.name, "failed", start, key)
-            raise
-        except EdgeflowError as exc:
-            _report(echo, result, stage.name, "failed", start, key)
-            if isinstance(exc, StageFailed):
-                raise
-            raise StageFailed(stage.name, exc.message, exc.hint, exc.exit_code) from exc
-        _report(echo, result, stage.name, "cached" if cached else "ran", start, key)
-        warnings = entry / WARNINGS_FILE
-        for message in json.loads(warnings.read_text()) if warnings.is_file() else []:
-            echo("  warning: " + message.replace("\n", "\n  "))
-        for slot, name in stage.produces.items():  # keyed by content: early cut-off
-            slots[slot] = Slot(entry / name, f"{stage.name}:{slot_digest(entry, name)}")
+        _run_stage(stage, loaded, cache, slots, memo, worker, echo, result)
     if all(o.status == "cached" for o in result.outcomes):
         echo(f"  nothing to do: all {len(result.outcomes)} stages cached")
+    checks = json.loads(slots["checks"].path.read_text()) if "checks" in slots else []
+    result.failed_checks = [c["message"] for c in checks if not c["passed"]]
+    missed = [c for c in checks if not c["passed"] and c["metric"] not in NOT_NUMERICAL]
+    if diff or (diff is None and missed and loaded.recipe.diff.on_failure):
+        _diff(loaded, cache, slots, memo, worker, echo, result, forced=bool(diff))
     published = {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots}
     publish(result.build_dir, published, loaded.path)
     result.metrics = json.loads((result.build_dir / "metrics.json").read_text())
-    checks = json.loads(slots["checks"].path.read_text()) if "checks" in slots else []
-    result.failed_checks = [c["message"] for c in checks if not c["passed"]]
     return result
+
+
+def _run_stage(
+    stage: Stage,
+    loaded: LoadedRecipe,
+    cache: Cache,
+    slots: dict[str, Slot],
+    memo: dict[str, Any],
+    worker: Worker,
+    echo: Callable[[str], None],
+    result: BuildResult,
+) -> None:
+    """Run (or reuse) one stage and put what it produced into `slots`."""
+    used = {s: slots[s] for s in (*stage.consumes, *stage.optional) if s in slots}
+    key = stage_key(stage, loaded, used, memo)
+    inputs = {slot: value.path for slot, value in used.items()}
+    start = time.perf_counter()
+
+    def produce(out_dir: Path) -> None:
+        execute(stage, loaded, inputs, out_dir, worker)
+
+    meta: dict[str, object] = {
+        "recipe": str(loaded.path),
+        "inputs": {k: str(v) for k, v in inputs.items()},
+    }
+    try:
+        entry, cached = cache.get_or_create(stage.name, key, produce, meta)
+    except InternalError:
+        _report(echo, result, stage.name, "failed", start, key)
+        raise
+    except EdgeflowError as exc:
+        _report(echo, result, stage.name, "failed", start, key)
+        if isinstance(exc, StageFailed):
+            raise
+        raise StageFailed(stage.name, exc.message, exc.hint, exc.exit_code) from exc
+    _report(echo, result, stage.name, "cached" if cached else "ran", start, key)
+    warnings = entry / WARNINGS_FILE
+    for message in json.loads(warnings.read_text()) if warnings.is_file() else []:
+        echo("  warning: " + message.replace("\n", "\n  "))
+    for slot, name in stage.produces.items():  # keyed by content: early cut-off
+        slots[slot] = Slot(entry / name, f"{stage.name}:{slot_digest(entry, name)}")
+
+
+def _diff(
+    loaded: LoadedRecipe,
+    cache: Cache,
+    slots: dict[str, Slot],
+    memo: dict[str, Any],
+    worker: Worker,
+    echo: Callable[[str], None],
+    result: BuildResult,
+    forced: bool,
+) -> None:
+    """The per-layer diff after the pipeline; its one-line finding is echoed. Run because a
+    threshold was missed (not `forced`), a failure of the diff itself is reported and the
+    build's own verdict stands."""
+    from edgeflow.stages import STAGES
+
+    try:
+        _run_stage(STAGES["diff"], loaded, cache, slots, memo, worker, echo, result)
+    except (EdgeflowError, InternalError) as exc:
+        if forced:
+            raise
+        echo(f"  the per-layer diff failed: {exc.render()}")
+        return
+    found = json.loads(slots["diff"].path.read_text())
+    echo(f"  {found['line']}")
+    echo(f"  per-layer figures: {result.build_dir / 'layers_diff.csv'}")
 
 
 def seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:

@@ -18,6 +18,7 @@ from pydantic import (
 
 from edgeflow.core.specs import (
     DatasetSpec,
+    Diff,
     Evaluation,
     ExportOptions,
     HostPostprocess,
@@ -86,3 +87,4 @@ class Recipe(Strict):
     target: TargetRef
     precheck: PrecheckOptions = PrecheckOptions()
     verify: Verify = Verify()
+    diff: Diff = Diff()

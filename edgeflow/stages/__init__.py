@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from edgeflow.stages import (
     convert,
+    diff,
     export,
     ingest,
     load,
@@ -33,5 +34,6 @@ STAGES: dict[str, Stage] = {
         convert,
         verify,
         report,
+        diff,
     )
 }

@@ -77,7 +77,11 @@ STAGE = Stage(
     description="Clean the ONNX graph with onnxscript's optimizer and onnxoptimizer passes.",
     run=run,
     consumes=("onnx",),
-    produces={"onnx": "model.onnx", "optimize": "optimize.json"},
+    produces={
+        "onnx": "model.onnx",
+        "float_onnx": "model.onnx",  # what quantize and convert start from (stages/diff.py)
+        "optimize": "optimize.json",
+    },
     reads=("optimize", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
     isolated=True,

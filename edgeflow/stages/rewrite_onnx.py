@@ -72,7 +72,12 @@ STAGE = Stage(
     description="Apply onnx.* rules to the ONNX model.",
     run=run,
     consumes=("onnx",),
-    produces={"onnx": "model.onnx", "host": "host", "rewrite_onnx": "rewrite_onnx.json"},
+    produces={
+        "onnx": "model.onnx",
+        "source_onnx": "model.onnx",  # the source side of the per-layer diff (stages/diff.py)
+        "host": "host",
+        "rewrite_onnx": "rewrite_onnx.json",
+    },
     reads=("rewrites", "postprocess", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
     rule_levels=("onnx",),

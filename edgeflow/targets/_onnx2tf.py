@@ -439,7 +439,11 @@ def _probe_errors(
 def operators(artifact: Path, target: str) -> list[str]:
     """The builtin (or custom) operator names the .tflite uses, in first-use order."""
     schema = require("ai_edge_litert.schema_py_generated", target)
-    model = schema.Model.GetRootAs(artifact.read_bytes(), 0)
+    return operators_by_code(schema.Model.GetRootAs(artifact.read_bytes(), 0), schema)
+
+
+def operators_by_code(model: Any, schema: ModuleType) -> list[str]:
+    """The operator name of each operator code of a parsed .tflite (`schema.Model`)."""
     names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
     found = []
     for i in range(model.OperatorCodesLength()):

@@ -15,8 +15,8 @@ from tests.targets.test_armnn import needs_armnn
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("offline_env")]
 
 
-def build(tmp_path: Path, cache: Path, target: str, mode: str) -> tuple[int, dict]:
-    args = ["run", "recipe=digits_mobilenet", f"target={target}", f"quantization={mode}"]
+def build(tmp_path: Path, cache: Path, target: str, mode: str, *extra: str) -> tuple[int, dict]:
+    args = ["run", "recipe=digits_mobilenet", f"target={target}", f"quantization={mode}", *extra]
     code = main([*args, f"cache_dir={cache}", f"build_dir={tmp_path}"])
     out = tmp_path / "digits_mobilenet" / f"{target}-{mode}"
     return code, json.loads((out / "metrics.json").read_text())
@@ -42,10 +42,31 @@ def test_tflite_micro_int8_with_the_decomposed_hard_activations(
 
 @needs_tflite
 @needs_armnn
-def test_armnn_int8_is_silently_wrong_and_the_build_says_so(
+def test_armnn_int8_keeps_its_accuracy_with_padding_as_concatenated_zeros(
     tmp_path: Path, shared_cache: Path
 ) -> None:
-    """Arm NN 22.0 runs this per-tensor int8 graph without an error, wrongly."""
+    """The profile's onnx.pad_with_concat keeps Arm NN's int8 PAD (which pads with the
+    integer 0, not the zero point) out of the graph."""
     code, metrics = build(tmp_path, shared_cache, "armnn", "int8")
+    assert code == 0 and metrics["verified"]
+    assert metrics["accuracy"]["artifact"] >= 0.97  # measured 0.9750 (source 0.9778)
+
+
+@needs_tflite
+@needs_armnn
+def test_without_it_the_build_fails_and_the_diff_names_the_padded_depthwise_conv(
+    tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the target's rewrites Arm NN 22.0 runs the per-tensor int8 graph wrongly and
+    without an error; the build fails, and the per-layer diff that follows names the first
+    stride-2 depthwise convolution after a PAD whose border is wrong."""
+    code, metrics = build(tmp_path, shared_cache, "armnn", "int8", "target_rewrites=false")
     assert code == 1 and metrics["verified"] is False
     assert metrics["accuracy"]["drop"] > 0.1  # measured 0.9778 -> 0.5889
+    out = tmp_path / "digits_mobilenet" / "armnn-int8"
+    found = json.loads((out / "diff.json").read_text())
+    divergence = found["first_divergence"]
+    assert divergence["op"] == "Conv" and divergence["sqnr_db"] < 10  # measured 5.0 dB
+    assert divergence["inputs_sqnr_db"] > 15  # measured 18.1 dB: the layer before is fine
+    assert "first divergence: " in capsys.readouterr().out
+    assert (out / "layers_diff.csv").read_text().startswith("tensor,op,node,")

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from edgeflow.rules.base import OnnxRule
 from edgeflow.rules.onnx.casts import CastFloat64ToFloat32, Int64ToInt32
-from edgeflow.rules.onnx.conv_pool import MaxPoolEdgePad, ShuffleToConv, SplitGroups
+from edgeflow.rules.onnx.conv_pool import (
+    MaxPoolEdgePad,
+    PadWithConcat,
+    ShuffleToConv,
+    SplitGroups,
+)
 from edgeflow.rules.onnx.cut import Cut
 from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.fold_if import FoldIf
@@ -25,6 +30,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     Decompose,
     SqrtNewton,
     MaxPoolEdgePad,
+    PadWithConcat,
     SplitGroups,
     ShuffleToConv,
     LowerMatMul,

@@ -216,3 +216,132 @@ def _shuffle_to_conv(node: Any, e: Edit, max_channels: int) -> str | None:
     e.op("Conv", node.input[0], e.array(weight, "shuffle"), out=back.output[0], kernel_shape=[1, 1])
     e.removed.update((transpose.output[0], back.output[0]))
     return None
+
+
+class PadWithConcat(NodeRule):
+    """Exact (the same zeros, placed by Concat). onnx2tf writes a Conv whose pads are not what
+    TensorFlow's SAME padding gives (pad 1 around a stride-2 convolution of an even-sized
+    input: SAME pads 0 before and 1 after) and every zero-padding Pad node as PAD + a VALID
+    convolution. Arm NN 22's CpuRef pads an int8 tensor with the integer 0 instead of its
+    zero point, so the border reads -zero_point x scale instead of 0 (measured on the mobilenet
+    demo: 0.50, 0.45 and 1.01 around three PADs; the stride-2 depthwise convolutions after
+    them fell from 22 dB SQNR to 5 dB and the demo's accuracy from 0.978 to 0.589). Arm NN
+    folds a PAD into a following CONV_2D correctly, but not into DEPTHWISE_CONV_2D or a pooling.
+    Zero rows and columns concatenated to the tensor (CONCATENATION) quantize to the zero
+    point exactly. Convolutions whose pads SAME gives are kept as they are (no PAD is written
+    for them). Needs a static float32 input shape. A default rewrite of armnn."""
+
+    name = "onnx.pad_with_concat"
+    description = "Zero-pad by concatenating zeros (Concat), where onnx2tf would write a PAD."
+    fixes = ()  # no precheck finding: PAD runs on Arm NN; in int8 its border value is wrong
+
+    class Options(RuleOptions):
+        pass
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = Conv(x[1, 16, 16, 16], W, group=16, stride 2, pads 1)",
+        "y = Conv(Concat(0[.., 1, 18], Concat(0[.., 16, 1], x, 0[.., 16, 1], axis=3), "
+        "0[.., 1, 18], axis=2), W, group=16, stride 2, pads 0)",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 0.0  # the same values: zeros placed around the tensor
+
+    op_types = frozenset({"Conv", "Pad"})
+    what = "explicit zero padding"
+
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        if node.op_type == "Pad":
+            return _pad_node_with_concat(node, e)
+        return _conv_with_concat(node, e)
+
+
+def _conv_with_concat(node: Any, e: Edit) -> str | None:
+    pads = list(attr(node, "pads", []))
+    if not any(pads):
+        return ""
+    if attr(node, "auto_pad", "NOTSET") != "NOTSET":
+        return ""  # SAME_* or VALID: onnx2tf maps them to TensorFlow's own padding
+    shape = e.shape(node.input[0])
+    if shape is None:
+        return "the input shape is not static"
+    spatial = len(shape) - 2
+    weight = e.shape(node.input[1])
+    kernel = list(attr(node, "kernel_shape", weight[2:] if weight else []))
+    if len(kernel) != spatial:
+        return "the kernel shape is not known"
+    strides = list(attr(node, "strides", [1] * spatial))
+    dilations = list(attr(node, "dilations", [1] * spatial))
+    begins, ends = pads[:spatial], pads[spatial:]
+    same = [
+        _same_pads(n, k, s, d)
+        for n, k, s, d in zip(shape[2:], kernel, strides, dilations, strict=True)
+    ]
+    if all((b, f) == p for b, f, p in zip(begins, ends, same, strict=True)):
+        return ""  # TensorFlow's SAME padding: no PAD is written
+    if e.dtypes.get(node.input[0]) != 1:
+        return "not float32"
+    padded = _concat_zeros(e, node.input[0], shape, begins, ends)
+    attrs = {a.name: attr(node, a.name, None) for a in node.attribute if a.name != "pads"}
+    e.op("Conv", padded, *node.input[1:], out=node.output[0], **attrs)
+    return None
+
+
+def _pad_node_with_concat(node: Any, e: Edit) -> str | None:
+    import numpy as np
+
+    if attr(node, "mode", b"constant") not in (b"constant", "constant"):
+        return ""  # reflect, edge: another construct
+    shape = e.shape(node.input[0])
+    if shape is None:
+        return "the input shape is not static"
+    if e.opset >= 11:
+        given = e.constants.get(node.input[1]) if len(node.input) > 1 else None
+        value = e.constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        if given is None:
+            return "the pads are not a constant"
+        if len(node.input) > 3 and node.input[3]:
+            return "Pad with axes"
+        pads = [int(p) for p in given]
+    else:
+        pads, value = list(attr(node, "pads", [])), np.asarray(attr(node, "value", 0.0))
+    if value is not None and np.any(value != 0):
+        return "pads with a value other than 0"
+    if any(p < 0 for p in pads):
+        return "negative pads (a crop)"
+    if e.dtypes.get(node.input[0]) != 1:
+        return "not float32"
+    rank = len(shape)
+    e.op(
+        "Identity",
+        _concat_zeros(e, node.input[0], shape, pads[:rank], pads[rank:], first_axis=0),
+        out=node.output[0],
+    )
+    return None
+
+
+def _same_pads(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
+    """TensorFlow's SAME padding along one axis: (before, after)."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - size, 0)
+    return total // 2, total - total // 2
+
+
+def _concat_zeros(
+    e: Edit, x: str, shape: list[int], begins: list[int], ends: list[int], first_axis: int = 2
+) -> str:
+    """x with `begins[i]` zero slices before and `ends[i]` after along axis first_axis + i."""
+    import numpy as np
+
+    dims = list(shape)
+    for i, (before, after) in enumerate(zip(begins, ends, strict=True)):
+        axis = first_axis + i
+        if not before and not after:
+            continue
+        parts = []
+        for count in (before, after):
+            zeros = [*dims[:axis], count, *dims[axis + 1 :]]
+            parts.append(e.array(np.zeros(zeros, np.float32), "pad_zeros") if count else "")
+        x = e.op("Concat", *(p for p in (parts[0], x, parts[1]) if p), axis=axis)
+        dims[axis] += before + after
+    return x

@@ -25,6 +25,7 @@ def test_catalogue_entries_are_complete() -> None:
         "onnx.decompose",
         "onnx.sqrt_newton",
         "onnx.maxpool_edge_pad",
+        "onnx.pad_with_concat",
         "onnx.split_groups",
         "onnx.shuffle_to_conv",
         "onnx.lower_matmul",

@@ -9,7 +9,12 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from edgeflow.rules.onnx.conv_pool import MaxPoolEdgePad, ShuffleToConv, SplitGroups
+from edgeflow.rules.onnx.conv_pool import (
+    MaxPoolEdgePad,
+    PadWithConcat,
+    ShuffleToConv,
+    SplitGroups,
+)
 from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank
 from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton, _interpolation
 from edgeflow.rules.onnx.norm import ChannelLayerNorm
@@ -62,6 +67,36 @@ def test_maxpool_kept_when_edge_copies_would_change_it() -> None:
     m = model([partial], [("x", T.FLOAT, [1, 2, 8, 8])], [("y", T.FLOAT, None)])
     result = apply(MaxPoolEdgePad, m)
     assert not result.changed and outcomes(result) == [("kept", "y")]  # a partial window
+
+
+def test_explicit_padding_becomes_concatenated_zeros_and_same_padding_is_kept() -> None:
+    """A stride-2 depthwise Conv with pads 1 on an even input (TensorFlow's SAME pads 0 and 1:
+    onnx2tf would write a PAD) and a zero Pad node become Concats of zeros; a stride-1 Conv
+    with pads 1 (SAME) and an edge Pad are kept."""
+    dw = RNG.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    w = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "dw"], ["a"], group=4, strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["a", "w"], ["b"], pads=[1, 1, 1, 1]),  # SAME: kept
+        helper.make_node("Pad", ["b", "pads"], ["c"]),
+        helper.make_node("Pad", ["c", "pads"], ["y"], mode="edge"),  # not zeros: not it
+    ]
+    pads = np.array([0, 0, 2, 0, 0, 0, 1, 3], np.int64)
+    m = model(
+        nodes,
+        [("x", T.FLOAT, [1, 4, 16, 16])],
+        [("y", T.FLOAT, None)],
+        {"dw": dw, "w": w, "pads": pads},
+    )
+    result = apply(PadWithConcat, m)
+    assert result.matches == 2 and outcomes(result) == [("changed", "a"), ("changed", "c")]
+    after = ops(result.model)
+    assert after["Pad"] == 1 and after["Conv"] == 2 and after["Concat"] == 4  # 2 axes each
+    convs = [n for n in result.model.graph.node if n.op_type == "Conv"]
+    pads_of = [[list(a.ints) for a in n.attribute if a.name == "pads"] for n in convs]
+    assert pads_of == [[], [[1, 1, 1, 1]]]  # no pads on the first any more
+    x = RNG.standard_normal((1, 4, 16, 16)).astype(np.float32)
+    same_outputs(m, result.model, {"x": x})  # exact: the same zeros
 
 
 def test_grouped_conv_splits_per_group_and_depthwise_is_kept() -> None:

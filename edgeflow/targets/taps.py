@@ -1,0 +1,207 @@
+"""Every intermediate tensor of an artifact, as its own runtime computes it (the per-layer diff).
+
+- TFLite family (LiteRT, TFLite Micro, Arm NN): a copy of the .tflite whose subgraph lists
+  every tensor an operator writes among its outputs (the flatbuffer is edited, nothing else
+  changes: the same operators, kernels and quantization), run in the target's own runner. A
+  runtime must then keep each such tensor, which LiteRT, TFLM and Arm NN do; int8 tensors are
+  dequantized with their own scale and zero point.
+- onnxruntime: the model the converter turned into the .ort file (the quantize stage's QDQ
+  model), in onnxruntime with every tensor an output. A quantized activation's value is that
+  of its DequantizeLinear: what the next layer reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeflow.targets import _onnx2tf
+from edgeflow.targets._tflite_io import Quant
+from edgeflow.verify.layers import ArtifactTensor
+
+TFLITE_FAMILY = ("tflite", "tflite_micro", "armnn")
+# Operators that only change a tensor's type: skipped when two .tflite graphs are aligned.
+TYPE_ONLY = ("QUANTIZE", "DEQUANTIZE")
+
+
+@dataclass
+class Captured:
+    """An artifact's tensors in execution order and their values per batch (float32, in the
+    artifact's own layout)."""
+
+    tensors: list[ArtifactTensor]
+    values: list[dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class TfliteOp:
+    name: str  # the builtin operator (CONV_2D)
+    outputs: tuple[int, ...]  # tensor indices
+
+
+def tflite_ops(model: bytes, target: str) -> tuple[list[TfliteOp], list[str], list[int]]:
+    """The operators of subgraph 0 in execution order, the tensor names (unique: a repeated
+    name gets '#index') and the subgraph's input tensors."""
+    schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", target)
+    root = schema.Model.GetRootAs(model, 0)
+    codes = _onnx2tf.operators_by_code(root, schema)
+    graph = root.Subgraphs(0)
+    names: list[str] = []
+    seen: set[str] = set()
+    for i in range(graph.TensorsLength()):
+        name = graph.Tensors(i).Name().decode(errors="replace")
+        names.append(f"{name}#{i}" if name in seen else name)
+        seen.add(name)
+    ops = []
+    for k in range(graph.OperatorsLength()):
+        op = graph.Operators(k)
+        outs = tuple(int(t) for t in op.OutputsAsNumpy()) if op.OutputsLength() else ()
+        ops.append(TfliteOp(codes[op.OpcodeIndex()], outs))
+    inputs = [int(t) for t in graph.InputsAsNumpy()]
+    return ops, names, inputs
+
+
+def mark_outputs(model: bytes, tensors: Sequence[int], target: str) -> tuple[bytes, list[int]]:
+    """The model with `tensors` appended to subgraph 0's outputs; returns it and the full
+    output list (the model's own outputs first)."""
+    import flatbuffers
+
+    schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", target)
+    tree = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    graph = tree.subgraphs[0]
+    outputs = [int(t) for t in graph.outputs]
+    outputs += [t for t in tensors if t not in outputs]
+    graph.outputs = outputs
+    builder = flatbuffers.Builder(len(model) + 1024)
+    builder.Finish(tree.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output()), outputs
+
+
+def capture_tflite(
+    target: str,
+    artifact: Path,
+    io: dict[str, Any],
+    batches: Sequence[dict[str, np.ndarray]],
+    work: Path,
+) -> Captured:
+    """Run the .tflite in `target`'s runtime with every operator output readable."""
+    model = artifact.read_bytes()
+    ops, names, inputs = tflite_ops(model, target)
+    written = [t for op in ops for t in op.outputs]
+    marked, outputs = mark_outputs(model, written, target)
+    path = work / f"marked-{artifact.name}"
+    path.write_bytes(marked)
+    rank = _ranks(model, target)
+    layout = {
+        "inputs": io["inputs"],
+        "outputs": [
+            {"name": names[t], "index": k, "perm": list(range(rank[t]))}
+            for k, t in enumerate(outputs)
+        ],
+    }
+    runner = open_tflite(target, path, layout)
+    writer = {t: (op.name, k) for k, op in enumerate(ops) for t in op.outputs}
+    tensors = [ArtifactTensor(names[t], "input", -1) for t in inputs]
+    tensors += [ArtifactTensor(names[t], *writer[t]) for t in written]
+    values = []
+    for feeds in batches:
+        got = dict(zip((o["name"] for o in layout["outputs"]), runner.run(feeds), strict=True))
+        for spec in io["inputs"]:  # the input as the artifact holds it: quantized, if int8
+            pos, t = spec["index"], inputs[spec["index"]]
+            quant: Quant = runner.inputs[pos]
+            laid_out = np.transpose(feeds[spec["name"]], spec["perm"])
+            got[names[t]] = quant.dequantize(quant.quantize(laid_out))
+        values.append(got)
+    del runner
+    return Captured(tensors, values)
+
+
+def open_tflite(target: str, path: Path, layout: dict[str, Any]) -> Any:
+    """The target's own runner for a .tflite file."""
+    if target == "tflite":
+        from edgeflow.targets.tflite import LiteRtRunner
+
+        return LiteRtRunner(path, layout)
+    if target == "tflite_micro":
+        from edgeflow.targets.tflite_micro import MicroRunner, measure_arena
+
+        model = path.read_bytes()
+        return MicroRunner(model, layout, measure_arena(model)[0])
+    if target == "armnn":
+        from edgeflow.targets.armnn import ArmnnRunner
+
+        return ArmnnRunner(path, layout)
+    raise ValueError(f"no TFLite-family runtime '{target}'")
+
+
+def _ranks(model: bytes, target: str) -> list[int]:
+    schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", target)
+    graph = schema.Model.GetRootAs(model, 0).Subgraphs(0)
+    return [graph.Tensors(i).ShapeLength() for i in range(graph.TensorsLength())]
+
+
+def align(float_ops: Sequence[TfliteOp], quant_ops: Sequence[TfliteOp]) -> dict[int, int] | None:
+    """{float tensor: int8 tensor} for two conversions of one graph (onnx2tf's float32 and
+    int8 files): the same operators in the same order, once the type-only ones are skipped;
+    None when the sequences differ."""
+    left = [op for op in float_ops if op.name not in TYPE_ONLY]
+    right = [op for op in quant_ops if op.name not in TYPE_ONLY]
+    if [op.name for op in left] != [op.name for op in right]:
+        return None
+    pairs: dict[int, int] = {}
+    for a, b in zip(left, right, strict=True):
+        if len(a.outputs) != len(b.outputs):
+            return None
+        pairs.update(zip(a.outputs, b.outputs, strict=True))
+    return pairs
+
+
+def capture_onnx(model_path: Path, batches: Sequence[dict[str, np.ndarray]]) -> Captured:
+    """The (QDQ) ONNX model in onnxruntime, every float tensor read: its DequantizeLinear's
+    output for a quantized activation, the tensor itself otherwise."""
+    import onnx
+
+    from edgeflow.verify.layers import source_graph
+
+    model = onnx.load(str(model_path))
+    graph = source_graph(model, batches)
+    quantized = dequantized_names(model)
+    tensors, values = [], [dict[str, np.ndarray]() for _ in batches]
+    for k, tensor in enumerate(graph.tensors):
+        if tensor.op in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        read = quantized.get(tensor.name, tensor.name)
+        if read not in graph.values:
+            continue
+        tensors.append(ArtifactTensor(tensor.name, tensor.op, k))
+        for b in range(len(batches)):
+            values[b][tensor.name] = graph.values[read][b]
+    return Captured(tensors, values)
+
+
+def dequantized_names(model: Any) -> dict[str, str]:
+    """{activation: the DequantizeLinear output that holds its quantized value} of a QDQ model
+    (tensor -> QuantizeLinear -> DequantizeLinear)."""
+    nodes = list(model.graph.node)
+    q_of = {n.output[0]: n.input[0] for n in nodes if n.op_type == "QuantizeLinear"}
+    return {
+        q_of[n.input[0]]: n.output[0]
+        for n in nodes
+        if n.op_type == "DequantizeLinear" and n.input[0] in q_of
+    }
+
+
+def batches_of(
+    samples: Any, batch: int, fixed: bool, limit: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """The first `limit` samples as feeds of `batch` (the model's fixed batch, or up to it)."""
+    count = 0
+    for feeds, size in samples.batches(batch, fixed=fixed):
+        if count >= limit:
+            return
+        count += size
+        yield feeds

@@ -1,0 +1,325 @@
+"""Per-layer diff: every tensor of an artifact against its counterpart in the source ONNX model.
+
+The source side is the ONNX model after the recipe's rewrites, run in onnxruntime (float32)
+with every intermediate tensor marked as an output. The artifact side is whatever the target's
+runtime computed for its own tensors (edgeflow.targets.taps reads them, dequantized). The two
+graphs name their tensors differently (onnx2tf renames everything, fuses activations into
+convolutions, moves channels last), so counterparts are found by value where names do not
+carry over: `match_by_value` pairs each artifact tensor of a float32 build with the source
+tensor it equals, up to a layout change. A fused op has no separate counterpart for its
+inner tensor (a convolution's output before its fused ReLU): the comparison is at the fused
+op's output, which is the ReLU's.
+
+Figures per pair, over all compared samples: the largest absolute difference, that difference
+relative to the source tensor's range, and the SQNR in dB (10 log10 of the source's power over
+the error's power; inf when they are equal). The first divergence is the first tensor, in the
+source graph's order, whose SQNR falls below the threshold: it names the layer where the
+error starts, and the SQNR of the tensors that feed it says how much it added.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Below this SQNR a tensor has diverged, by quantization mode: float32 kernels agree to
+# float rounding (> 80 dB), float16 to ~60 dB, int8 tensors of a healthy build to 25-45 dB
+# (measured: tests/verify/test_layers.py and docs/debugging.md).
+DIVERGENCE_DB = {"none": 60.0, "fp16": 40.0, "int8": 15.0}
+# Two tensors are the same value (a float32 build's counterpart) within this share of the
+# source tensor's range.
+SAME_VALUE = 1e-3
+COLUMNS = (
+    "tensor",
+    "op",
+    "node",
+    "artifact_tensor",
+    "artifact_op",
+    "shape",
+    "max_abs_diff",
+    "rel_to_range",
+    "sqnr_db",
+)
+
+
+@dataclass(frozen=True)
+class SourceTensor:
+    name: str
+    op: str  # the ONNX op that writes it ("input" for a graph input)
+    node: str  # that node's name
+    inputs: tuple[str, ...]  # the tensors the node reads (graph inputs and weights included)
+
+
+@dataclass
+class SourceGraph:
+    """The source model's tensors in topological order, with their values per batch."""
+
+    tensors: list[SourceTensor]
+    values: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+    def by_name(self) -> dict[str, SourceTensor]:
+        return {t.name: t for t in self.tensors}
+
+
+@dataclass(frozen=True)
+class ArtifactTensor:
+    name: str
+    op: str  # the artifact operator that writes it ("input" for an input)
+    position: int  # the operator's index in the artifact's execution order
+
+
+@dataclass
+class Pair:
+    """One compared tensor: its source counterpart, the artifact's tensor and the figures."""
+
+    source: SourceTensor
+    artifact: ArtifactTensor
+    layout: str  # how the artifact holds the source's values: same, channel_last, reshape
+    shape: tuple[int, ...]
+    max_abs_diff: float = 0.0
+    peak: float = 0.0
+    low: float = math.inf
+    high: float = -math.inf
+    signal: float = 0.0
+    noise: float = 0.0
+
+    def add(self, reference: np.ndarray, got: np.ndarray) -> None:
+        ref = reference.astype(np.float64).ravel()
+        out = as_source(got, self.layout, reference.shape).astype(np.float64).ravel()
+        err = out - ref
+        if ref.size:
+            self.max_abs_diff = max(self.max_abs_diff, float(np.max(np.abs(err))))
+            self.low, self.high = min(self.low, float(ref.min())), max(self.high, float(ref.max()))
+        self.signal += float(np.dot(ref, ref))
+        self.noise += float(np.dot(err, err))
+
+    @property
+    def rel_to_range(self) -> float:
+        span = self.high - self.low
+        return (
+            self.max_abs_diff / span if span > 0 else (0.0 if self.max_abs_diff == 0 else math.inf)
+        )
+
+    @property
+    def sqnr_db(self) -> float:
+        if self.noise == 0:
+            return math.inf
+        if self.signal == 0:
+            return -math.inf
+        return 10 * math.log10(self.signal / self.noise)
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "tensor": self.source.name,
+            "op": self.source.op,
+            "node": self.source.node,
+            "artifact_tensor": self.artifact.name,
+            "artifact_op": self.artifact.op,
+            "shape": "x".join(str(d) for d in self.shape),
+            "max_abs_diff": f"{self.max_abs_diff:.6g}",
+            "rel_to_range": f"{self.rel_to_range:.6g}",
+            "sqnr_db": f"{self.sqnr_db:.2f}",
+        }
+
+
+def channel_last(rank: int) -> tuple[int, ...]:
+    """NCHW -> NHWC for ranks 3-5 (onnx2tf's layout), identity else."""
+    return (0, *range(2, rank), 1) if rank in (3, 4, 5) else tuple(range(rank))
+
+
+def layouts(artifact_shape: tuple[int, ...], source_shape: tuple[int, ...]) -> list[str]:
+    """How an artifact tensor of this shape may hold a source tensor of that shape."""
+    if math.prod(artifact_shape) != math.prod(source_shape):
+        return []
+    found = []
+    if artifact_shape == source_shape:
+        found.append("same")
+    perm = channel_last(len(source_shape))
+    if perm != tuple(range(len(source_shape))) and artifact_shape == tuple(
+        source_shape[p] for p in perm
+    ):
+        found.append("channel_last")
+    found.append("reshape")  # the same values in the same order, another shape (Flatten)
+    return found
+
+
+def as_source(got: np.ndarray, layout: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The artifact's tensor in the source tensor's layout."""
+    if layout == "channel_last":
+        return np.transpose(got, np.argsort(channel_last(got.ndim))).reshape(shape)
+    return got.reshape(shape)
+
+
+def match_by_value(
+    source: SourceGraph,
+    artifact: Sequence[ArtifactTensor],
+    values: Sequence[dict[str, np.ndarray]],
+) -> dict[str, tuple[str, str]]:
+    """{artifact tensor: (source tensor, layout)} for the artifact tensors of a float build
+    that equal a source tensor within SAME_VALUE of its range on every batch.
+
+    Constant tensors (an all-zero ReLU output) are not matched: they would equal any other.
+    Among equal source tensors (a tensor and its Reshape) the first one in graph order that no
+    earlier artifact tensor took wins, so chains pair up in order."""
+    taken: set[str] = set()
+    matches: dict[str, tuple[str, str]] = {}
+    batches = range(len(values))
+    for tensor in artifact:
+        first = values[0][tensor.name]
+        for candidate in source.tensors:
+            if candidate.name in taken:
+                continue
+            ref = source.values[candidate.name]
+            for layout in layouts(tuple(first.shape), tuple(ref[0].shape)):
+                if all(_same(values[b][tensor.name], ref[b], layout) for b in batches):
+                    matches[tensor.name] = (candidate.name, layout)
+                    taken.add(candidate.name)
+                    break
+            if tensor.name in matches:
+                break
+    return matches
+
+
+def _same(got: np.ndarray, reference: np.ndarray, layout: str) -> bool:
+    if not np.issubdtype(reference.dtype, np.floating):
+        return False
+    span = float(np.ptp(reference)) if reference.size else 0.0
+    if span == 0 or not np.all(np.isfinite(reference)):
+        return False
+    diff = np.abs(as_source(got, layout, reference.shape).astype(np.float64) - reference)
+    return bool(diff.max() <= SAME_VALUE * span)
+
+
+def compare(
+    source: SourceGraph,
+    artifact: dict[str, ArtifactTensor],
+    values: Sequence[dict[str, np.ndarray]],
+    pairing: dict[str, tuple[str, str]],
+) -> list[Pair]:
+    """The figures of every paired tensor, in the source graph's order."""
+    by_name = source.by_name()
+    pairs = []
+    for artifact_name, (source_name, layout) in pairing.items():
+        ref = source.values[source_name]
+        pair = Pair(by_name[source_name], artifact[artifact_name], layout, tuple(ref[0].shape))
+        for b, batch in enumerate(values):
+            pair.add(ref[b], batch[artifact_name])
+        pairs.append(pair)
+    order = {t.name: k for k, t in enumerate(source.tensors)}
+    return sorted(pairs, key=lambda p: order[p.source.name])
+
+
+@dataclass(frozen=True)
+class Divergence:
+    pair: Pair
+    # the lowest SQNR among the compared tensors that feed it (None: none does; inf: exact)
+    before_db: float | None
+    # source nodes between those tensors and this one that have no compared output: fused
+    # into the artifact operator that computes it (a Conv before its fused ReLU), in order
+    fused: tuple[SourceTensor, ...] = ()
+
+    def line(self) -> str:
+        s = self.pair.source
+        if self.before_db is None:
+            before = "(nothing compared before it)"
+        else:
+            before = "exact" if math.isinf(self.before_db) else f"{self.before_db:.0f} dB"
+        inner = "".join(f"; with {t.op} node {t.node}" for t in self.fused)
+        return (
+            f"first divergence: {s.name} ({s.op}, node {s.node}{inner}), "
+            f"SQNR {before} -> {self.pair.sqnr_db:.0f} dB"
+        )
+
+    @property
+    def nodes(self) -> list[str]:
+        """The source nodes the divergent tensor comes from: fused ones, then its own."""
+        return [t.node for t in self.fused] + [self.pair.source.node]
+
+
+def first_divergence(
+    source: SourceGraph, pairs: Sequence[Pair], below_db: float
+) -> Divergence | None:
+    """The first compared tensor, in graph order, whose SQNR is below `below_db`."""
+    by_name = source.by_name()
+    compared = {p.source.name: p for p in pairs}
+    order = {t.name: k for k, t in enumerate(source.tensors)}
+    for pair in pairs:
+        if pair.sqnr_db >= below_db:
+            continue
+        feeding, between = _upstream(pair.source, by_name, compared)
+        fused = tuple(sorted(between, key=lambda t: order[t.name]))
+        before = min((compared[n].sqnr_db for n in feeding), default=None)
+        return Divergence(pair, before, fused)
+    return None
+
+
+def _upstream(
+    tensor: SourceTensor, by_name: dict[str, SourceTensor], compared: dict[str, Pair]
+) -> tuple[list[str], list[SourceTensor]]:
+    """The nearest compared tensors upstream of `tensor`, and the uncompared tensors between
+    (graph inputs are never "between": they are compared, or fed as they are)."""
+    found, between, seen = [], [], set()
+    stack = list(tensor.inputs)
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in by_name:  # a weight, or already visited
+            continue
+        seen.add(name)
+        if name in compared:
+            found.append(name)
+        elif by_name[name].op != "input":
+            between.append(by_name[name])
+            stack.extend(by_name[name].inputs)
+    return found, between
+
+
+def write_csv(path: Path, pairs: Iterable[Pair]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for pair in pairs:
+            writer.writerow(pair.row())
+
+
+def source_graph(model: Any, batches: Sequence[dict[str, np.ndarray]]) -> SourceGraph:
+    """Run an ONNX model (a ModelProto) in onnxruntime with every float tensor an output."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.shape_inference.infer_shapes(model)
+    graph = model.graph
+    weights = {t.name for t in graph.initializer}
+    types = {v.name: v.type.tensor_type.elem_type for v in (*graph.value_info, *graph.output)}
+    tensors = [
+        SourceTensor(i.name, "input", i.name, ()) for i in graph.input if i.name not in weights
+    ]
+    outputs = {o.name for o in graph.output}
+    for k, node in enumerate(graph.node):
+        for name in node.output:
+            if not name:
+                continue
+            tensors.append(
+                SourceTensor(name, node.op_type, node.name or f"#{k}", tuple(node.input))
+            )
+            if name not in outputs and types.get(name) == onnx.TensorProto.FLOAT:
+                graph.output.append(onnx.helper.make_tensor_value_info(name, types[name], None))
+                outputs.add(name)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    names = [o.name for o in session.get_outputs()]
+    result = SourceGraph([t for t in tensors if t.name in outputs or t.op == "input"])
+    for feeds in batches:
+        got = dict(zip(names, session.run(None, feeds), strict=True))
+        for tensor in result.tensors:
+            value = feeds[tensor.name] if tensor.op == "input" else got[tensor.name]
+            result.values.setdefault(tensor.name, []).append(np.asarray(value))
+    return result
