@@ -186,7 +186,8 @@ def _ratios(pair: _Pair, weights: dict[str, np.ndarray]) -> tuple[float, float]:
 
 def _equalize(pairs: list[_Pair], weights: dict[str, np.ndarray], opts: Any) -> bool:
     """Sweep the pairs in graph order until no pair's scales leave [1 - t, 1 + t]; whether
-    they got there within opts.sweeps. Weights are float64 here, cast back by the caller."""
+    they got there within opts.sweeps. The sweeps work in float64; each weight rounds back
+    to its own type once, at the end."""
     import numpy as np
 
     dtypes = {name: w.dtype for name, w in weights.items()}
