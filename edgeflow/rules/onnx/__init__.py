@@ -12,6 +12,7 @@ from edgeflow.rules.onnx.conv_pool import (
 )
 from edgeflow.rules.onnx.cut import Cut
 from edgeflow.rules.onnx.decompose import Decompose
+from edgeflow.rules.onnx.equalize import EqualizeChannels
 from edgeflow.rules.onnx.fold_if import FoldIf
 from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank
 from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton
@@ -26,6 +27,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     Int64ToInt32,
     Optimize,
     Simplify,
+    EqualizeChannels,
     ChannelLayerNorm,
     Decompose,
     SqrtNewton,
