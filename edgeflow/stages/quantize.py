@@ -44,11 +44,10 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         CalibrationMethod,
         QuantFormat,
         QuantType,
-        quantize_static,
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     from edgeflow.data import load_samples
+    from edgeflow.stages import _ort_quant
     from edgeflow.verify.runners import batching
 
     recipe = ctx.recipe
@@ -62,11 +61,17 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         def get_next(self) -> dict | None:
             return next((feeds for feeds, _ in self.batches), None)
 
+    upgraded = ctx.out_dir / "opset13.onnx"
+    opset = _ort_quant.upgrade_opset(src, upgraded)
+    if opset:
+        src = upgraded
     prepared = ctx.out_dir / "preprocessed.onnx"
-    quant_pre_process(str(src), str(prepared), skip_symbolic_shape=False)
-    quantize_static(
-        str(prepared),
-        str(dst),
+    shapes = _ort_quant.pre_process(src, prepared)
+    if not shapes["symbolic"]:
+        ctx.warn(shapes["symbolic_failed"] + "; pre-processed with onnx's shape inference only")
+    _ort_quant.quantize(
+        prepared,
+        dst,
         Reader(),
         quant_format=QuantFormat.QDQ,
         per_channel=q.per_channel,
@@ -77,6 +82,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         extra_options={"ActivationSymmetric": q.symmetric, "WeightSymmetric": True},
     )
     prepared.unlink()
+    upgraded.unlink(missing_ok=True)
     imposed = {k: v for k, v in ctx.profile.int8.items() if getattr(recipe.quantization, k) != v}
     return {
         "imposed_by_target": imposed,
@@ -85,6 +91,8 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "method": q.method,
         "reduce_range": q.reduce_range,
         "calibration_samples": len(samples),
+        "opset_converted": opset,  # {from, to}: the source was below opset 13
+        "shape_inference": shapes,
     }
 
 
