@@ -25,6 +25,11 @@ from edgeflow.core.errors import ToolCrashed, first_line
 from edgeflow.core.onnxgraph import opset_version
 
 QDQ_OPSET = 13  # QuantizeLinear/DequantizeLinear gained `axis` (per-channel) in opset 13
+# Entropy calibration searches thresholds between half the histogram and all of it in steps of
+# one bin. onnxruntime's quantize_static builds it with 128 bins and 128 quantized bins (and
+# passes no option to change that): one candidate, the min/max range, so "entropy" computed
+# exactly minmax's scales. 2048 bins is TensorRT's histogram (its 128 quantized bins kept).
+ENTROPY_BINS = 2048
 
 
 def upgrade_opset(src: Path, dst: Path) -> dict[str, int] | None:
@@ -92,6 +97,29 @@ def quantize(src: Path, dst: Path, reader: Any, **options: Any) -> None:
             "the quantizer takes (see docs/debugging.md); int8 with that node kept float is "
             "not offered yet",
         ) from exc
+
+
+def entropy_ranges(model: Path, reader: Any, symmetric: bool, work: Path) -> dict[str, Any]:
+    """Per-tensor activation ranges from entropy calibration over a 2048-bin histogram, as
+    quantize_static's TensorQuantOverrides (rmin/rmax)."""
+    import numpy as np
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+
+    options = {"num_bins": ENTROPY_BINS, "num_quantized_bins": 128, "symmetric": symmetric}
+    calibrator = create_calibrator(
+        model,
+        None,
+        augmented_model_path=str(work / "augmented.onnx"),
+        calibrate_method=CalibrationMethod.Entropy,
+        extra_options=options,
+    )
+    calibrator.collect_data(reader)
+    ranges = calibrator.compute_data()
+    (work / "augmented.onnx").unlink(missing_ok=True)
+    return {
+        name: [{"rmin": np.float32(d.range_value[0]), "rmax": np.float32(d.range_value[1])}]
+        for name, d in ranges.items()
+    }
 
 
 def _frames(exc: BaseException) -> list[types.FrameType]:

@@ -69,6 +69,13 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     shapes = _ort_quant.pre_process(src, prepared)
     if not shapes["symbolic"]:
         ctx.warn(shapes["symbolic_failed"] + "; pre-processed with onnx's shape inference only")
+    extra: dict[str, Any] = {"ActivationSymmetric": q.symmetric, "WeightSymmetric": True}
+    method = q.method
+    if method == "entropy":  # its ranges as overrides; min/max for nothing else
+        extra["TensorQuantOverrides"] = _ort_quant.entropy_ranges(
+            prepared, Reader(), q.symmetric, ctx.out_dir
+        )
+        method = "minmax"
     _ort_quant.quantize(
         prepared,
         dst,
@@ -78,8 +85,8 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         reduce_range=q.reduce_range,
         activation_type=QuantType.QInt8,
         weight_type=QuantType.QInt8,
-        calibrate_method=getattr(CalibrationMethod, METHODS[q.method]),
-        extra_options={"ActivationSymmetric": q.symmetric, "WeightSymmetric": True},
+        calibrate_method=getattr(CalibrationMethod, METHODS[method]),
+        extra_options=extra,
     )
     prepared.unlink()
     upgraded.unlink(missing_ok=True)
@@ -89,6 +96,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "per_channel": q.per_channel,
         "symmetric": q.symmetric,
         "method": q.method,
+        "entropy_bins": _ort_quant.ENTROPY_BINS if q.method == "entropy" else None,
         "reduce_range": q.reduce_range,
         "calibration_samples": len(samples),
         "opset_converted": opset,  # {from, to}: the source was below opset 13
