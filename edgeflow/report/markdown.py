@@ -224,6 +224,11 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
     imposed = ", ".join(f"{k}={v}" for k, v in q.get("imposed_by_target", {}).items())
     by_target = f" (set by the target: {imposed})" if imposed else ""
     lines.append(f"- quantize: mode {q['mode']}{', ' + extra if extra else ''}{calib}{by_target}")
+    if q.get("opset_converted"):
+        was = q["opset_converted"]
+        lines.append(f"  - converted from opset {was['from']} to {was['to']} for int8 Q/DQ")
+    if q.get("shape_inference", {}).get("symbolic") is False:
+        lines.append(f"  - {q['shape_inference']['symbolic_failed']}; onnx's shape inference used")
     conv = details["convert"]
     lines.append(f"- convert: {', '.join(conv['files'])}")
     if conv.get("int8"):  # a converter that quantizes itself (onnx2tf)

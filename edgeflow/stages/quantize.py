@@ -44,11 +44,10 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         CalibrationMethod,
         QuantFormat,
         QuantType,
-        quantize_static,
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     from edgeflow.data import load_samples
+    from edgeflow.stages import _ort_quant
     from edgeflow.verify.runners import batching
 
     recipe = ctx.recipe
@@ -62,29 +61,46 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         def get_next(self) -> dict | None:
             return next((feeds for feeds, _ in self.batches), None)
 
+    upgraded = ctx.out_dir / "opset13.onnx"
+    opset = _ort_quant.upgrade_opset(src, upgraded)
+    if opset:
+        src = upgraded
     prepared = ctx.out_dir / "preprocessed.onnx"
-    quant_pre_process(str(src), str(prepared), skip_symbolic_shape=False)
-    quantize_static(
-        str(prepared),
-        str(dst),
+    shapes = _ort_quant.pre_process(src, prepared)
+    if not shapes["symbolic"]:
+        ctx.warn(shapes["symbolic_failed"] + "; pre-processed with onnx's shape inference only")
+    extra: dict[str, Any] = {"ActivationSymmetric": q.symmetric, "WeightSymmetric": True}
+    method = q.method
+    if method == "entropy":  # its ranges as overrides; min/max for nothing else
+        extra["TensorQuantOverrides"] = _ort_quant.entropy_ranges(
+            prepared, Reader(), q.symmetric, ctx.out_dir
+        )
+        method = "minmax"
+    _ort_quant.quantize(
+        prepared,
+        dst,
         Reader(),
         quant_format=QuantFormat.QDQ,
         per_channel=q.per_channel,
         reduce_range=q.reduce_range,
         activation_type=QuantType.QInt8,
         weight_type=QuantType.QInt8,
-        calibrate_method=getattr(CalibrationMethod, METHODS[q.method]),
-        extra_options={"ActivationSymmetric": q.symmetric, "WeightSymmetric": True},
+        calibrate_method=getattr(CalibrationMethod, METHODS[method]),
+        extra_options=extra,
     )
     prepared.unlink()
+    upgraded.unlink(missing_ok=True)
     imposed = {k: v for k, v in ctx.profile.int8.items() if getattr(recipe.quantization, k) != v}
     return {
         "imposed_by_target": imposed,
         "per_channel": q.per_channel,
         "symmetric": q.symmetric,
         "method": q.method,
+        "entropy_bins": _ort_quant.ENTROPY_BINS if q.method == "entropy" else None,
         "reduce_range": q.reduce_range,
         "calibration_samples": len(samples),
+        "opset_converted": opset,  # {from, to}: the source was below opset 13
+        "shape_inference": shapes,
     }
 
 

@@ -1,0 +1,183 @@
+"""onnxruntime's static quantizer, kept from crashing where the float model works.
+
+Three things go wrong with it on real models, each handled here and recorded in quantize.json:
+- a graph below opset 13 (other frameworks' exporters write 11 or 12): the per-channel
+  DequantizeLinear it writes carries `axis`, which only opset 13 defines, so the quantized model
+  is invalid. The model is converted to opset 13 first.
+- its symbolic shape inference (run by quant_pre_process) crashes with "object of type
+  'NoneType' has no len()" where it leaves a tensor without a shape: it infers each node alone
+  with the initializers removed, so ops that take a constant as an input since opset 18
+  (ReduceMax, ReduceMin, ReduceL2, ... with `axes`) and that it has no handler for get no
+  shape, and the next Add/Mul/Div reads the missing shape's length. Pre-processing is then
+  retried with onnx's own shape inference only, which reads the initializers.
+- a node the quantizer itself cannot handle (e.g. Gemm with a 2-D bias): a ToolCrashed that
+  names the node, not a traceback. An exception the quantizer raises outside any node, or one
+  raised in edgeflow's own code (the calibration reader), stays a bug.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any
+
+from edgeflow.core.errors import ToolCrashed, first_line
+from edgeflow.core.onnxgraph import opset_version
+
+QDQ_OPSET = 13  # QuantizeLinear/DequantizeLinear gained `axis` (per-channel) in opset 13
+# Entropy calibration searches thresholds between half the histogram and all of it in steps of
+# one bin. onnxruntime's quantize_static builds it with 128 bins and 128 quantized bins (and
+# passes no option to change that): one candidate, the min/max range, so "entropy" computed
+# exactly minmax's scales. 2048 bins is TensorRT's histogram (its 128 quantized bins kept).
+ENTROPY_BINS = 2048
+
+
+def upgrade_opset(src: Path, dst: Path) -> dict[str, int] | None:
+    """Write src converted to opset 13 into dst when it is below; None when it is not."""
+    import onnx
+
+    model = onnx.load(str(src))
+    current = opset_version(model)
+    if current >= QDQ_OPSET:
+        return None
+    try:
+        converted = onnx.version_converter.convert_version(model, QDQ_OPSET)
+        onnx.checker.check_model(converted)
+    except (RuntimeError, ValueError, onnx.checker.ValidationError) as exc:
+        raise ToolCrashed(
+            f"int8 needs opset {QDQ_OPSET} (per-channel DequantizeLinear), and onnx's version "
+            f"converter cannot convert this opset-{current} model: {first_line(exc)}",
+            f"replace the op it names, then convert with {{rule: onnx.convert_opset, opset: "
+            f"{QDQ_OPSET}}}; or build with quantization.mode: fp16",
+        ) from exc
+    onnx.save(converted, str(dst))
+    return {"from": current, "to": QDQ_OPSET}
+
+
+def pre_process(src: Path, dst: Path) -> dict[str, Any]:
+    """quant_pre_process with symbolic shape inference; without it where that crashes."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    try:
+        quant_pre_process(str(src), str(dst), skip_symbolic_shape=False)
+        return {"symbolic": True}
+    except Exception as exc:
+        frame = _innermost(exc, "symbolic_shape_infer.py")
+        if frame is None:
+            raise
+        node = _node_in(frame)
+        where = f" at {node[1]} node '{node[0]}'" if node else ""
+        shapeless = _shapeless_producers(frame)
+        if shapeless:
+            where += f" (no shape inferred for the output of {', '.join(shapeless)})"
+        reason = f"onnxruntime's symbolic shape inference failed{where}: {first_line(exc)}"
+    quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
+    return {"symbolic": False, "symbolic_failed": reason}
+
+
+def quantize(src: Path, dst: Path, reader: Any, **options: Any) -> None:
+    """quantize_static; a failure inside onnxruntime while it handles a node names the node."""
+    import onnx
+    from onnxruntime.quantization import quantize_static
+
+    try:
+        quantize_static(str(src), str(dst), reader, **options)
+    except Exception as exc:
+        frames = _frames(exc)
+        if not frames or not _in_onnxruntime(frames[0]):
+            raise  # edgeflow's code (the calibration reader) failed: a bug, with its traceback
+        node = _failing_node(exc, onnx.load(str(src)))
+        if node is None:
+            raise
+        name, op = node
+        raise ToolCrashed(
+            f"onnxruntime's quantizer cannot quantize node '{name}' ({op}): "
+            f"{type(exc).__name__}: {first_line(exc)}",
+            "build with quantization.mode: fp16 (or none), or rewrite that node into a form "
+            "the quantizer takes (see docs/debugging.md); int8 with that node kept float is "
+            "not offered yet",
+        ) from exc
+
+
+def entropy_ranges(model: Path, reader: Any, symmetric: bool, work: Path) -> dict[str, Any]:
+    """Per-tensor activation ranges from entropy calibration over a 2048-bin histogram, as
+    quantize_static's TensorQuantOverrides (rmin/rmax)."""
+    import numpy as np
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+
+    options = {"num_bins": ENTROPY_BINS, "num_quantized_bins": 128, "symmetric": symmetric}
+    calibrator = create_calibrator(
+        model,
+        None,
+        augmented_model_path=str(work / "augmented.onnx"),
+        calibrate_method=CalibrationMethod.Entropy,
+        extra_options=options,
+    )
+    calibrator.collect_data(reader)
+    ranges = calibrator.compute_data()
+    (work / "augmented.onnx").unlink(missing_ok=True)
+    return {
+        name: [{"rmin": np.float32(d.range_value[0]), "rmax": np.float32(d.range_value[1])}]
+        for name, d in ranges.items()
+    }
+
+
+def _frames(exc: BaseException) -> list[types.FrameType]:
+    """The frames of the exception's traceback, innermost first."""
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames[::-1]
+
+
+def _in_onnxruntime(frame: types.FrameType) -> bool:
+    import onnxruntime
+
+    return frame.f_code.co_filename.startswith(str(Path(onnxruntime.__file__).parent))
+
+
+def _innermost(exc: BaseException, filename: str) -> types.FrameType | None:
+    """The innermost frame of the traceback in a file of that name, if it passed through one."""
+    return next((f for f in _frames(exc) if f.f_code.co_filename.endswith(filename)), None)
+
+
+def _node_in(frame: types.FrameType) -> tuple[str, str] | None:
+    """(name, op type) of the ONNX node a frame was working on: its `node` local."""
+    node = frame.f_locals.get("node")
+    if node is not None and hasattr(node, "op_type") and hasattr(node, "name"):
+        return node.name, node.op_type
+    return None
+
+
+def _shapeless_producers(frame: types.FrameType) -> list[str]:
+    """'<op> <name>' of the nodes whose outputs the failing node reads without a shape."""
+    import onnx
+
+    infer, node = frame.f_locals.get("self"), frame.f_locals.get("node")
+    known = getattr(infer, "known_vi_", None)
+    graph = getattr(getattr(infer, "out_mp_", None), "graph", None)
+    if known is None or graph is None or not isinstance(node, onnx.NodeProto):
+        return []
+    missing = {
+        i for i in node.input if i in known and not known[i].type.tensor_type.HasField("shape")
+    }
+    return [f"{n.op_type} '{n.name}'" for n in graph.node if missing & set(n.output)]
+
+
+def _failing_node(exc: BaseException, model: Any) -> tuple[str, str] | None:
+    """The node onnxruntime's quantizer was handling when it raised: a frame's `node` (a
+    NodeProto), or a node named by `node_name` / an info object's `.node_name` (bias info)."""
+    ops = {n.name: n.op_type for n in model.graph.node if n.name}
+    for frame in _frames(exc):
+        if not _in_onnxruntime(frame):
+            continue
+        found = _node_in(frame)
+        if found:
+            return found
+        named = frame.f_locals.get("node_name")
+        infos = [v for v in frame.f_locals.values() if isinstance(getattr(v, "node_name", 0), str)]
+        for name in ([named] if isinstance(named, str) else []) + [v.node_name for v in infos]:
+            if name in ops:
+                return name, ops[name]
+    return None
