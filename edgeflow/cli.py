@@ -40,7 +40,7 @@ or a bug in edgeflow, 2 a problem for you to fix, 3 NOT VERIFIED (the runtime is
 """
 
 DIFF_HELP = """\
-usage: edgeflow diff RECIPE [target=NAME] [quantization=PRESET] [KEY=VALUE ...]
+usage: edgeflow diff RECIPE [--bisect] [target=NAME] [quantization=PRESET] [KEY=VALUE ...]
 
 Build the recipe (cached stages are reused), then compare every tensor of the artifact, run
 in the target's real runtime, with its counterpart in the source ONNX model (after the
@@ -49,6 +49,9 @@ Writes layers_diff.csv (tensor, op, node, shape, max abs diff, error relative to
 range, SQNR in dB) and diff.json into the build folder, and prints the first tensor whose
 SQNR falls below diff.min_sqnr_db (default by mode: none 60, fp16 40, int8 15 dB):
   first divergence: <tensor> (<op>, node <name>), SQNR 41 dB -> 7 dB
+--bisect instead cuts the model at its tensors and converts and runs each prefix in a child
+process (binary search, about log2(tensors) conversions) to find the shortest prefix that
+crashes, fails to convert or diverges; it runs also when convert or verify fails (bisect.json).
 The arguments are those of `edgeflow run` (RECIPE is recipe=RECIPE); the exit status too.
 `edgeflow run` runs the same diff after a build that misses an accuracy or agreement
 threshold (diff.on_failure: true).
@@ -172,7 +175,9 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: li
     if args.command == "diff":
         from edgeflow.hydra_app import run_hydra
 
-        return run_hydra(_recipe_argument(argv[1:]), diff=True)
+        rest = [a for a in argv[1:] if a != "--bisect"]
+        mode = "bisect" if len(rest) < len(argv) - 1 else "layers"
+        return run_hydra(_recipe_argument(rest), diff=mode)
     if args.command == "validate":
         return _validate(args.recipes)
     if args.command == "list":

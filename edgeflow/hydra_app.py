@@ -21,14 +21,14 @@ from edgeflow.core.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError, 
 from edgeflow.core.specs import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
 
 _exit_codes: list[int] = []
-_diff: list[bool | None] = [None]  # run_build's `diff` for the jobs of this run
+_diff: list[str | None] = [None]  # run_build's `diff` for the jobs of this run
 ROWS = "edgeflow-rows"  # in the sweep folder: one JSON row per job (edgeflow.report.sweep)
 
 
-def run_hydra(args: list[str], diff: bool | None = None) -> int:
+def run_hydra(args: list[str], diff: str | None = None) -> int:
     """Run `edgeflow run ARGS`; returns the worst exit status over all jobs. `diff`: the
-    per-layer diff after each build (True: `edgeflow diff`), or only after a build that
-    misses a threshold (None)."""
+    per-layer diff ("layers") or the bisection ("bisect") after each build (`edgeflow diff`),
+    or the diff only after a build that misses a threshold (None)."""
     import hydra
 
     args = _route(_register_groups(args))

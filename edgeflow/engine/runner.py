@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ PUBLISHED_SLOTS = (
     "verify",
     "layers_diff",
     "diff",
+    "bisect",
 )
 # Checks that a per-layer diff cannot explain: it runs after a build misses any other one.
 NOT_NUMERICAL = ("verify.max_latency_ms", "verify.max_size_bytes")
@@ -114,13 +116,14 @@ def run_build(
     cache: Cache,
     build_root: Path = Path("build"),
     echo: Callable[[str], None] = print,
-    diff: bool | None = None,
+    diff: str | None = None,
 ) -> BuildResult:
     """Run every stage of the recipe's pipeline (cached where possible) and publish the build.
 
-    `diff`: run the per-layer diff after the pipeline (True), never (False), or when the
-    build misses an accuracy or agreement threshold and the recipe's diff.on_failure is set
-    (None). The isolated stages share one worker process, started when the first runs."""
+    `diff`: "layers" runs the per-layer diff after the pipeline; "bisect" the bisection
+    (stages/bisect.py), also when convert or verify failed; None the per-layer diff only when
+    the build misses an accuracy or agreement threshold and the recipe's diff.on_failure is
+    set. The isolated stages share one worker process, started when the first runs."""
     with for_build(cache.root / "tmp") as worker:
         return _run_build(loaded, cache, build_root, echo, worker, diff)
 
@@ -131,7 +134,7 @@ def _run_build(
     build_root: Path,
     echo: Callable[[str], None],
     worker: Worker,
-    diff: bool | None,
+    diff: str | None,
 ) -> BuildResult:
     pipeline = load_pipeline(loaded.recipe.source.kind)
     result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
@@ -140,15 +143,23 @@ def _run_build(
     check_owner(result.build_dir, loaded.path)  # before the work, not after it
     cache.sweep()  # temporary folders of runs that were killed
     memo: dict[str, Any] = {}  # the target's JSON and tool versions, found once a build
+    diagnose = functools.partial(_diagnose, loaded, cache, slots, memo, worker, echo, result)
     for stage in pipeline.stages:
-        _run_stage(stage, loaded, cache, slots, memo, worker, echo, result)
+        try:
+            _run_stage(stage, loaded, cache, slots, memo, worker, echo, result)
+        except StageFailed:
+            if diff == "bisect" and "float_onnx" in slots:  # a crash: where does it start?
+                diagnose("bisect", forced=False)
+            raise
     if all(o.status == "cached" for o in result.outcomes):
         echo(f"  nothing to do: all {len(result.outcomes)} stages cached")
     checks = json.loads(slots["checks"].path.read_text()) if "checks" in slots else []
     result.failed_checks = [c["message"] for c in checks if not c["passed"]]
     missed = [c for c in checks if not c["passed"] and c["metric"] not in NOT_NUMERICAL]
-    if diff or (diff is None and missed and loaded.recipe.diff.on_failure):
-        _diff(loaded, cache, slots, memo, worker, echo, result, forced=bool(diff))
+    if diff in ("layers", "bisect"):
+        diagnose("diff" if diff == "layers" else "bisect", forced=True)
+    elif diff is None and missed and loaded.recipe.diff.on_failure:
+        diagnose("diff", forced=False)
     published = {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots}
     publish(result.build_dir, published, loaded.path)
     result.metrics = json.loads((result.build_dir / "metrics.json").read_text())
@@ -196,7 +207,7 @@ def _run_stage(
         slots[slot] = Slot(entry / name, f"{stage.name}:{slot_digest(entry, name)}")
 
 
-def _diff(
+def _diagnose(
     loaded: LoadedRecipe,
     cache: Cache,
     slots: dict[str, Slot],
@@ -204,23 +215,26 @@ def _diff(
     worker: Worker,
     echo: Callable[[str], None],
     result: BuildResult,
+    name: str,
     forced: bool,
 ) -> None:
-    """The per-layer diff after the pipeline; its one-line finding is echoed. Run because a
-    threshold was missed (not `forced`), a failure of the diff itself is reported and the
-    build's own verdict stands."""
+    """The per-layer diff or the bisection after the pipeline; its one-line finding is
+    echoed. When it runs because the build failed (not `forced`), a failure of its own is
+    reported and the build's verdict stands."""
     from edgeflow.stages import STAGES
 
     try:
-        _run_stage(STAGES["diff"], loaded, cache, slots, memo, worker, echo, result)
+        _run_stage(STAGES[name], loaded, cache, slots, memo, worker, echo, result)
     except (EdgeflowError, InternalError) as exc:
         if forced:
             raise
-        echo(f"  the per-layer diff failed: {exc.render()}")
+        what = "per-layer diff" if name == "diff" else "bisection"
+        echo(f"  the {what} failed: {exc.render()}")
         return
-    found = json.loads(slots["diff"].path.read_text())
+    found = json.loads(slots[name].path.read_text())
     echo(f"  {found['line']}")
-    echo(f"  per-layer figures: {result.build_dir / 'layers_diff.csv'}")
+    file = "layers_diff.csv" if name == "diff" else "bisect.json"
+    echo(f"  figures: {result.build_dir / file} (and in {slots[name].path.parent})")
 
 
 def seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from edgeflow.stages import (
+    bisect,
     convert,
     diff,
     export,
@@ -35,5 +36,6 @@ STAGES: dict[str, Stage] = {
         verify,
         report,
         diff,
+        bisect,
     )
 }
