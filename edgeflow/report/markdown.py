@@ -38,6 +38,8 @@ def render(
             f"{'pass' if c['passed'] else '**FAIL**'} |"
             for c in checks
         ]
+        failed = [c["message"] for c in checks if not c["passed"]]
+        lines += ["", *(f"- **FAIL**: {m}" for m in failed)] if failed else []
     else:
         lines.append("No thresholds set in the recipe's `verify:` section.")
     lines += ["", *_per_output(details["verify"]["agreement"])]
