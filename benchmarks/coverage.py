@@ -85,6 +85,7 @@ def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) 
     overrides: dict[str, Any] = {"target": target, "quantization.mode": mode}
     if mode == "int8":
         overrides["verify.max_relative_diff"] = None  # reported, not a threshold
+        overrides["verify.min_sqnr_db"] = None  # nor the int8 SQNR floor: benchmarks/int8.py
     row: dict[str, Any] = {"model": recipe.stem, "target": target, "quantization": mode}
     start = time.perf_counter()
     lines: list[str] = []
@@ -98,6 +99,7 @@ def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) 
         row.update(
             top1=agreement.get("top1"),
             relative_diff=agreement.get("max_relative_diff"),
+            sqnr_db=agreement.get("min_sqnr_db"),
             size_bytes=metrics.get("size_bytes"),
             arena_bytes=metrics.get("arena_bytes"),
         )
@@ -149,7 +151,8 @@ def render(rows: list[dict[str, Any]], configs: list[tuple[str, str]]) -> str:
             if r["status"] == "verified":
                 cell = "verified"
                 if r["quantization"] == "int8" and r.get("top1") is not None:
-                    cell += f" (top-1 {r['top1']:.2f}, rel {r['relative_diff']:.3f})"
+                    cell += f" (top-1 {r['top1']:.2f}, rel {r['relative_diff']:.3f}"
+                    cell += f", {r['sqnr_db']:.0f} dB)" if r.get("sqnr_db") is not None else ")"
             else:
                 cell = f"failed: {r['reason']}"
             cells.append(cell.replace("|", "/"))

@@ -24,6 +24,16 @@ METRICS_SHAPE = {
         "max_abs_diff": float,
         "max_relative_diff": float,
         "non_finite_samples": int,
+        "min_sqnr_db": float,
+        "outputs": {
+            "logits": {
+                "kind": str,
+                "sqnr_db": float,
+                "relative_error": float,
+                "max_abs_diff": float,
+                "top1": float,
+            }
+        },
     },
     "latency_ms": {"p50": float, "p90": float},
     "size_bytes": int,
@@ -57,6 +67,10 @@ def test_int8_demo_is_verified(tmp_path: Path, shared_cache: Path) -> None:
     assert metrics["accuracy"]["source"] >= 0.97
     assert metrics["accuracy"]["drop"] <= 0.01
     assert metrics["agreement"]["top1"] >= 0.98
+    logits = metrics["agreement"]["outputs"]["logits"]
+    assert logits["kind"] == "classes" and logits["top1"] == metrics["agreement"]["top1"]
+    # 28.7 dB measured; the int8 default floor is 15 dB (checks.json has the row)
+    assert 25 < logits["sqnr_db"] == metrics["agreement"]["min_sqnr_db"] < 40
     assert metrics["latency_ms"]["p90"] >= metrics["latency_ms"]["p50"] > 0
 
 
@@ -64,6 +78,7 @@ def test_fp32_demo_matches_pytorch(tmp_path: Path, shared_cache: Path) -> None:
     metrics = build(tmp_path, shared_cache, "quantization.mode=none")
     assert metrics["agreement"]["max_abs_diff"] <= 1e-4
     assert metrics["agreement"]["top1"] == 1.0
+    assert metrics["agreement"]["min_sqnr_db"] > 100  # 129.7 dB measured
     assert metrics["accuracy"]["drop"] == 0.0
 
 

@@ -9,7 +9,7 @@ def metrics(accuracy: float, p50: float, size: int, arena: int | None = None) ->
     found = {
         "verified": True,
         "accuracy": {"artifact": accuracy},
-        "agreement": {"top1": 1.0},
+        "agreement": {"top1": 1.0, "min_sqnr_db": 28.7},
         "latency_ms": {"p50": p50},
         "size_bytes": size,
     }
@@ -37,7 +37,7 @@ def test_pareto_marks_the_builds_nothing_beats() -> None:
         ("other", "float"): True,
     }
     table = render(rows)
-    assert "| cnn | int8 | verified | 0.9900 | 1.0000 | 0.500 | 20,000 |  | * |" in table
+    assert "| cnn | int8 | verified | 0.9900 | 1.0000 | 28.7 | 0.500 | 20,000 |  | * |" in table
     assert "- cnn/broken: precheck failed" in table
 
 

@@ -99,6 +99,9 @@ def shown(value: Any) -> str:
 
 # --------------------------------------------------------------------------- recipe trees
 
+# the per-output verify thresholds: numbers, null valid (min_sqnr_db null: no int8 default)
+SQNR_AND_AGREEMENT = ("min_sqnr_db", "min_decision_agreement", "min_sequence_agreement")
+
 # The recipe schema as docs/recipe.md states it: the expected kind of each key (list items
 # as `[]`). Keys below FREE_ROOTS are keyword arguments that validation cannot judge.
 KINDS: dict[str, str] = {
@@ -151,6 +154,7 @@ KINDS: dict[str, str] = {
     "verify.detections.box_units": "str",
     **{f"verify.{k}": "number" for k in ("max_abs_diff", "max_relative_diff", "max_latency_ms")},
     **{f"verify.{k}": "number" for k in ("max_accuracy_drop", "min_top1_agreement")},
+    **{f"verify.{k}": "number" for k in SQNR_AND_AGREEMENT},
     **{f"verify.{k}": "number" for k in ("max_size_bytes", "latency_runs", "warmup_runs")},
     **{
         f"verify.detections.{k}": "number"
@@ -161,6 +165,7 @@ KINDS: dict[str, str] = {
     **{f"{d}.samples": "number" for d in ("calibration", "evaluation")},
     **{f"{d}.options": "map" for d in ("calibration", "evaluation")},
     "evaluation.metric": "str",
+    "evaluation.outputs": "map",
 }
 FREE_ROOTS = ("source.init", "calibration.options", "evaluation.options")
 # Keys whose documented default is "none": null is a valid value there.
@@ -174,6 +179,7 @@ NULLABLE = {
     *(f"{d}.{k}" for d in ("calibration", "evaluation") for k in ("split", "samples")),
     *(f"verify.{k}" for k in ("max_abs_diff", "max_relative_diff", "max_accuracy_drop")),
     *(f"verify.{k}" for k in ("min_top1_agreement", "max_latency_ms", "max_size_bytes")),
+    *(f"verify.{k}" for k in SQNR_AND_AGREEMENT),
 }
 Path_ = tuple[str | int, ...]  # a path in a tree: keys and list indices
 

@@ -295,8 +295,10 @@ def _problem(
     kind = err["type"]
     ctx = err.get("ctx") or {}
     loc = tuple(err["loc"])
-    if kind == "edgeflow" and ctx.get("at"):
-        loc = tuple(ctx["at"].split("."))
+    if kind == "edgeflow" and ctx.get("at"):  # a key of the model that raised it
+        loc = (*loc, *ctx["at"].split("."))
+    if kind == "union_tag_invalid":  # at the tag's own value, not the mapping holding it
+        loc = (*loc, str(ctx.get("discriminator", "kind")).strip("'"))
     keys, line, col = _locate(tree, at + loc, point_at_key=kind == "extra_forbidden")
     if kind == "union_tag_not_found":
         keys.append(str(ctx.get("discriminator", "kind")).strip("'"))
@@ -394,7 +396,10 @@ def _describe(
         tag = ctx.get("tag")
         return f"must be one of {', '.join(options)} (got {tag})", did_you_mean(str(tag), options)
     if kind == "union_tag_not_found":
-        return "missing required key", "say which kind of source this is, e.g. kind: pytorch"
+        if keys and keys[0] == "source":
+            return "missing required key", "say which kind of source this is, e.g. kind: pytorch"
+        parent = _dotted(keys[:-1]) or "the top level"
+        return "missing required key", f"add '{last}:' under {parent}"
     message = str(err["msg"]).replace("Input should be", "must be").replace("Value error, ", "")
     message = message[0].lower() + message[1:] if message else message
     return f"{message} (got {_shown(got)})", None

@@ -161,11 +161,120 @@ class DatasetSpec(Strict):
     options: dict[str, Any] = {}
 
 
+class ClassesOutput(Strict):
+    """Class scores: top-1 agreement of the argmax over `axis`; [B, C] is one decision per
+    sample, [B, T, C] (a text recogniser) or [B, C, H, W] (`axis: 1`, a segmenter) one per
+    position, with whole-sample (sequence) agreement beside it."""
+
+    kind: Literal["classes"]
+    axis: int = Field(-1, ge=-8, le=7)
+    # the whole sequence compared as greedy CTC decodes (repeats collapsed, this class removed)
+    ctc_blank: int | None = Field(None, ge=0)
+
+    @field_validator("axis")
+    @classmethod
+    def _not_the_batch(cls, axis: int) -> int:
+        if axis == 0:
+            raise user_error(
+                "axis 0 is the batch", "name the class axis: -1 (last, the default) or 1"
+            )
+        return axis
+
+
+class ProbabilityOutput(Strict):
+    """Scores compared as decisions: `value >= threshold` (sigmoid scores at 0.5, logits at 0)."""
+
+    kind: Literal["probability"]
+    threshold: float = 0.5
+
+
+class ValuesOutput(Strict):
+    """Regression outputs, embeddings, feature maps: compared by SQNR and relative error only."""
+
+    kind: Literal["values"]
+
+
+class Span(Strict):
+    """Positions [start, stop) along a detection head's layout axis (stop null: to the end)."""
+
+    start: int = Field(ge=0)
+    stop: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Span:
+        if self.stop is not None and self.stop <= self.start:
+            raise user_error(
+                f"stop ({self.stop}) must be above start ({self.start})", "fix the span", at="stop"
+            )
+        return self
+
+
+def _span(value: Any) -> Any:
+    """[start, stop] and a bare start are short forms of {start, stop}."""
+    if isinstance(value, list) and len(value) == 2:
+        return {"start": value[0], "stop": value[1]}
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"start": value}
+    return value
+
+
+class DetectionsOutput(Strict):
+    """A raw detector head, boxes and scores in one tensor ([B, N, 4 + classes], or
+    [B, 4 + classes, N] with `axis: 1`): the layout names the slices of `axis`; candidates
+    scoring at least `score_threshold` are matched as detections (verify.detections)."""
+
+    kind: Literal["detections"]
+    axis: int = -1  # the layout axis: -1 (or 2) for [B, N, F], 1 for [B, F, N]
+    boxes: int = Field(0, ge=0)  # the first of 4 box coordinates
+    box_format: Literal["xyxy", "cxcywh"] = "xyxy"
+    scores: Annotated[Span, BeforeValidator(_span)] = Span(start=4)  # class scores
+    objectness: int | None = Field(None, ge=0)  # YOLOv5-style: a candidate's score is obj * cls
+    score_threshold: float = Field(0.25, ge=0)
+
+    @field_validator("axis")
+    @classmethod
+    def _layout_axis(cls, axis: int) -> int:
+        if axis not in (-1, 1, 2):
+            raise user_error(
+                f"a detector head's layout axis is -1 (or 2) or 1, not {axis}",
+                "axis: -1 for [batch, N, 4 + classes], axis: 1 for [batch, 4 + classes, N]",
+            )
+        return axis
+
+    @model_validator(mode="after")
+    def _apart(self) -> DetectionsOutput:
+        box = set(range(self.boxes, self.boxes + 4))
+        stop = self.scores.stop
+        overlap = box & set(range(self.scores.start, stop if stop is not None else 1 << 16))
+        if overlap or (self.objectness is not None and self.objectness in box):
+            raise user_error(
+                f"the box coordinates {self.boxes}..{self.boxes + 3} overlap the scores or the "
+                "objectness",
+                "give boxes, scores and objectness separate positions of the layout axis",
+                at="boxes",
+            )
+        return self
+
+
+OutputSpec = Annotated[
+    ClassesOutput | ProbabilityOutput | ValuesOutput | DetectionsOutput,
+    Field(discriminator="kind"),
+]
+OUTPUT_KINDS = ("classes", "probability", "values", "detections")
+
+
+def default_output_names(count: int) -> list[str]:
+    """The exported graph's output names when source.outputs does not set them."""
+    return ["output"] if count == 1 else [f"output_{i}" for i in range(count)]
+
+
 class Evaluation(DatasetSpec):
     # top1: classification (needs a 'label' array); agreement: outputs compared with the
     # source model's only, no labels (random weights, models without a labelled dataset);
     # detections: boxes/scores/labels compared as sets with the source model's
     metric: Literal["top1", "agreement", "detections"] = "top1"
+    # what each output is, by its name; an output not named here is judged by its shape
+    outputs: dict[str, OutputSpec] = {}
 
 
 # The opsets each PyTorch exporter writes (torch 2.13): the dynamo exporter's lowest is 18 (it
@@ -258,12 +367,20 @@ class DetectionChecks(Strict):
     min_match_rate: float = Field(1.0, ge=0, le=1)  # share of source detections matched
 
 
+# verify.min_sqnr_db where an int8 build's recipe does not set it (docs/recipe.md#verify).
+DEFAULT_MIN_SQNR_DB = {"int8": 15.0}
+
+
 class Verify(Strict):
     max_abs_diff: float | None = Field(None, ge=0)
     # largest allowed |artifact - source| / max|source| of any output (scale-free max_abs_diff)
     max_relative_diff: float | None = Field(None, ge=0)
     max_accuracy_drop: float | None = Field(0.01, ge=0, le=1)
-    min_top1_agreement: float | None = Field(None, ge=0, le=1)
+    min_top1_agreement: float | None = Field(None, ge=0, le=1)  # classes outputs only
+    # per output: 10*log10(sum ref^2 / sum (ref - out)^2); unset: DEFAULT_MIN_SQNR_DB for int8
+    min_sqnr_db: float | None = None
+    min_decision_agreement: float | None = Field(None, ge=0, le=1)  # probability outputs
+    min_sequence_agreement: float | None = Field(None, ge=0, le=1)  # classes, one per position
     max_latency_ms: float | None = Field(None, gt=0)
     max_size_bytes: PositiveInt | None = None
     latency_runs: int = Field(100, ge=1, le=10_000)  # each is one inference: bounded

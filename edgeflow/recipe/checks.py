@@ -7,6 +7,7 @@ validate is skipped: their own problems are reported instead.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,8 @@ def thresholds_fit_the_metric(s: dict[str, Any], profile: TargetProfile | None) 
         return []
     refused = ["max_accuracy_drop"]  # needs labels
     if metric == "detections":
-        refused += ["max_abs_diff", "max_relative_diff", "min_top1_agreement"]
+        refused += ["max_abs_diff", "max_relative_diff", "min_top1_agreement", "min_sqnr_db"]
+        refused += ["min_decision_agreement", "min_sequence_agreement"]
     hint = (
         "detections are checked by verify.detections (box_atol, score_atol, min_match_rate); "
         "remove this key"
@@ -53,6 +55,78 @@ def thresholds_fit_the_metric(s: dict[str, Any], profile: TargetProfile | None) 
         for key in refused
         if key in verify.model_fields_set and getattr(verify, key) is not None
     ]
+
+
+DEFAULT_NAME = re.compile(r"output(_\d+)?")
+# The per-output thresholds and the declared kinds they need (edgeflow.report.checks).
+THRESHOLD_KINDS = {
+    "min_top1_agreement": "classes",
+    "min_sequence_agreement": "classes",
+    "min_decision_agreement": "probability",
+}
+
+
+def outputs_are_the_models(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    """evaluation.outputs names outputs the model has (where the recipe can tell which) and
+    does not come with the padded detections form, which is compared as a whole."""
+    from edgeflow.core.suggest import did_you_mean
+
+    if "evaluation" not in s or not s["evaluation"].outputs:
+        return []
+    evaluation = s["evaluation"]
+    if evaluation.metric == "detections":
+        return [
+            (
+                "evaluation.outputs",
+                "does not apply to evaluation.metric: detections (the boxes, scores, labels, "
+                "valid form is matched as a whole)",
+                "remove evaluation.outputs; for a raw detector head use metric: agreement and "
+                "declare the head's output {kind: detections, ...}",
+            )
+        ]
+    source = s.get("source")
+    if source is None:
+        return []
+    found = []
+    for name in evaluation.outputs:
+        if source.outputs is not None and name not in source.outputs:
+            hint = did_you_mean(name, source.outputs) or "use a name from source.outputs"
+            found.append((f"evaluation.outputs.{name}", f"source.outputs has no '{name}'", hint))
+        elif (
+            source.outputs is None and source.kind == "pytorch" and not DEFAULT_NAME.fullmatch(name)
+        ):
+            found.append(
+                (
+                    f"evaluation.outputs.{name}",
+                    f"the exported outputs are named output, output_0, output_1, ... (no "
+                    f"source.outputs), not '{name}'",
+                    "name the model's outputs in source.outputs, or use the exported name",
+                )
+            )
+    return found
+
+
+def thresholds_fit_the_kinds(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    """A per-output threshold that no declared output can give (every output of source.outputs
+    is declared, none of the kind it reads): refused here, not a figure that means nothing."""
+    if "evaluation" not in s or "verify" not in s or s.get("source") is None:
+        return []
+    declared, named = s["evaluation"].outputs, s["source"].outputs
+    if not named or any(name not in declared for name in named):
+        return []  # some output is judged by its shape at verify: the report says
+    kinds = {declared[name].kind for name in named}
+    found = []
+    for key, kind in THRESHOLD_KINDS.items():
+        if getattr(s["verify"], key) is not None and kind not in kinds:
+            listed = ", ".join(f"{name}: {declared[name].kind}" for name in named)
+            found.append(
+                (
+                    f"verify.{key}",
+                    f"measures {kind} outputs, and evaluation.outputs declares none ({listed})",
+                    f"remove verify.{key}; verify.min_sqnr_db holds for every output",
+                )
+            )
+    return found
 
 
 def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
@@ -105,8 +179,18 @@ def board_of_the_target(s: dict[str, Any], profile: TargetProfile | None) -> lis
 CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...] = (
     calibration_for_int8,
     thresholds_fit_the_metric,
+    outputs_are_the_models,
+    thresholds_fit_the_kinds,
     quantization_fits_the_target,
     board_of_the_target,
 )
 # The sections the checks read: validated on their own when the whole recipe does not.
-SECTIONS = ("quantization", "calibration", "evaluation", "verify", "precheck", "target")
+SECTIONS = (
+    "quantization",
+    "calibration",
+    "evaluation",
+    "verify",
+    "precheck",
+    "target",
+    "source",
+)

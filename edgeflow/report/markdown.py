@@ -33,10 +33,13 @@ def render(
     if checks:
         lines += ["| check | value | threshold | result |", "|---|---|---|---|"]
         lines += [
-            f"| {c['metric']} | {_value(c['value'])} | {_value(c['threshold'])} | "
+            f"| {c['metric']}{_for_output(c)} | {_value(c['value'])} | "
+            f"{_value(c['threshold'])} | "
             f"{'pass' if c['passed'] else '**FAIL**'} |"
             for c in checks
         ]
+        failed = [c["message"] for c in checks if not c["passed"]]
+        lines += ["", *(f"- **FAIL**: {m}" for m in failed)] if failed else []
     else:
         lines.append("No thresholds set in the recipe's `verify:` section.")
     lines += ["", *_per_output(details["verify"]["agreement"])]
@@ -56,13 +59,53 @@ def one_line(metrics: dict[str, Any]) -> str:
         )
     else:
         accuracy = f"accuracy {acc['artifact']:.4f} (source {acc['source']:.4f}), " if acc else ""
-        head = (
-            f"{accuracy}top-1 agreement {agree['top1']:.4f}, "
-            f"max abs diff {_g(agree['max_abs_diff'])}"
-        )
+        head = f"{accuracy}{_outputs_line(agree.get('outputs') or {})}"
+        head += f", max abs diff {_g(agree['max_abs_diff'])}"
         if agree.get("non_finite_samples"):
             head += f", NaN/Inf outputs on {agree['non_finite_samples']} samples"
     return f"{head}, p50 {metrics['latency_ms']['p50']:.3f} ms, {metrics['size_bytes']:,} bytes"
+
+
+MAX_OUTPUTS_IN_LINE = 4  # beyond it, the one-line summary names the worst output only
+
+
+def _outputs_line(outputs: dict[str, dict[str, Any]]) -> str:
+    """Each output's SQNR and its kind's own figure; one output: without its name."""
+    if len(outputs) > MAX_OUTPUTS_IN_LINE:
+        name, o = min(outputs.items(), key=lambda kv: _sortable(kv[1].get("sqnr_db")))
+        return f"lowest SQNR of {len(outputs)} outputs: '{name}' {db(o.get('sqnr_db'))}"
+    parts = []
+    for name, o in outputs.items():
+        figures = [f"SQNR {db(o.get('sqnr_db'))}", *kind_figures(o)]
+        named = f"'{name}' " if len(outputs) > 1 else ""
+        parts.append(named + ", ".join(figures))
+    return "; ".join(parts)
+
+
+def kind_figures(o: dict[str, Any]) -> list[str]:
+    """The figure that means something for the output's kind, as words."""
+    found = []
+    if o.get("top1") is not None:
+        per = " per position" if "sequence" in o else ""
+        found.append(f"top-1 agreement{per} {o['top1']:.4f}")
+    if o.get("sequence") is not None:
+        found.append(f"sequence agreement {o['sequence']:.4f}")
+    if o.get("decision") is not None:
+        found.append(f"decision agreement {o['decision']:.4f}")
+    if o.get("match_rate") is not None:
+        found.append(f"detections matched {o['match_rate']:.4f}")
+    return found
+
+
+def db(value: float | None) -> str:
+    """An SQNR in dB: inf when the artifact is exact, n/a when nothing finite was compared."""
+    if value is None:
+        return "n/a"
+    return "inf dB (exact)" if value == float("inf") else f"{value:.1f} dB"
+
+
+def _sortable(value: float | None) -> float:
+    return float("-inf") if value is None else value
 
 
 def _agreement_rows(metrics: dict[str, Any]) -> list[str]:
@@ -86,9 +129,11 @@ def _agreement_rows(metrics: dict[str, Any]) -> list[str]:
         if acc
         else []  # evaluation.metric: agreement
     )
+    top1 = agree.get("top1")
     return [
         *accuracy,
-        f"| top-1 agreement with source | {agree['top1']:.4f} |",
+        *([f"| top-1 agreement with source (class outputs) | {top1:.4f} |"] if top1 else []),
+        f"| lowest SQNR of the outputs | {db(agree.get('min_sqnr_db'))} |",
         f"| max abs diff of outputs | {_g(agree['max_abs_diff'])} |",
         *(
             [f"| max diff relative to the output range | {_g(agree['max_relative_diff'])} |"]
@@ -101,6 +146,10 @@ def _agreement_rows(metrics: dict[str, Any]) -> list[str]:
             else []
         ),
     ]
+
+
+def _for_output(check: dict[str, Any]) -> str:
+    return f" (`{check['output']}`)" if "output" in check else ""
 
 
 def _value(value: float | None) -> str:
@@ -122,14 +171,35 @@ def _per_output(agreement: dict[str, Any]) -> list[str]:
                 f"{o['max_box_diff_px']:.3g} px |"
             )
         return lines
-    lines = ["## Per output", "", "| output | shape | max abs diff | mean abs diff | NaN/Inf |"]
-    lines.append("|---|---|---|---|---|")
+    lines = [
+        "## Per output",
+        "",
+        "| output | shape | kind | SQNR | relative error | max abs diff | agreement | NaN/Inf |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for o in agreement["outputs"]:
+        kind = o.get("kind", "values") + (" (by shape)" if o.get("kind_from") == "shape" else "")
+        figures = kind_figures({**o, "match_rate": (o.get("detections") or {}).get("match_rate")})
+        if "threshold" in o:
+            figures = [f"{f} at {o['threshold']:g}" for f in figures]
         lines.append(
-            f"| {o['index']} | {o['shape']} | {_g(o['max_abs_diff'])} | "
-            f"{_g(o['mean_abs_diff'])} | {o.get('non_finite_samples', 0)} samples |"
+            f"| {o['index']} `{o.get('name', o['index'])}` | {o['shape']} | {kind} | "
+            f"{db(o.get('sqnr_db'))} | {_g(o['max_rel_to_range'])} | {_g(o['max_abs_diff'])} | "
+            f"{'; '.join(figures) or 'SQNR and relative error only'} | "
+            f"{o.get('non_finite_samples', 0)} samples |"
         )
+    lines += ["", *TRUST]
     return lines
+
+
+# Under the per-output table: which figure to trust for which output (docs/recipe.md).
+TRUST = (
+    "SQNR (10·log10 of the source's energy over the error's) and the relative error (max abs "
+    "diff over the output's largest |value|) hold for every output. Top-1 agreement is shown "
+    "only for class vectors ([batch, C > 1], or declared `kind: classes`), decision agreement "
+    "for probabilities (one value per sample within [0, 1], or declared), detections matched "
+    "for declared detector heads; `evaluation.outputs` overrides what the shape decides.",
+)
 
 
 def _not_verified(title: str, metrics: dict[str, Any], details: dict[str, Any]) -> str:

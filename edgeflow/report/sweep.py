@@ -32,6 +32,7 @@ def row(recipe: str, build: str, metrics: dict[str, Any] | None, error: str = ""
         if acc.get("artifact") is not None
         else agree.get("match_rate"),
         "agreement": agree.get("top1", agree.get("match_rate")),
+        "sqnr_db": agree.get("min_sqnr_db"),  # shown, not ranked: float always wins it
         "latency_p50_ms": (metrics.get("latency_ms") or {}).get("p50"),
         "size_bytes": metrics.get("size_bytes"),
         "arena_bytes": metrics.get("arena_bytes"),
@@ -71,8 +72,9 @@ def _dominates(a: dict, b: dict, keys: list[tuple[str, int]]) -> bool:
 def render(rows: list[dict]) -> str:
     """The sweep as a Markdown table, Pareto-optimal builds marked with *."""
     lines = [
-        "| recipe | build | status | accuracy | agreement | p50 ms | size | arena | pareto |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| recipe | build | status | accuracy | agreement | min SQNR dB | p50 ms | size | arena "
+        "| pareto |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def num(value: Any, fmt: str) -> str:
@@ -81,7 +83,8 @@ def render(rows: list[dict]) -> str:
     for r in sorted(rows, key=lambda r: (r["recipe"], r["build"])):
         lines.append(
             f"| {r['recipe']} | {r['build']} | {r['status']} | {num(r.get('accuracy'), '.4f')} "
-            f"| {num(r.get('agreement'), '.4f')} | {num(r.get('latency_p50_ms'), '.3f')} "
+            f"| {num(r.get('agreement'), '.4f')} | {num(r.get('sqnr_db'), '.1f')} "
+            f"| {num(r.get('latency_p50_ms'), '.3f')} "
             f"| {num(r.get('size_bytes'), ',')} | {num(r.get('arena_bytes'), ',')} "
             f"| {'*' if r.get('pareto') else ''} |"
         )

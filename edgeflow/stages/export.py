@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from edgeflow.core.errors import EdgeflowError, first_line
+from edgeflow.core.specs import default_output_names
 from edgeflow.stages.base import Stage, StageContext
 
 
@@ -24,9 +25,7 @@ def run(ctx: StageContext) -> None:
         result = module(*args)
     n_out = len(flat_tensors(result))
     input_names = [s.name for s in source.inputs]
-    output_names = source.outputs or (
-        ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
-    )
+    output_names = source.outputs or default_output_names(n_out)
     kwargs: dict = {}
     if dynamic is not None:
         if options.exporter == "dynamo":

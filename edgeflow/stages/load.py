@@ -54,7 +54,11 @@ def save_reference(
                 "run the model on those samples in Python: check its weights and that the "
                 "data is scaled as the model expects",
             )
-    np.savez(ctx.output("reference"), *outputs)
+    from edgeflow.core.specs import default_output_names
+
+    # the names beside the arrays: what evaluation.outputs and the report call each output
+    named = names if names and len(names) == len(outputs) else default_output_names(len(outputs))
+    np.savez(ctx.output("reference"), *outputs, names=np.array(named))
     summary = {
         "model": model,
         "inputs": [s.model_dump() for s in ctx.recipe.source.inputs],

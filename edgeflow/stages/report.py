@@ -55,7 +55,8 @@ def run(ctx: StageContext) -> None:
     memory = details["precheck"].get("memory")
     if memory and "arena_bytes" in metrics:  # the precheck's prediction next to the measurement
         metrics["arena_predicted_bytes"] = int(memory["arena_bytes"])
-    checks = check_thresholds(ctx.recipe.verify, metrics, v["agreement"].get("outputs"))
+    outputs = v["agreement"].get("outputs")
+    checks = check_thresholds(ctx.recipe.verify, metrics, outputs, ctx.recipe.quantization.mode)
     metrics["verified"] = all(c["passed"] for c in checks)
     ctx.write_json("metrics", metrics)
     ctx.write_json("checks", checks)
@@ -63,14 +64,29 @@ def run(ctx: StageContext) -> None:
     ctx.output("report").write_text(render(_title(ctx), metrics, checks, details), encoding="utf-8")
 
 
+# Per output in metrics.json: its kind, the scale-free figures, and its kind's own figure.
+OUTPUT_FIGURES = ("sqnr_db", "max_abs_diff", "top1", "sequence", "decision")
+
+
 def _agreement(v: dict) -> dict:
-    agreement = {k: v["agreement"][k] for k in AGREEMENT[v.get("metric", "top1")]}
-    outputs = v["agreement"].get("outputs")
+    found = v["agreement"]
+    agreement = {k: found[k] for k in AGREEMENT[v.get("metric", "top1")] if k in found}
+    outputs = found.get("outputs")
     if outputs:  # relative to each output's range: comparable across models
         relative = [o["max_rel_to_range"] for o in outputs]
         agreement["max_relative_diff"] = None if None in relative else max(relative)
-        agreement["non_finite_samples"] = v["agreement"]["non_finite_samples"]
+        agreement["non_finite_samples"] = found["non_finite_samples"]
+        agreement["min_sqnr_db"] = found["min_sqnr_db"]
+        agreement["outputs"] = {o["name"]: _output_metrics(o) for o in outputs}
     return agreement
+
+
+def _output_metrics(o: dict) -> dict:
+    figures = {"kind": o["kind"], "relative_error": o["max_rel_to_range"]}
+    figures.update({k: o[k] for k in OUTPUT_FIGURES if k in o})
+    if "detections" in o:
+        figures["match_rate"] = o["detections"]["match_rate"]
+    return figures
 
 
 def _write_plots(ctx: StageContext, v: dict) -> None:
@@ -84,9 +100,9 @@ def _write_plots(ctx: StageContext, v: dict) -> None:
     rows = [f"{i},{ms}" for i, ms in enumerate(samples)]
     (folder / "latency.csv").write_text("\n".join(["run,ms", *rows]) + "\n", encoding="utf-8")
     outputs = ((v.get("agreement") or {}).get("outputs")) or []
-    lines = ["output,max_abs_diff,mean_abs_diff,max_rel_to_range"]
-    keys = ("index", "max_abs_diff", "mean_abs_diff", "max_rel_to_range")
-    lines += [",".join("" if o[k] is None else str(o[k]) for k in keys) for o in outputs]
+    lines = ["output,max_abs_diff,mean_abs_diff,max_rel_to_range,sqnr_db"]
+    keys = ("index", "max_abs_diff", "mean_abs_diff", "max_rel_to_range", "sqnr_db")
+    lines += [",".join("" if o.get(k) is None else str(o[k]) for k in keys) for o in outputs]
     (folder / "outputs.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

@@ -15,12 +15,12 @@ if TYPE_CHECKING:  # imported where used: the edgeflow process itself never need
 
 
 def run(ctx: StageContext) -> None:
-    import numpy as np
 
     from edgeflow.data import load_samples
     from edgeflow.postprocess import HostChained, load_host
     from edgeflow.targets import backend
     from edgeflow.verify.compare import compare_outputs, percentile, top1_accuracy
+    from edgeflow.verify.kinds import BoxMatching
     from edgeflow.verify.runners import batching, deployment_batch, latency_ms, run_all
 
     recipe, profile = ctx.recipe, ctx.profile
@@ -32,8 +32,8 @@ def run(ctx: StageContext) -> None:
             "top-1 accuracy needs labels: return a 'label' array from the dataset, or set "
             "evaluation.metric: agreement to compare with the source model only",
         )
-    with np.load(ctx.inputs["reference"]) as ref:
-        reference = [ref[f"arr_{i}"] for i in range(len(ref.files))]
+    reference, names = read_reference(ctx.inputs["reference"], recipe.source.outputs)
+    _declared_outputs_exist(recipe.evaluation.outputs, names)
     convert_info = json.loads(ctx.inputs["convert"].read_text())
     try:
         runner = backend(profile).open_runner(ctx.inputs["artifact"], convert_info)
@@ -60,7 +60,9 @@ def run(ctx: StageContext) -> None:
         if detections:
             agreement = _compare_detections(recipe, reference, outputs)
         else:
-            agreement = compare_outputs(reference, outputs)
+            image = tuple(recipe.source.inputs[0].shape[-2:])
+            boxes = BoxMatching((image[0], image[-1]), recipe.verify.detections)
+            agreement = compare_outputs(reference, outputs, names, recipe.evaluation.outputs, boxes)
     except ValueError as exc:
         raise EdgeflowError(f"the artifact's outputs do not match the source's: {exc}") from exc
     feeds, _ = next(samples.batches(deployment_batch(recipe.source), fixed=True))
@@ -69,8 +71,9 @@ def run(ctx: StageContext) -> None:
     extra = runner.extra_metrics() if hasattr(runner, "extra_metrics") else {}
     accuracy = None  # agreement, detections: compared with the source model only
     if samples.labels is not None and recipe.evaluation.metric == "top1":
-        source_acc = top1_accuracy(reference[0], samples.labels)
-        artifact_acc = top1_accuracy(outputs[0], samples.labels)
+        scored = _class_vector(agreement)
+        source_acc = top1_accuracy(reference[scored], samples.labels)
+        artifact_acc = top1_accuracy(outputs[scored], samples.labels)
         drop = source_acc - artifact_acc
         accuracy = {"source": source_acc, "artifact": artifact_acc, "drop": drop}
     ctx.write_json(
@@ -91,6 +94,46 @@ def run(ctx: StageContext) -> None:
             "size_bytes": convert_info["size_bytes"],
             "extra": extra,
         },
+    )
+
+
+def read_reference(path: Any, declared: list[str] | None) -> tuple[list[np.ndarray], list[str]]:
+    """The source model's outputs (arr_0, arr_1, ...) and their names: those the load or
+    ingest stage stored beside them, else the recipe's source.outputs or the export's."""
+    import numpy as np
+
+    from edgeflow.core.specs import default_output_names
+
+    with np.load(path) as ref:
+        count = sum(1 for f in ref.files if f.startswith("arr_"))
+        reference = [ref[f"arr_{i}"] for i in range(count)]
+        stored = [str(n) for n in ref["names"]] if "names" in ref.files else None
+    names = stored or declared or default_output_names(count)
+    return reference, names if len(names) == count else default_output_names(count)
+
+
+def _declared_outputs_exist(declared: dict[str, Any], names: list[str]) -> None:
+    from edgeflow.core.suggest import did_you_mean
+
+    for name in declared:
+        if name not in names:
+            raise EdgeflowError(
+                f"evaluation.outputs.{name}: the model has no output '{name}' (its outputs: "
+                f"{', '.join(names)})",
+                did_you_mean(name, names) or "name the outputs as source.outputs does",
+            )
+
+
+def _class_vector(agreement: dict[str, Any]) -> int:
+    """The first output holding one class vector per sample: what top-1 accuracy scores."""
+    for o in agreement["outputs"]:
+        if o["kind"] == "classes" and o.get("positions") == 1:
+            return int(o["index"])
+    shapes = ", ".join(f"'{o['name']}' {o['shape']} ({o['kind']})" for o in agreement["outputs"])
+    raise EdgeflowError(
+        f"evaluation.metric: top1 scores a class vector per sample, and no output is one: {shapes}",
+        "set evaluation.metric: agreement, or declare the class output in evaluation.outputs "
+        "(kind: classes)",
     )
 
 
@@ -119,6 +162,7 @@ STAGE = Stage(
     reads=(
         "evaluation",
         "source.inputs",
+        "source.outputs",
         "source.dynamic_batch",
         "verify.latency_runs",
         "verify.warmup_runs",

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from edgeflow.core.specs import OutputSpec, default_output_names
+from edgeflow.verify.kinds import BoxMatching, agreement, judged, sqnr_db
 
-def compare_outputs(reference: list[np.ndarray], actual: list[np.ndarray]) -> dict[str, Any]:
-    """Max abs diff per output and overall, and top-1 agreement on the first output.
+
+def compare_outputs(
+    reference: list[np.ndarray],
+    actual: list[np.ndarray],
+    names: list[str] | None = None,
+    declared: Mapping[str, OutputSpec] | None = None,
+    boxes: BoxMatching | None = None,
+) -> dict[str, Any]:
+    """Per output: max abs diff, relative error, SQNR, and the figure its kind calls for
+    (edgeflow.verify.kinds); overall: the largest diff, the lowest SQNR and top-1 agreement
+    where some output is a class vector.
 
     Samples on which the artifact outputs NaN or Inf are counted per output
     (`non_finite_samples`) and left out of the differences, which are then over the finite
     samples only (None when there are none): a NaN never hides in a figure."""
     if len(reference) != len(actual):
         raise ValueError(f"the artifact has {len(actual)} outputs, the source {len(reference)}")
+    names = names or default_output_names(len(reference))
+    declared = declared or {}
     per_output: list[dict[str, Any]] = []
     for i, (ref, out) in enumerate(zip(reference, actual, strict=True)):
         if ref.shape != out.shape:
@@ -24,22 +38,29 @@ def compare_outputs(reference: list[np.ndarray], actual: list[np.ndarray]) -> di
         diff = np.abs(ref[finite].astype(np.float64) - out[finite].astype(np.float64))
         scale = float(np.max(np.abs(ref))) or 1.0
         measured = diff.size > 0
+        spec, decided = judged(ref, declared.get(names[i]))
         per_output.append(
             {
                 "index": i,
+                "name": names[i],
                 "shape": list(ref.shape[1:]),
+                "kind": spec.kind,
+                "kind_from": decided,
                 "max_abs_diff": float(diff.max()) if measured else None,
                 "mean_abs_diff": float(diff.mean()) if measured else None,
                 "max_rel_to_range": float(diff.max() / scale) if measured else None,
+                "sqnr_db": sqnr_db(ref[finite], out[finite]) if measured else None,
                 "non_finite_samples": int(bad.sum()),
+                **(agreement(names[i], spec, ref[finite], out[finite], boxes) if measured else {}),
             }
         )
-    first_ref, first_out = reference[0], actual[0]
-    top1 = float(np.mean(first_ref.argmax(-1) == first_out.argmax(-1)))
     diffs = [o["max_abs_diff"] for o in per_output]
+    sqnrs = [o["sqnr_db"] for o in per_output]
+    top1 = [o["top1"] for o in per_output if o["kind"] == "classes" and "top1" in o]
     return {
         "max_abs_diff": None if None in diffs else max(diffs),
-        "top1": top1,
+        "min_sqnr_db": None if None in sqnrs else min(sqnrs),
+        **({"top1": None if None in top1 else min(top1)} if top1 else {}),
         "non_finite_samples": max(o["non_finite_samples"] for o in per_output),
         "outputs": per_output,
     }
