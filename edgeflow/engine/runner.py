@@ -121,9 +121,9 @@ def run_build(
     """Run every stage of the recipe's pipeline (cached where possible) and publish the build.
 
     `diff`: "layers" runs the per-layer diff after the pipeline; "bisect" the bisection
-    (stages/bisect.py), also when convert or verify failed; None the per-layer diff only when
-    the build misses an accuracy or agreement threshold and the recipe's diff.on_failure is
-    set. The isolated stages share one worker process, started when the first runs."""
+    (stages/bisect.py), also when convert or verify failed. Besides, the per-layer diff runs
+    when the build misses an accuracy or agreement threshold and the recipe's
+    diff.on_failure is set. The isolated stages share one worker process, started when the first runs."""
     with for_build(cache.root / "tmp") as worker:
         return _run_build(loaded, cache, build_root, echo, worker, diff)
 
@@ -156,10 +156,10 @@ def _run_build(
     checks = json.loads(slots["checks"].path.read_text()) if "checks" in slots else []
     result.failed_checks = [c["message"] for c in checks if not c["passed"]]
     missed = [c for c in checks if not c["passed"] and c["metric"] not in NOT_NUMERICAL]
-    if diff in ("layers", "bisect"):
-        diagnose("diff" if diff == "layers" else "bisect", forced=True)
-    elif diff is None and missed and loaded.recipe.diff.on_failure:
-        diagnose("diff", forced=False)
+    if diff == "layers" or (missed and loaded.recipe.diff.on_failure):
+        diagnose("diff", forced=diff == "layers")
+    if diff == "bisect":
+        diagnose("bisect", forced=True)
     published = {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots}
     publish(result.build_dir, published, loaded.path)
     result.metrics = json.loads((result.build_dir / "metrics.json").read_text())

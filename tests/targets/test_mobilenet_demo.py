@@ -70,3 +70,22 @@ def test_without_it_the_build_fails_and_the_diff_names_the_padded_depthwise_conv
     assert divergence["inputs_sqnr_db"] > 15  # measured 18.1 dB: the layer before is fine
     assert "first divergence: " in capsys.readouterr().out
     assert (out / "layers_diff.csv").read_text().startswith("tensor,op,node,")
+
+
+@needs_tflite
+@needs_armnn
+def test_bisection_finds_the_same_layer_by_converting_prefixes(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    """`edgeflow diff --bisect` reads no intermediate tensor: it converts and runs prefixes
+    of the model, and ends at the padded depthwise convolution the per-layer diff names."""
+    args = ["diff", "digits_mobilenet", "--bisect", "target=armnn", "target_rewrites=false"]
+    assert main([*args, f"cache_dir={shared_cache}", f"build_dir={tmp_path}"]) == 1
+    found = json.loads((tmp_path / "digits_mobilenet" / "armnn-int8" / "bisect.json").read_text())
+    first, last = found["first_failing"], found["last_passing"]
+    assert first["op"] == "Conv" and first["verdict"] == "diverges"
+    assert first["sqnr_db"] < 10  # measured 5.0 dB
+    assert last["op"] == "Conv" and last["index"] == first["index"] - 1  # the conv before it
+    assert len(found["attempts"]) <= 2 + found["candidates"].bit_length()
+    layers = json.loads((tmp_path / "digits_mobilenet" / "armnn-int8" / "diff.json").read_text())
+    assert layers["first_divergence"]["node"] == first["node"]  # the build's own diff agrees
