@@ -123,7 +123,8 @@ def run_build(
     `diff`: "layers" runs the per-layer diff after the pipeline; "bisect" the bisection
     (stages/bisect.py), also when convert or verify failed. Besides, the per-layer diff runs
     when the build misses an accuracy or agreement threshold and the recipe's
-    diff.on_failure is set. The isolated stages share one worker process, started when the first runs."""
+    diff.on_failure is set. The isolated stages share one worker process, started when the
+    first of them runs."""
     with for_build(cache.root / "tmp") as worker:
         return _run_build(loaded, cache, build_root, echo, worker, diff)
 
