@@ -205,6 +205,7 @@ PRECHECK_NEW = {
     Fix.op("BatchNormalization"): "fx.fuse_conv_bn",
     Fix.op("Dropout"): "fx.remove_dropout",
     Fix.finding("int64"): "onnx.int64_to_int32",
+    Fix.op("Pad"): "onnx.pad_with_concat",
 }
 # `edgeflow explain`'s lists, in catalogue order (the hand-kept lists had tensor_if's and
 # unsupported's in another order, and onnx.cast_float64_to_float32 for float64, which runs

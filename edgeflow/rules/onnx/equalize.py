@@ -109,8 +109,11 @@ class EqualizeChannels(OnnxRule):
     onnxruntime 0.975 / 0.975, 0.972 / 0.972, 0.975 / 0.975; digits_cnn (3 pairs) Arm NN and
     LiteRT 0.989 / 0.986. Their weights' channel ranges are within a factor 7 already; the
     Arm NN gain comes from one pair (block2's pointwise conv -> block3's depthwise conv),
-    and LiteRT runs the very .tflite Arm NN gets 0.589 from at 0.975: the rule steers
-    that model clear of an Arm NN fault there, it does not mend weight rounding."""
+    and LiteRT runs the very .tflite Arm NN gets 0.589 from at 0.975: the rule moved the
+    zero point of the tensor Arm NN pads wrongly (its int8 PAD pads with the integer 0),
+    it did not mend weight rounding. With armnn's default onnx.pad_with_concat, which
+    fixes that fault, it adds nothing there (mobilenet 0.975 / 0.975, digits_cnn 0.989 /
+    0.986), so it is not an armnn default either."""
 
     name = "onnx.equalize_channels"
     description = "Equalize consecutive layers' per-channel weight ranges (cross-layer scaling)."
