@@ -69,3 +69,16 @@ def sample_image_crops(
     images = np.stack(crops[:count]).astype(np.float32).transpose(0, 3, 1, 2) / 255.0
     images = np.ascontiguousarray(images)
     return {input_name: images}
+
+
+def synthetic_keywords(
+    split: str = "train", input_name: str = "mfcc", per_class: int | None = None
+) -> dict[str, np.ndarray]:
+    """Spoken keywords for the keyword-spotting demo as {input_name: (N, 1, 49, 10) float32
+    MFCC, 'label': (N,) int64 over edgeflow.speech.CLASSES}: words synthesized with espeak-ng
+    (different speakers per split), noise and silence; see edgeflow.speech. Default sizes per
+    class: train 400, calibration 30, test 100 (12 classes)."""
+    from edgeflow import speech
+
+    features, labels = speech.keywords(split, per_class)
+    return {input_name: np.ascontiguousarray(features[:, None]), "label": labels}

@@ -33,7 +33,7 @@ def test_dvc_repro_in_a_fresh_clone(tmp_path: Path) -> None:
     builds = by_file["data"]
     assert sorted(builds) == [
         f"build/{recipe}/default/metrics.json"
-        for recipe in ("digits_cnn", "digits_cnn_qat", "digits_mobilenet")
+        for recipe in ("digits_cnn", "digits_cnn_qat", "digits_mobilenet", "keyword_spotter")
     ]
     for found in builds.values():
         data = found["data"]

@@ -19,7 +19,15 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # the leaf: errors, spec types, YAML and validation, references and code hashes
     ("edgeflow", "edgeflow.core"),
     # the model side: samples, the user's PyTorch model, torch ops, output comparison
-    ("edgeflow.data", "edgeflow.datasets", "edgeflow.ops", "edgeflow.verify", "edgeflow.source"),
+    # (edgeflow.speech: the keyword-spotting data behind edgeflow.datasets)
+    (
+        "edgeflow.data",
+        "edgeflow.datasets",
+        "edgeflow.speech",
+        "edgeflow.ops",
+        "edgeflow.verify",
+        "edgeflow.source",
+    ),
     ("edgeflow.rules",),
     # targets may use rules by name (a profile's rewrites); the host tail uses onnx.cut
     ("edgeflow.targets", "edgeflow.postprocess"),
