@@ -234,6 +234,8 @@ def _diagnose(
         return
     found = json.loads(slots[name].path.read_text())
     echo(f"  {found['line']}")
+    if found.get("hint"):
+        echo(f"  hint: {found['hint']}")
     file = "layers_diff.csv" if name == "diff" else "bisect.json"
     echo(f"  figures: {result.build_dir / file} (and in {slots[name].path.parent})")
 

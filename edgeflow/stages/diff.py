@@ -72,12 +72,15 @@ def run(ctx: StageContext) -> None:
                 "node": divergence.pair.source.node,
                 "fused_nodes": [t.node for t in divergence.fused],
                 "artifact_tensor": divergence.pair.artifact.name,
+                "worst_part": divergence.pair.worst_part,
+                "parts": [name for name, _, _ in divergence.pair.source.parts],
                 "sqnr_db": _finite(divergence.pair.sqnr_db),
                 "inputs_sqnr_db": None
                 if divergence.before_db is None
                 else _finite(divergence.before_db),
             },
             "line": divergence.line() if divergence else _no_divergence(pairs, threshold),
+            "hint": _hint(divergence, mode),
             "worst": worst and {"tensor": worst.source.name, "sqnr_db": _finite(worst.sqnr_db)},
         },
     )
@@ -195,6 +198,22 @@ def _tflite_outputs(artifact: Path, family: str) -> list[int]:
     schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", family)
     graph = schema.Model.GetRootAs(artifact.read_bytes(), 0).Subgraphs(0)
     return [int(t) for t in graph.OutputsAsNumpy()]
+
+
+def _hint(divergence: Any, mode: str) -> str:
+    """What to try for the divergence found (docs/debugging.md has the whole table)."""
+    if divergence is None:
+        return ""
+    parts = [name for name, _, _ in divergence.pair.source.parts]
+    if parts and mode == "int8":
+        return (
+            f"{divergence.pair.source.name} concatenates tensors of different ranges under one "
+            f"int8 scale: quantize them apart (postprocess: {{cut: [{', '.join(parts)}]}}) or "
+            "keep the Concat float"
+        )
+    if mode == "none":
+        return "a float32 tensor this far off is a conversion or runtime error, not rounding"
+    return "see docs/debugging.md, 'From verify failed to a fix'"
 
 
 def _finite(value: float) -> float | str:

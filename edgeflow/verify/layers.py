@@ -20,6 +20,7 @@ error starts, and the SQNR of the tensors that feed it says how much it added.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ COLUMNS = (
     "max_abs_diff",
     "rel_to_range",
     "sqnr_db",
+    "worst_part",
 )
 
 
@@ -54,6 +56,10 @@ class SourceTensor:
     op: str  # the ONNX op that writes it ("input" for a graph input)
     node: str  # that node's name
     inputs: tuple[str, ...]  # the tensors the node reads (graph inputs and weights included)
+    # a Concat's parts: (input, start, stop) along `axis`; each part is also judged alone, so
+    # that boxes and scores in one tensor (one int8 scale for both) cannot hide the scores
+    parts: tuple[tuple[str, int, int], ...] = ()
+    axis: int = 0
 
 
 @dataclass
@@ -88,16 +94,35 @@ class Pair:
     high: float = -math.inf
     signal: float = 0.0
     noise: float = 0.0
+    part_power: dict[str, list[float]] = field(default_factory=dict)  # part -> [signal, noise]
 
     def add(self, reference: np.ndarray, got: np.ndarray) -> None:
-        ref = reference.astype(np.float64).ravel()
-        out = as_source(got, self.layout, reference.shape).astype(np.float64).ravel()
+        ref = reference.astype(np.float64)
+        out = as_source(got, self.layout, reference.shape).astype(np.float64)
         err = out - ref
         if ref.size:
             self.max_abs_diff = max(self.max_abs_diff, float(np.max(np.abs(err))))
             self.low, self.high = min(self.low, float(ref.min())), max(self.high, float(ref.max()))
-        self.signal += float(np.dot(ref, ref))
-        self.noise += float(np.dot(err, err))
+        self.signal += float(np.sum(ref * ref))
+        self.noise += float(np.sum(err * err))
+        for name, start, stop in self.source.parts:
+            index = [slice(None)] * ref.ndim
+            index[self.source.axis] = slice(start, stop)
+            part, part_err = ref[tuple(index)], err[tuple(index)]
+            power = self.part_power.setdefault(name, [0.0, 0.0])
+            power[0] += float(np.sum(part * part))
+            power[1] += float(np.sum(part_err * part_err))
+
+    @property
+    def whole_sqnr_db(self) -> float:
+        return _db(self.signal, self.noise)
+
+    @property
+    def worst_part(self) -> str:
+        """The Concat input whose part of the tensor has the lowest SQNR ('' for others)."""
+        if not self.part_power:
+            return ""
+        return min(self.part_power, key=lambda n: _db(*self.part_power[n]))
 
     @property
     def rel_to_range(self) -> float:
@@ -108,11 +133,10 @@ class Pair:
 
     @property
     def sqnr_db(self) -> float:
-        if self.noise == 0:
-            return math.inf
-        if self.signal == 0:
-            return -math.inf
-        return 10 * math.log10(self.signal / self.noise)
+        """The tensor's SQNR; for a Concat, its worst part's."""
+        if self.part_power:
+            return _db(*self.part_power[self.worst_part])
+        return self.whole_sqnr_db
 
     def row(self) -> dict[str, Any]:
         return {
@@ -125,7 +149,16 @@ class Pair:
             "max_abs_diff": f"{self.max_abs_diff:.6g}",
             "rel_to_range": f"{self.rel_to_range:.6g}",
             "sqnr_db": f"{self.sqnr_db:.2f}",
+            "worst_part": self.worst_part,
         }
+
+
+def _db(signal: float, noise: float) -> float:
+    if noise == 0:
+        return math.inf
+    if signal == 0:
+        return -math.inf
+    return 10 * math.log10(signal / noise)
 
 
 def channel_last(rank: int) -> tuple[int, ...]:
@@ -231,9 +264,10 @@ class Divergence:
         else:
             before = "exact" if math.isinf(self.before_db) else f"{self.before_db:.0f} dB"
         inner = "".join(f"; with {t.op} node {t.node}" for t in self.fused)
+        part = f" in its part from {self.pair.worst_part}" if self.pair.worst_part else ""
         return (
             f"first divergence: {s.name} ({s.op}, node {s.node}{inner}), "
-            f"SQNR {before} -> {self.pair.sqnr_db:.0f} dB"
+            f"SQNR {before} -> {self.pair.sqnr_db:.0f} dB{part}"
         )
 
     @property
@@ -273,7 +307,7 @@ def _upstream(
         seen.add(name)
         if name in compared:
             found.append(name)
-        elif by_name[name].op != "input":
+        elif by_name[name].op != "input" and by_name[name].inputs:  # not a Constant
             between.append(by_name[name])
             stack.extend(by_name[name].inputs)
     return found, between
@@ -322,4 +356,25 @@ def source_graph(model: Any, batches: Sequence[dict[str, np.ndarray]]) -> Source
         for tensor in result.tensors:
             value = feeds[tensor.name] if tensor.op == "input" else got[tensor.name]
             result.values.setdefault(tensor.name, []).append(np.asarray(value))
+    concats = {n.output[0]: n for n in graph.node if n.op_type == "Concat"}
+    result.tensors = [_with_parts(t, concats, result.values) for t in result.tensors]
     return result
+
+
+def _with_parts(
+    tensor: SourceTensor, concats: dict[str, Any], values: dict[str, list[np.ndarray]]
+) -> SourceTensor:
+    """A Concat's output with its parts, when every input's extent is known."""
+    node = concats.get(tensor.name)
+    if node is None or tensor.name not in values or len(node.input) < 2:
+        return tensor
+    rank = values[tensor.name][0].ndim
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % max(rank, 1)
+    parts, start = [], 0
+    for name in node.input:
+        if name not in values:  # a constant or an integer input: extent unknown here
+            return tensor
+        stop = start + values[name][0].shape[axis]
+        parts.append((name, start, stop))
+        start = stop
+    return dataclasses.replace(tensor, parts=tuple(parts), axis=axis)
