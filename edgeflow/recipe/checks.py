@@ -15,6 +15,8 @@ from edgeflow.targets.profile import TargetProfile
 Found = tuple[str, str, str]
 # Backends whose runtime runs int8-weight, int16-activation ("16x8") models.
 INT16_ACT = ("tflite", "tflite_micro")
+# Backends that build a mixed int8/float artifact (quantization.fallback: auto).
+FALLBACK = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
 
 
 def calibration_for_int8(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
@@ -90,6 +92,36 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
     return found
 
 
+def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    """quantization.fallback: auto needs a target that builds mixed files and a threshold
+    the search can measure (edgeflow.verify.fallback.budget_of)."""
+    if "quantization" not in s or s["quantization"].fallback == "none":
+        return []
+    found = []
+    if profile is not None and profile.backend not in FALLBACK:
+        found.append(
+            (
+                "quantization.fallback",
+                f"target '{profile.name}' cannot keep layers float in an int8 build",
+                f"remove quantization.fallback, or choose one of {', '.join(FALLBACK)}",
+            )
+        )
+    if "evaluation" in s and "verify" in s:
+        from edgeflow.verify.fallback import budget_of
+
+        if not budget_of(s["verify"], s["evaluation"].metric):
+            found.append(
+                (
+                    "quantization.fallback",
+                    "fallback needs a budget: none of verify.max_accuracy_drop, "
+                    "min_top1_agreement, max_relative_diff, max_abs_diff is set for "
+                    f"evaluation.metric {s['evaluation'].metric}",
+                    "set verify.min_top1_agreement or verify.max_relative_diff",
+                )
+            )
+    return found
+
+
 def board_of_the_target(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
     from edgeflow.core.suggest import did_you_mean
 
@@ -106,6 +138,7 @@ CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...
     calibration_for_int8,
     thresholds_fit_the_metric,
     quantization_fits_the_target,
+    fallback_has_a_budget,
     board_of_the_target,
 )
 # The sections the checks read: validated on their own when the whole recipe does not.
