@@ -302,6 +302,23 @@ class Verify(Strict):
     allow_unverified: bool = False
 
 
+# The thresholds quantization.fallback: auto keeps to (edgeflow.verify.fallback), and the
+# recipe keys a stage that runs its search reads: its cache key and DVC params.
+FALLBACK_BUDGET = ("max_accuracy_drop", "min_top1_agreement", "max_relative_diff", "max_abs_diff")
+FALLBACK_READS = (*(f"verify.{key}" for key in FALLBACK_BUDGET), "evaluation.metric")
+
+
+def fallback_budget(verify: Any, metric: str) -> dict[str, float]:
+    """The thresholds of `verify` a fallback search measures: those set, accuracy only where
+    evaluation.metric is top1 (labels)."""
+    budget = {}
+    for key in FALLBACK_BUDGET:
+        value = getattr(verify, key)
+        if value is not None and (key != "max_accuracy_drop" or metric == "top1"):
+            budget[key] = float(value)
+    return budget
+
+
 class Diff(Strict):
     """The per-layer diff: `edgeflow diff`, and after a build that misses an accuracy or
     agreement threshold (docs/debugging.md)."""

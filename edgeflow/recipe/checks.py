@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from edgeflow.core.specs import fallback_budget
 from edgeflow.targets.profile import TargetProfile
 
 Found = tuple[str, str, str]
@@ -94,7 +95,7 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
 
 def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
     """quantization.fallback: auto needs a target that builds mixed files and a threshold
-    the search can measure (edgeflow.verify.fallback.budget_of)."""
+    the search can measure (edgeflow.core.specs.fallback_budget)."""
     if "quantization" not in s or s["quantization"].fallback == "none":
         return []
     found = []
@@ -106,19 +107,17 @@ def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> l
                 f"remove quantization.fallback, or choose one of {', '.join(FALLBACK)}",
             )
         )
-    if "evaluation" in s and "verify" in s:
-        from edgeflow.verify.fallback import budget_of
-
-        if not budget_of(s["verify"], s["evaluation"].metric):
-            found.append(
-                (
-                    "quantization.fallback",
-                    "fallback needs a budget: none of verify.max_accuracy_drop, "
-                    "min_top1_agreement, max_relative_diff, max_abs_diff is set for "
-                    f"evaluation.metric {s['evaluation'].metric}",
-                    "set verify.min_top1_agreement or verify.max_relative_diff",
-                )
+    measurable = "evaluation" in s and "verify" in s
+    if measurable and not fallback_budget(s["verify"], s["evaluation"].metric):
+        found.append(
+            (
+                "quantization.fallback",
+                "fallback needs a budget: none of verify.max_accuracy_drop, "
+                "min_top1_agreement, max_relative_diff, max_abs_diff is set for "
+                f"evaluation.metric {s['evaluation'].metric}",
+                "set verify.min_top1_agreement or verify.max_relative_diff",
             )
+        )
     return found
 
 

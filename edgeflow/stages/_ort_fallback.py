@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgeflow.core.errors import EdgeflowError
 from edgeflow.stages.base import StageContext
 from edgeflow.verify import fallback
 
@@ -97,20 +96,11 @@ def search(
 def measurable_budget(ctx: StageContext, samples: Any) -> dict[str, float]:
     """The recipe's thresholds the calibration samples can measure; accuracy needs labels."""
     recipe = ctx.recipe
-    budget = fallback.budget_of(recipe.verify, recipe.evaluation.metric)
-    if samples.labels is None and budget.pop("max_accuracy_drop", None) is not None:
-        ctx.warn(
-            "quantization.fallback: the calibration samples have no labels, so "
-            "verify.max_accuracy_drop is not part of the search's budget (verify still checks "
-            "it on the evaluation samples)"
-        )
-    if not budget:
-        raise EdgeflowError(
-            "quantization.fallback: no threshold of the budget can be measured on the "
-            "calibration samples (they have no labels; only verify.max_accuracy_drop is set)",
-            "set verify.min_top1_agreement or verify.max_relative_diff, or give the "
-            "calibration dataset a 'label' array",
-        )
+    budget, note = fallback.calibration_budget(
+        recipe.verify, recipe.evaluation.metric, samples.labels is not None
+    )
+    if note:
+        ctx.warn(note)
     return budget
 
 

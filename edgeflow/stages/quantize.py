@@ -8,17 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.specs import FALLBACK_READS
 from edgeflow.stages.base import Stage, StageContext
 
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
-# The budget of quantization.fallback: auto (edgeflow.verify.fallback.budget_of).
-FALLBACK_READS = (
-    "verify.max_accuracy_drop",
-    "verify.min_top1_agreement",
-    "verify.max_relative_diff",
-    "verify.max_abs_diff",
-    "evaluation.metric",
-)
 
 
 def run(ctx: StageContext) -> None:

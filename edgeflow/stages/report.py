@@ -31,7 +31,7 @@ DETAIL_SLOTS = (
 
 
 def run(ctx: StageContext) -> None:
-    from edgeflow.report.checks import check_thresholds
+    from edgeflow.report.checks import check_thresholds, fallback_checks
     from edgeflow.report.markdown import render
 
     details = {
@@ -56,11 +56,20 @@ def run(ctx: StageContext) -> None:
     if memory and "arena_bytes" in metrics:  # the precheck's prediction next to the measurement
         metrics["arena_predicted_bytes"] = int(memory["arena_bytes"])
     checks = check_thresholds(ctx.recipe.verify, metrics, v["agreement"].get("outputs"))
+    mixed = fallback_record(details)
+    if mixed is not None:  # quantization.fallback: auto
+        metrics["float_layers"] = len(mixed["float_layers"])
+        checks += fallback_checks(mixed)
     metrics["verified"] = all(c["passed"] for c in checks)
     ctx.write_json("metrics", metrics)
     ctx.write_json("checks", checks)
     _write_plots(ctx, v)
     ctx.output("report").write_text(render(_title(ctx), metrics, checks, details), encoding="utf-8")
+
+
+def fallback_record(details: dict) -> dict | None:
+    """The fallback search's record: the quantize stage's (onnxruntime) or the converter's."""
+    return details["quantize"].get("fallback") or details["convert"].get("fallback")
 
 
 def _agreement(v: dict) -> dict:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeflow.core.specs import fallback_budget
 from edgeflow.verify.compare import compare_outputs, top1_accuracy
 
 # threshold key -> (the figure it limits, whether the figure must stay below or above it)
@@ -34,14 +35,26 @@ MAX_TRIALS = 32  # mixes built and run per search; each is a quantization and a 
 CAP_DB = 120.0  # an exact tensor's SQNR, for differences (float rounding is ~140 dB)
 
 
-def budget_of(verify: Any, metric: str) -> dict[str, float]:
-    """The thresholds of `verify` the search measures: those set, accuracy only with labels."""
-    budget = {}
-    for key in LIMITS:
-        value = getattr(verify, key)
-        if value is not None and (key != "max_accuracy_drop" or metric == "top1"):
-            budget[key] = float(value)
-    return budget
+def calibration_budget(verify: Any, metric: str, labelled: bool) -> tuple[dict[str, float], str]:
+    """The budget the calibration samples can measure (accuracy needs their labels) and a
+    warning when a threshold had to be left out of it ("" when none was)."""
+    from edgeflow.core.errors import EdgeflowError
+
+    budget, note = fallback_budget(verify, metric), ""
+    if not labelled and budget.pop("max_accuracy_drop", None) is not None:
+        note = (
+            "quantization.fallback: the calibration samples have no labels, so "
+            "verify.max_accuracy_drop is not part of the search's budget (verify still checks "
+            "it on the evaluation samples)"
+        )
+    if not budget:
+        raise EdgeflowError(
+            "quantization.fallback: no threshold of the budget can be measured on the "
+            "calibration samples (they have no labels; only verify.max_accuracy_drop is set)",
+            "set verify.min_top1_agreement or verify.max_relative_diff, or give the "
+            "calibration dataset a 'label' array",
+        )
+    return budget, note
 
 
 def figures(
@@ -58,8 +71,9 @@ def figures(
         "non_finite_samples": agreement["non_finite_samples"],
     }
     if labels is not None:
-        found["accuracy"] = top1_accuracy(outputs[0], labels)
-        found["accuracy_drop"] = top1_accuracy(reference[0], labels) - found["accuracy"]
+        accuracy = top1_accuracy(outputs[0], labels)
+        found["accuracy"] = accuracy
+        found["accuracy_drop"] = top1_accuracy(reference[0], labels) - accuracy
     return found
 
 
