@@ -296,7 +296,7 @@ def _problem(
     ctx = err.get("ctx") or {}
     loc = tuple(err["loc"])
     if kind == "edgeflow" and ctx.get("at"):
-        loc = tuple(ctx["at"].split("."))
+        loc = (*loc, *ctx["at"].split("."))  # relative to the model that raised it
     keys, line, col = _locate(tree, at + loc, point_at_key=kind == "extra_forbidden")
     if kind == "union_tag_not_found":
         keys.append(str(ctx.get("discriminator", "kind")).strip("'"))
