@@ -279,7 +279,8 @@ def fallback_lines(record: dict[str, Any] | None) -> list[str]:
         f"  - kept float ({len(record['float_layers'])}): {kept}; {verdict}: {_figures(chosen)}"
     )
     lines.append(
-        f"  - cost: size {full['size_bytes']:,} -> {chosen['size_bytes']:,} bytes "
+        f"  - cost: size ({record['size_of']}) {full['size_bytes']:,} -> "
+        f"{chosen['size_bytes']:,} bytes "
         f"({chosen['size_bytes'] - full['size_bytes']:+,}), latency p50 "
         f"{full['latency_ms_p50']:.4f} -> {chosen['latency_ms_p50']:.4f} ms "
         f"({len(record['trials'])} mixes built and run)"

@@ -90,7 +90,7 @@ def search(
             shutil.copyfile(files[outcome.chosen.float_layers], dst)
     shutil.rmtree(work)
     measured_on = f"calibration samples ({len(samples)}), against the float32 model in onnxruntime"
-    return fallback.summary(outcome, budget, ranking, measured_on)
+    return fallback.summary(outcome, budget, ranking, measured_on, "the QDQ .onnx (before .ort)")
 
 
 def measurable_budget(ctx: StageContext, samples: Any) -> dict[str, float]:

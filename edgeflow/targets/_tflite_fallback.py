@@ -86,7 +86,9 @@ def search(
         "model in onnxruntime"
     )
     if full.passed:
-        return None, fallback.summary(fallback.Outcome(full, full, [full]), budget, [], where)
+        return None, fallback.summary(
+            fallback.Outcome(full, full, [full]), budget, [], where, ".tflite"
+        )
     calibrated = calibrate(job, out, work)
     int8 = quantize(calibrated, job, [])
     (work / "int8.tflite").write_bytes(int8)
@@ -98,7 +100,7 @@ def search(
     ranking = fallback.rank(layers, db)
     outcome = fallback.search([s.layer.name for s in ranking], evaluate)
     chosen = models[outcome.chosen.float_layers] if outcome.chosen.float_layers else None
-    return chosen, fallback.summary(outcome, budget, ranking, where)
+    return chosen, fallback.summary(outcome, budget, ranking, where, ".tflite")
 
 
 def calibrate(job: ConvertJob, out: Path, work: Path) -> bytes:

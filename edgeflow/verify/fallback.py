@@ -256,12 +256,15 @@ def summary(
     budget: dict[str, float],
     ranking: Sequence[Sensitivity],
     measured_on: str,
+    size_of: str,
 ) -> dict[str, Any]:
-    """quantize.json's / convert.json's `fallback` record."""
+    """quantize.json's / convert.json's `fallback` record; `size_of` names the file whose
+    size the trials' size_bytes are."""
     ops = {s.layer.name: s.layer.op for s in ranking}
     return {
         "budget": budget,
         "measured_on": measured_on,
+        "size_of": size_of,
         "met": outcome.met,
         "float_layers": [
             {"layer": name, "op": ops.get(name, "")} for name in outcome.chosen.float_layers
