@@ -336,6 +336,33 @@ class Quantization(Strict):
     reduce_range: bool = False
     # int16: int8 weights with int16 activations (TFLite's 16x8 mode; tflite, tflite_micro)
     activations: Literal["int8", "int16"] = "int8"
+    # auto: where int8 misses verify's thresholds on the calibration samples, keep the fewest,
+    # most sensitive layers float until they hold (edgeflow.verify.fallback)
+    fallback: Literal["none", "auto"] = "none"
+
+    @model_validator(mode="after")
+    def _fallback_of_int8(self) -> Quantization:
+        if self.fallback == "none":
+            return self
+        if self.mode != "int8":
+            raise user_error(
+                f"fallback keeps layers of an int8 model float; mode is {self.mode}",
+                "set quantization.mode: int8, or remove quantization.fallback",
+                at="fallback",
+            )
+        if self.method == "qat":
+            raise user_error(
+                "fallback calibrates again; a QAT model's scales are its own",
+                "remove quantization.fallback, or use method minmax",
+                at="fallback",
+            )
+        if self.activations != "int8":
+            raise user_error(
+                "fallback is offered for int8 activations only (not TFLite's 16x8 mode)",
+                "remove quantization.fallback, or set quantization.activations: int8",
+                at="fallback",
+            )
+        return self
 
 
 QUANTIZATION_KEYS = tuple(Quantization.model_fields)
@@ -349,6 +376,7 @@ QUANTIZATION_PRESETS: dict[str, dict[str, Any]] = {
     "int8_per_tensor": {"mode": "int8", "per_channel": False},
     "int8_symmetric": {"mode": "int8", "symmetric": True},
     "int16_act": {"mode": "int8", "activations": "int16"},
+    "int8_fallback": {"mode": "int8", "fallback": "auto"},
 }
 
 
@@ -389,6 +417,31 @@ class Verify(Strict):
     # accept a build whose runtime is absent here (TensorRT without a GPU): exit 0, not 3;
     # metrics.json and the report still say verified: false and why
     allow_unverified: bool = False
+
+
+# The thresholds quantization.fallback: auto keeps to (edgeflow.verify.fallback), and the
+# recipe keys a stage that runs its search reads: its cache key and DVC params.
+FALLBACK_BUDGET = (
+    "max_accuracy_drop",
+    "min_top1_agreement",
+    "max_relative_diff",
+    "max_abs_diff",
+    "min_sqnr_db",
+)
+FALLBACK_READS = (*(f"verify.{key}" for key in FALLBACK_BUDGET), "evaluation.metric")
+
+
+def fallback_budget(verify: Any, metric: str) -> dict[str, float]:
+    """The thresholds of `verify` a fallback search measures: those set, accuracy only where
+    evaluation.metric is top1 (labels)."""
+    budget = {}
+    for key in FALLBACK_BUDGET:
+        value = getattr(verify, key)
+        if key == "min_sqnr_db" and key not in verify.model_fields_set:
+            value = DEFAULT_MIN_SQNR_DB["int8"]  # fallback is for int8 builds, whose default
+        if value is not None and (key != "max_accuracy_drop" or metric == "top1"):
+            budget[key] = float(value)
+    return budget
 
 
 class Diff(Strict):

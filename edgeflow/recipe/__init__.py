@@ -177,4 +177,5 @@ BUILD_SUFFIXES: dict[str, Any] = {
     "per_tensor": lambda q: not q.per_channel,
     "symmetric": lambda q: q.symmetric,
     "int16act": lambda q: q.activations == "int16",
+    "fallback": lambda q: q.fallback == "auto",
 }

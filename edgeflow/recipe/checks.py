@@ -11,11 +11,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from edgeflow.core.specs import fallback_budget
 from edgeflow.targets.profile import TargetProfile
 
 Found = tuple[str, str, str]
 # Backends whose runtime runs int8-weight, int16-activation ("16x8") models.
 INT16_ACT = ("tflite", "tflite_micro")
+# Backends that build a mixed int8/float artifact (quantization.fallback: auto).
+FALLBACK = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
 
 
 def calibration_for_int8(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
@@ -164,6 +167,34 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
     return found
 
 
+def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    """quantization.fallback: auto needs a target that builds mixed files and a threshold
+    the search can measure (edgeflow.core.specs.fallback_budget)."""
+    if "quantization" not in s or s["quantization"].fallback == "none":
+        return []
+    found = []
+    if profile is not None and profile.backend not in FALLBACK:
+        found.append(
+            (
+                "quantization.fallback",
+                f"target '{profile.name}' cannot keep layers float in an int8 build",
+                f"remove quantization.fallback, or choose one of {', '.join(FALLBACK)}",
+            )
+        )
+    measurable = "evaluation" in s and "verify" in s
+    if measurable and not fallback_budget(s["verify"], s["evaluation"].metric):
+        found.append(
+            (
+                "quantization.fallback",
+                "fallback needs a budget: none of verify.max_accuracy_drop, "
+                "min_top1_agreement, max_relative_diff, max_abs_diff is set for "
+                f"evaluation.metric {s['evaluation'].metric}",
+                "set verify.min_top1_agreement or verify.max_relative_diff",
+            )
+        )
+    return found
+
+
 def board_of_the_target(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
     from edgeflow.core.suggest import did_you_mean
 
@@ -182,6 +213,7 @@ CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...
     outputs_are_the_models,
     thresholds_fit_the_kinds,
     quantization_fits_the_target,
+    fallback_has_a_budget,
     board_of_the_target,
 )
 # The sections the checks read: validated on their own when the whole recipe does not.

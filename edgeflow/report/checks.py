@@ -166,3 +166,18 @@ def _check(
     if output is not None:
         found["output"] = output.get("name", output["index"])
     return found
+
+
+def fallback_checks(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """quantization.fallback: a search that found no mix within the budget fails the build
+    (the closest mix it found is kept)."""
+    if record["met"]:
+        return []
+    chosen = record["chosen"]
+    message = (
+        f"quantization.fallback: no mix of int8 and float layers met the budget on the "
+        f"{record['measured_on']} (missed {', '.join(chosen['missed'])} with "
+        f"{len(chosen['float_layers'])} layers float, the closest of {len(record['trials'])} "
+        "tried); that build is kept"
+    )
+    return [_check("fallback", len(chosen["missed"]), 0, False, message, prefix="quantization.")]

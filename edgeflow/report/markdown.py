@@ -63,6 +63,8 @@ def one_line(metrics: dict[str, Any]) -> str:
         head += f", max abs diff {_g(agree['max_abs_diff'])}"
         if agree.get("non_finite_samples"):
             head += f", NaN/Inf outputs on {agree['non_finite_samples']} samples"
+    if metrics.get("float_layers") is not None:
+        head += f", {metrics['float_layers']} layers float (quantization.fallback)"
     return f"{head}, p50 {metrics['latency_ms']['p50']:.3f} ms, {metrics['size_bytes']:,} bytes"
 
 
@@ -299,6 +301,7 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
         lines.append(f"  - converted from opset {was['from']} to {was['to']} for int8 Q/DQ")
     if q.get("shape_inference", {}).get("symbolic") is False:
         lines.append(f"  - {q['shape_inference']['symbolic_failed']}; onnx's shape inference used")
+    lines += fallback_lines(q.get("fallback") or details["convert"].get("fallback"))
     conv = details["convert"]
     lines.append(f"- convert: {', '.join(conv['files'])}")
     if conv.get("int8"):  # a converter that quantizes itself (onnx2tf)
@@ -320,3 +323,52 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
             "the artifact"
         )
     return lines
+
+
+def fallback_lines(record: dict[str, Any] | None) -> list[str]:
+    """quantization.fallback: auto: the budget, the layers kept float and what they cost."""
+    if record is None:
+        return []
+    budget = ", ".join(f"{k} {v:g}" for k, v in record["budget"].items())
+    full, chosen = record["int8"], record["chosen"]
+    lines = [
+        f"- fallback (quantization.fallback: auto): budget {budget} on the {record['measured_on']}"
+    ]
+    lines.append(f"  - all int8: {_figures(full)}")
+    if not chosen["float_layers"]:
+        if full["passed"]:
+            lines.append("  - the all-int8 build meets the budget: no layer kept float")
+        else:
+            lines.append(
+                "  - **no mix met the budget**; the all-int8 build is the closest and kept"
+            )
+        return lines
+    verdict = "meets the budget" if record["met"] else "**misses the budget** (the closest found)"
+    kept = ", ".join(f"`{_short(f['layer'])}` ({f['op']})" for f in record["float_layers"])
+    lines.append(
+        f"  - kept float ({len(record['float_layers'])}): {kept}; {verdict}: {_figures(chosen)}"
+    )
+    lines.append(
+        f"  - cost: size ({record['size_of']}) {full['size_bytes']:,} -> "
+        f"{chosen['size_bytes']:,} bytes "
+        f"({chosen['size_bytes'] - full['size_bytes']:+,}), latency p50 "
+        f"{full['latency_ms_p50']:.4f} -> {chosen['latency_ms_p50']:.4f} ms "
+        f"({len(record['trials'])} mixes built and run)"
+    )
+    return lines
+
+
+def _figures(trial: dict[str, Any]) -> str:
+    f = trial["figures"]
+    parts = []
+    if f.get("accuracy_drop") is not None:
+        parts.append(f"accuracy drop {f['accuracy_drop']:.4f}")
+    parts.append(f"top-1 agreement {f['top1_agreement']:.4f}")
+    parts.append(f"max relative diff {_g(f['max_relative_diff'])}")
+    missed = f"; misses {', '.join(trial['missed'])}" if trial["missed"] else ""
+    return ", ".join(parts) + missed
+
+
+def _short(name: str) -> str:
+    """A TFLite tensor name up to its first ';' (TensorFlow joins fused ops' names)."""
+    return name.split(";")[0]

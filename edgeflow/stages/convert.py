@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from edgeflow.core.specs import FALLBACK_READS
 from edgeflow.stages.base import Stage, StageContext
 
 # The converters and runtimes of every backend (Arm NN by its Debian packages' versions).
@@ -28,9 +29,17 @@ def run(ctx: StageContext) -> None:
     recipe = ctx.recipe
     artifact_dir = ctx.output("artifact")
     artifact_dir.mkdir()
-    calibration = None
+    calibration, budget = None, None
     if module.QUANTIZES_ITSELF and recipe.quantization.mode == "int8":
         calibration = load_samples(recipe.calibration, recipe.source.inputs, "calibration")
+        if recipe.quantization.fallback == "auto":
+            from edgeflow.verify.fallback import calibration_budget
+
+            budget, note = calibration_budget(
+                recipe.verify, recipe.evaluation.metric, calibration.labels is not None
+            )
+            if note:
+                ctx.warn(note)
     job = ConvertJob(
         onnx=ctx.inputs["onnx"],
         out_dir=artifact_dir,
@@ -38,6 +47,7 @@ def run(ctx: StageContext) -> None:
         quantization=ctx.profile.quantization_for(recipe.quantization),
         inputs=list(recipe.source.inputs),
         calibration=calibration,
+        budget=budget,
     )
     info = module.convert(job)
     if recipe.quantization.mode == "int8":
@@ -61,7 +71,7 @@ STAGE = Stage(
     consumes=("onnx",),
     optional=("host",),
     produces={"artifact": "artifact", "convert": "convert.json"},
-    reads=("target", "quantization", "calibration", "source.inputs"),
+    reads=("target", "quantization", "calibration", "source.inputs", *FALLBACK_READS),
     tools=("onnx", *RUNTIMES),
     isolated=True,
 )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.specs import FALLBACK_READS
 from edgeflow.stages.base import Stage, StageContext
 
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
@@ -76,18 +77,25 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
             prepared, Reader(), q.symmetric, ctx.out_dir
         )
         method = "minmax"
-    _ort_quant.quantize(
-        prepared,
-        dst,
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        per_channel=q.per_channel,
-        reduce_range=q.reduce_range,
-        activation_type=QuantType.QInt8,
-        weight_type=QuantType.QInt8,
-        calibrate_method=getattr(CalibrationMethod, METHODS[method]),
-        extra_options=extra,
-    )
+    options: dict[str, Any] = {
+        "quant_format": QuantFormat.QDQ,
+        "per_channel": q.per_channel,
+        "reduce_range": q.reduce_range,
+        "activation_type": QuantType.QInt8,
+        "weight_type": QuantType.QInt8,
+        "calibrate_method": getattr(CalibrationMethod, METHODS[method]),
+        "extra_options": extra,
+    }
+
+    def quantize(path: Path, float_nodes: list[str]) -> None:
+        _ort_quant.quantize(prepared, path, Reader(), nodes_to_exclude=float_nodes, **options)
+
+    quantize(dst, [])
+    mixed = None
+    if q.fallback == "auto":
+        from edgeflow.stages import _ort_fallback
+
+        mixed = _ort_fallback.search(ctx, prepared, dst, quantize, samples)
     prepared.unlink()
     upgraded.unlink(missing_ok=True)
     imposed = {k: v for k, v in ctx.profile.int8.items() if getattr(recipe.quantization, k) != v}
@@ -101,6 +109,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "calibration_samples": len(samples),
         "opset_converted": opset,  # {from, to}: the source was below opset 13
         "shape_inference": shapes,
+        "fallback": mixed,
     }
 
 
@@ -156,7 +165,14 @@ STAGE = Stage(
     run=run,
     consumes=("onnx",),
     produces={"onnx": "model.onnx", "quantize": "quantize.json"},
-    reads=("quantization", "calibration", "source.inputs", "source.dynamic_batch", "target"),
+    reads=(
+        "quantization",
+        "calibration",
+        "source.inputs",
+        "source.dynamic_batch",
+        "target",
+        *FALLBACK_READS,
+    ),
     tools=("onnx", "onnxruntime", "numpy"),
     isolated=True,
 )

@@ -31,7 +31,7 @@ DETAIL_SLOTS = (
 
 
 def run(ctx: StageContext) -> None:
-    from edgeflow.report.checks import check_thresholds
+    from edgeflow.report.checks import check_thresholds, fallback_checks
     from edgeflow.report.markdown import render
 
     details = {
@@ -57,6 +57,10 @@ def run(ctx: StageContext) -> None:
         metrics["arena_predicted_bytes"] = int(memory["arena_bytes"])
     outputs = v["agreement"].get("outputs")
     checks = check_thresholds(ctx.recipe.verify, metrics, outputs, ctx.recipe.quantization.mode)
+    mixed = fallback_record(details)
+    if mixed is not None:  # quantization.fallback: auto
+        metrics["float_layers"] = len(mixed["float_layers"])
+        checks += fallback_checks(mixed)
     metrics["verified"] = all(c["passed"] for c in checks)
     ctx.write_json("metrics", metrics)
     ctx.write_json("checks", checks)
@@ -66,6 +70,11 @@ def run(ctx: StageContext) -> None:
 
 # Per output in metrics.json: its kind, the scale-free figures, and its kind's own figure.
 OUTPUT_FIGURES = ("sqnr_db", "max_abs_diff", "top1", "sequence", "decision")
+
+
+def fallback_record(details: dict) -> dict | None:
+    """The fallback search's record: the quantize stage's (onnxruntime) or the converter's."""
+    return details["quantize"].get("fallback") or details["convert"].get("fallback")
 
 
 def _agreement(v: dict) -> dict:

@@ -73,13 +73,23 @@ def require(module: str, target: str) -> ModuleType:
         ) from exc
 
 
-def convert(job: ConvertJob, target: str) -> dict[str, Any]:
-    """Convert job.onnx with onnx2tf into job.out_dir/model.tflite; return the convert info."""
+def convert(job: ConvertJob, target: str, mix: Any = None) -> dict[str, Any]:
+    """Convert job.onnx with onnx2tf into job.out_dir/model.tflite; return the convert info.
+
+    `mix(out folder, io layout) -> (model bytes or None, record)` (quantization.fallback,
+    edgeflow.targets._tflite_fallback) may replace the int8 file with a mixed one."""
     mode, q = job.quantization.mode, job.quantization
+    mixed = None
     with outputs(job, target) as (out, seconds):
         produced = out / f"model_{suffix(q)}.tflite"
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
-        layout = io_layout(job.onnx, job.out_dir / ARTIFACT, out / "model_float32.tflite", target)
+        float32 = out / "model_float32.tflite"
+        layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target)
+        if mix is not None:
+            model, mixed = mix(out, layout)
+            if model is not None:
+                (job.out_dir / ARTIFACT).write_bytes(model)
+                layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target)
     info: dict[str, Any] = {
         "artifact": ARTIFACT,
         "files": [ARTIFACT],
@@ -99,6 +109,13 @@ def convert(job: ConvertJob, target: str) -> dict[str, Any]:
             ),
             "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k)],
         }
+        if mixed is not None:
+            info["fallback"] = mixed
+            if mixed["float_layers"]:
+                info["int8"]["scheme"] += (
+                    f"; {len(mixed['float_layers'])} operators float (TensorFlow's MLIR "
+                    "quantizer, denylisted_nodes), DEQUANTIZE/QUANTIZE around them"
+                )
     return info
 
 

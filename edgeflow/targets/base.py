@@ -35,3 +35,5 @@ class ConvertJob:
     quantization: Quantization
     inputs: list[TensorSpec]
     calibration: Samples | None  # only for backends that quantize themselves
+    # quantization.fallback: auto: the thresholds the mix must meet on the calibration samples
+    budget: dict[str, float] | None = None

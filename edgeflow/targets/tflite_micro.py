@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.targets import _onnx2tf
+from edgeflow.targets import _onnx2tf, _tflite_fallback
 from edgeflow.targets._tflite_io import CStderr, Quant, TfliteRunner
 from edgeflow.targets.base import ConvertJob
 
@@ -34,11 +34,17 @@ def convert(job: ConvertJob) -> dict[str, Any]:
             f"target {TARGET} has no {job.quantization.mode} kernels",
             "use quantization.mode int8 (or none)",
         )
-    info = _onnx2tf.convert(job, TARGET)
+    info = _onnx2tf.convert(job, TARGET, _tflite_fallback.hook(job, TARGET, _trial_runner))
     minimum, recorded = measure_arena((job.out_dir / info["artifact"]).read_bytes())
     info["arena_bytes"] = minimum
     info["arena_recorded_bytes"] = recorded  # RecordingMicroAllocator's total, for reference
     return info
+
+
+def _trial_runner(path: Path, io: dict[str, Any]) -> MicroRunner:
+    """A mix of quantization.fallback in TFLM, in the smallest arena it allocates in."""
+    model = path.read_bytes()
+    return MicroRunner(model, io, measure_arena(model)[0])
 
 
 def open_runner(artifact_dir: Path, info: dict[str, Any]) -> MicroRunner:

@@ -1,0 +1,225 @@
+"""quantization.fallback: auto for the TFLite family: a mixed int8/float .tflite.
+
+onnx2tf's full-integer file is tried first. Where it misses the budget, the SavedModel onnx2tf
+wrote is calibrated once with TensorFlow's converter (`_experimental_calibrate_only`, as
+TensorFlow's QuantizationDebugger does), and each mix is TensorFlow's MLIR quantizer run on
+that calibrated model with the float layers as `denylisted_nodes` (their output tensor
+names): int8 I/O, DEQUANTIZE before and QUANTIZE after each float operator. Each mix runs in
+the target's own runtime (LiteRT, TFLite Micro, Arm NN) on the calibration samples; the
+ranking reads every tensor of the all-int8 and the calibrated float model in LiteRT
+(`experimental_preserve_all_tensors`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.targets import _onnx2tf
+from edgeflow.targets.base import ConvertJob
+from edgeflow.verify import fallback
+
+SENSITIVITY_SAMPLES = 64
+LATENCY_RUNS = 30
+TYPE_ONLY = ("QUANTIZE", "DEQUANTIZE")
+Mix = Callable[[Path, dict[str, Any]], tuple[bytes | None, dict[str, Any]]]
+
+
+def hook(job: ConvertJob, target: str, open_runner: Callable[[Path, dict[str, Any]], Any]) -> Any:
+    """The mixing step for _onnx2tf.convert, or None when the recipe asks for no fallback."""
+    if job.quantization.mode != "int8" or job.quantization.fallback != "auto":
+        return None
+
+    def mix(out: Path, layout: dict[str, Any]) -> tuple[bytes | None, dict[str, Any]]:
+        return search(job, target, out, layout, open_runner)
+
+    return mix
+
+
+def search(
+    job: ConvertJob,
+    target: str,
+    out: Path,
+    layout: dict[str, Any],
+    open_runner: Callable[[Path, dict[str, Any]], Any],
+) -> tuple[bytes | None, dict[str, Any]]:
+    """(the mixed model, or None where onnx2tf's int8 file meets the budget; the record)."""
+    from edgeflow.verify.runners import OnnxRunner, run_all
+
+    samples, budget = job.calibration, job.budget
+    if samples is None or not budget:
+        raise AssertionError("fallback without calibration samples or a budget")
+    batch = job.inputs[0].shape[0]
+    reference = run_all(OnnxRunner.from_file(str(job.onnx)), samples, batch, True)
+    feeds, _ = next(samples.batches(batch, fixed=True))
+    models: dict[tuple[str, ...], bytes] = {
+        (): (out / f"model_{_onnx2tf.suffix(job.quantization)}.tflite").read_bytes()
+    }
+    layouts: dict[Any, dict[str, Any]] = {(): layout}
+    excludes: dict[str, tuple[str, ...]] = {}
+    calibrated = b""
+    done: dict[tuple[str, ...], fallback.Trial] = {}
+    work = Path(tempfile.mkdtemp(prefix="fallback-", dir=out))
+
+    def evaluate(names: tuple[str, ...]) -> fallback.Trial:
+        if names in done:
+            return done[names]
+        if names not in models:
+            models[names] = quantize(calibrated, job, [e for n in names for e in excludes[n]])
+        path = work / f"trial-{len(done)}.tflite"
+        path.write_bytes(models[names])
+        runner = open_runner(path, layouts["mlir" if names else ()])
+        outputs = run_all(runner, samples, batch, True)
+        found = fallback.figures(reference, outputs, samples.labels)
+        done[names] = fallback.judge(names, found, budget, _cost(runner, feeds, path))
+        del runner
+        return done[names]
+
+    full = evaluate(())
+    where = (
+        f"calibration samples ({len(samples)}), in {target}'s runtime, against the float32 "
+        "model in onnxruntime"
+    )
+    if full.passed:
+        return None, fallback.summary(
+            fallback.Outcome(full, full, [full]), budget, [], where, ".tflite"
+        )
+    calibrated = calibrate(job, out, work)
+    int8 = quantize(calibrated, job, [])
+    (work / "int8.tflite").write_bytes(int8)
+    layouts["mlir"] = _onnx2tf.io_layout(
+        job.onnx, work / "int8.tflite", out / "model_float32.tflite", target
+    )
+    layers, db = sensitivity(calibrated, int8, layouts["mlir"], samples, batch)
+    excludes.update({layer.name: layer.excludes for layer in layers})
+    ranking = fallback.rank(layers, db)
+    outcome = fallback.search([s.layer.name for s in ranking], evaluate)
+    chosen = models[outcome.chosen.float_layers] if outcome.chosen.float_layers else None
+    return chosen, fallback.summary(outcome, budget, ranking, where, ".tflite")
+
+
+def calibrate(job: ConvertJob, out: Path, work: Path) -> bytes:
+    """The SavedModel onnx2tf wrote, converted with calibration statistics recorded."""
+    tf = _onnx2tf.require("tensorflow", "tflite")
+    entries = _onnx2tf._calibration_files(job, work)
+    data = {name: np.load(path) for name, path, _, _ in entries}
+    batch, count = job.inputs[0].shape[0], min(len(d) for d in data.values())
+
+    def representative() -> Any:
+        for start in range(0, count - count % batch, batch):
+            yield {name: tf.constant(d[start : start + batch]) for name, d in data.items()}
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative
+    converter._experimental_disable_per_channel = not job.quantization.per_channel
+    converter._experimental_calibrate_only = True
+    try:
+        with _onnx2tf._contained():
+            return bytes(converter.convert())
+    except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
+        raise EdgeflowError(
+            f"quantization.fallback: TensorFlow's converter could not calibrate the SavedModel "
+            f"onnx2tf wrote: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            "build without quantization.fallback to keep onnx2tf's own int8 file",
+        ) from None
+
+
+def quantize(calibrated: bytes, job: ConvertJob, float_nodes: list[str]) -> bytes:
+    """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
+    names) kept float."""
+    tf = _onnx2tf.require("tensorflow", "tflite")
+    from tensorflow.lite.python import convert
+
+    return bytes(
+        convert.mlir_quantize(
+            calibrated,
+            disable_per_channel=not job.quantization.per_channel,
+            fully_quantize=True,
+            input_data_type=tf.int8,
+            output_data_type=tf.int8,
+            denylisted_nodes=float_nodes or None,
+        )
+    )
+
+
+def sensitivity(
+    calibrated: bytes, int8: bytes, layout: dict[str, Any], samples: Any, batch: int
+) -> tuple[list[fallback.Layer], dict[str, float]]:
+    """The int8 model's operators as candidates, and the SQNR of every tensor both models
+    write (same names: one calibrated model under both)."""
+    feeds = [f for k, (f, _) in enumerate(samples.batches(batch, True)) if k < SENSITIVITY_SAMPLES]
+    floats, _ = _all_tensors(calibrated, layout, feeds)
+    quantized, int8_ops = _all_tensors(int8, layout, feeds)
+    db = {
+        name: fallback.sqnr_db(values, quantized[name])
+        for name, values in floats.items()
+        if name in quantized
+    }
+    layers = [
+        fallback.Layer(out, op, out, tuple(inputs), (out,))
+        for op, inputs, out in int8_ops
+        if op not in TYPE_ONLY
+    ]
+    return layers, db
+
+
+def _all_tensors(
+    model: bytes, layout: dict[str, Any], feeds: list[dict[str, np.ndarray]]
+) -> tuple[dict[str, list[np.ndarray]], list[tuple[str, list[str], str]]]:
+    """Every operator output (dequantized) and every input of the model, per batch, read in
+    LiteRT with all tensors preserved; and the operators as (op, input names, output name)."""
+    litert = _onnx2tf.require("ai_edge_litert.interpreter", "tflite")
+    interp = litert.Interpreter(  # the builtin kernels: a delegate would hide the operators
+        model_content=model,
+        experimental_preserve_all_tensors=True,
+        experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+    )
+    interp.allocate_tensors()
+    details = {d["index"]: d for d in interp.get_tensor_details()}
+    ops = [
+        (op["op_name"], [details[i]["name"] for i in op["inputs"] if i >= 0], op["outputs"])
+        for op in interp._get_ops_details()
+    ]
+    inputs = interp.get_input_details()
+    read = [d["index"] for d in inputs] + [t for _, _, outs in ops for t in outs]
+    values: dict[str, list[np.ndarray]] = {}
+    for batch in feeds:
+        for spec in layout["inputs"]:
+            detail = inputs[spec["index"]]
+            data = np.ascontiguousarray(np.transpose(batch[spec["name"]], spec["perm"]))
+            interp.set_tensor(detail["index"], _quantized(data, detail))
+        interp.invoke()
+        for t in read:
+            values.setdefault(details[t]["name"], []).append(_dequantized(interp, details[t]))
+    named = [(op, ins, details[outs[0]]["name"]) for op, ins, outs in ops if len(outs)]
+    return values, named
+
+
+def _quantized(data: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
+    scale, zero = detail["quantization"]
+    if detail["dtype"] == np.float32 or not scale:
+        return data.astype(detail["dtype"])
+    info = np.iinfo(detail["dtype"])
+    return np.clip(np.round(data / scale + zero), info.min, info.max).astype(detail["dtype"])
+
+
+def _dequantized(interp: Any, detail: dict[str, Any]) -> np.ndarray:
+    value = interp.get_tensor(detail["index"])
+    scale, zero = detail["quantization"]
+    if np.issubdtype(value.dtype, np.integer) and scale:
+        return (value.astype(np.float32) - zero) * scale
+    return value.astype(np.float32)
+
+
+def _cost(runner: Any, feeds: dict[str, Any], path: Path) -> dict[str, Any]:
+    from edgeflow.verify.compare import percentile
+    from edgeflow.verify.runners import latency_ms
+
+    times = latency_ms(runner, feeds, 5, LATENCY_RUNS)
+    return {"size_bytes": path.stat().st_size, "latency_ms_p50": round(percentile(times, 50), 4)}
