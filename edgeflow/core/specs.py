@@ -395,6 +395,18 @@ class DetectionChecks(Strict):
     min_match_rate: float = Field(1.0, ge=0, le=1)  # share of source detections matched
 
 
+def _sqnr_floor(value: Any) -> Any:
+    """verify.min_sqnr_db: a number of dB, auto or null, in one message when it is neither."""
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise user_error(
+            f"must be a number of dB, auto or null (got {value!r:.40})",
+            "e.g. min_sqnr_db: 25; auto is 15 dB for int8 builds; null turns it off",
+        )
+    return float(value)
+
+
 # verify.min_sqnr_db where an int8 build's recipe does not set it (docs/recipe.md#verify).
 DEFAULT_MIN_SQNR_DB = {"int8": 15.0}
 
@@ -405,8 +417,9 @@ class Verify(Strict):
     max_relative_diff: float | None = Field(None, ge=0)
     max_accuracy_drop: float | None = Field(0.01, ge=0, le=1)
     min_top1_agreement: float | None = Field(None, ge=0, le=1)  # classes outputs only
-    # per output: 10*log10(sum ref^2 / sum (ref - out)^2); unset: DEFAULT_MIN_SQNR_DB for int8
-    min_sqnr_db: float | None = None
+    # per output: 10*log10(sum ref^2 / sum (ref - out)^2); auto: DEFAULT_MIN_SQNR_DB by mode
+    # (a value, not "unset", so that the cache keys tell the default from an explicit null)
+    min_sqnr_db: Annotated[float | Literal["auto"] | None, BeforeValidator(_sqnr_floor)] = "auto"
     min_decision_agreement: float | None = Field(None, ge=0, le=1)  # probability outputs
     min_sequence_agreement: float | None = Field(None, ge=0, le=1)  # classes, one per position
     max_latency_ms: float | None = Field(None, gt=0)
@@ -437,7 +450,7 @@ def fallback_budget(verify: Any, metric: str) -> dict[str, float]:
     budget = {}
     for key in FALLBACK_BUDGET:
         value = getattr(verify, key)
-        if key == "min_sqnr_db" and key not in verify.model_fields_set:
+        if key == "min_sqnr_db" and value == "auto":
             value = DEFAULT_MIN_SQNR_DB["int8"]  # fallback is for int8 builds, whose default
         if value is not None and (key != "max_accuracy_drop" or metric == "top1"):
             budget[key] = float(value)

@@ -187,7 +187,7 @@ def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> l
             (
                 "quantization.fallback",
                 "fallback needs a budget: none of verify.max_accuracy_drop, "
-                "min_top1_agreement, max_relative_diff, max_abs_diff is set for "
+                "min_top1_agreement, max_relative_diff, max_abs_diff, min_sqnr_db is set for "
                 f"evaluation.metric {s['evaluation'].metric}",
                 "set verify.min_top1_agreement or verify.max_relative_diff",
             )

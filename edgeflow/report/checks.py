@@ -64,7 +64,7 @@ PER_OUTPUT = (
 def min_sqnr_db(verify: Verify, mode: str) -> tuple[float | None, bool]:
     """(the SQNR floor of a build, whether it is the default): the recipe's verify.min_sqnr_db
     where it sets the key (null: none), else the default for the quantization mode."""
-    if "min_sqnr_db" in verify.model_fields_set:
+    if verify.min_sqnr_db != "auto":
         return verify.min_sqnr_db, False
     default = DEFAULT_MIN_SQNR_DB.get(mode)
     return default, default is not None

@@ -119,7 +119,7 @@ def test_fallback_key_is_validated_and_located(write_recipe) -> None:
     assert "target 'tensorrt' cannot keep layers float in an int8 build" in _problems(path)[0]
     path = write_recipe(
         GOOD.replace("split: test}", "split: test, metric: agreement}")
-        + "verify: {max_accuracy_drop: null}\n"
+        + "verify: {max_accuracy_drop: null, min_sqnr_db: null}\n"
     )
     assert "fallback needs a budget: none of verify.max_accuracy_drop" in _problems(path)[0]
 
