@@ -295,3 +295,11 @@ def test_a_dvc_remote_shares_stage_results_between_machines(tmp_path: Path) -> N
     assert "Running stage 'digits_cnn.default.report'" in repro.stdout
     metrics = json.loads((b / "build/digits_cnn/default/metrics.json").read_text())
     assert (metrics["quantization"], metrics["verified"]) == ("none", True)
+
+
+def test_params_take_every_quantization_key_of_the_recipe() -> None:
+    """A build in params.yaml can set any key a recipe's quantization section has."""
+    from edgeflow.core.specs import QUANTIZATION_KEYS
+    from edgeflow.engine.dvcparams import QuantizationKeys
+
+    assert tuple(QuantizationKeys.model_fields) == QUANTIZATION_KEYS

@@ -29,7 +29,8 @@ HYDRA_CONFIG = Path("conf/config.yaml")  # DVC's default for `dvc config hydra.e
 
 
 class QuantizationKeys(BaseModel):
-    """Quantization keys a build sets; null keeps the recipe's value."""
+    """Quantization keys a build sets; null keeps the recipe's value. The same keys as the
+    recipe's `quantization` section (tests/test_dvc_init.py keeps the two in step)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -39,6 +40,7 @@ class QuantizationKeys(BaseModel):
     method: str | None = None
     reduce_range: bool | None = None
     activations: str | None = None
+    fallback: str | None = None
 
 
 class BuildParams(BaseModel):

@@ -64,7 +64,8 @@ def one_line(metrics: dict[str, Any]) -> str:
         if agree.get("non_finite_samples"):
             head += f", NaN/Inf outputs on {agree['non_finite_samples']} samples"
     if metrics.get("float_layers") is not None:
-        head += f", {metrics['float_layers']} layers float (quantization.fallback)"
+        count = metrics["float_layers"]
+        head += f", {count} layer{'' if count == 1 else 's'} float (quantization.fallback)"
     return f"{head}, p50 {metrics['latency_ms']['p50']:.3f} ms, {metrics['size_bytes']:,} bytes"
 
 
