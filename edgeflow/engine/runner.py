@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Callable
@@ -139,18 +138,17 @@ def _run_build(
 ) -> BuildResult:
     pipeline = load_pipeline(loaded.recipe.source.kind)
     result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
-    slots = seed_slots(loaded, pipeline.seeds)
+    build = _Build(loaded, cache, seed_slots(loaded, pipeline.seeds), worker, echo, result)
+    slots = build.slots
     echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
     check_owner(result.build_dir, loaded.path)  # before the work, not after it
     cache.sweep()  # temporary folders of runs that were killed
-    memo: dict[str, Any] = {}  # the target's JSON and tool versions, found once a build
-    diagnose = functools.partial(_diagnose, loaded, cache, slots, memo, worker, echo, result)
     for stage in pipeline.stages:
         try:
-            _run_stage(stage, loaded, cache, slots, memo, worker, echo, result)
+            build.run(stage)
         except StageFailed:
             if diff == "bisect" and "float_onnx" in slots:  # a crash: where does it start?
-                diagnose("bisect", forced=False)
+                build.diagnose("bisect", forced=False)
             raise
     if all(o.status == "cached" for o in result.outcomes):
         echo(f"  nothing to do: all {len(result.outcomes)} stages cached")
@@ -158,86 +156,80 @@ def _run_build(
     result.failed_checks = [c["message"] for c in checks if not c["passed"]]
     missed = [c for c in checks if not c["passed"] and c["metric"] not in NOT_NUMERICAL]
     if diff == "layers" or (missed and loaded.recipe.diff.on_failure):
-        diagnose("diff", forced=diff == "layers")
+        build.diagnose("diff", forced=diff == "layers")
     if diff == "bisect":
-        diagnose("bisect", forced=True)
+        build.diagnose("bisect", forced=True)
     published = {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots}
     publish(result.build_dir, published, loaded.path)
     result.metrics = json.loads((result.build_dir / "metrics.json").read_text())
     return result
 
 
-def _run_stage(
-    stage: Stage,
-    loaded: LoadedRecipe,
-    cache: Cache,
-    slots: dict[str, Slot],
-    memo: dict[str, Any],
-    worker: Worker,
-    echo: Callable[[str], None],
-    result: BuildResult,
-) -> None:
-    """Run (or reuse) one stage and put what it produced into `slots`."""
-    used = {s: slots[s] for s in (*stage.consumes, *stage.optional) if s in slots}
-    key = stage_key(stage, loaded, used, memo)
-    inputs = {slot: value.path for slot, value in used.items()}
-    start = time.perf_counter()
+@dataclass
+class _Build:
+    """One build in progress: the slots filled so far and where stages run and report."""
 
-    def produce(out_dir: Path) -> None:
-        execute(stage, loaded, inputs, out_dir, worker)
+    loaded: LoadedRecipe
+    cache: Cache
+    slots: dict[str, Slot]
+    worker: Worker
+    echo: Callable[[str], None]
+    result: BuildResult
+    memo: dict[str, Any] = field(default_factory=dict)  # the target's JSON, tool versions
 
-    meta: dict[str, object] = {
-        "recipe": str(loaded.path),
-        "inputs": {k: str(v) for k, v in inputs.items()},
-    }
-    try:
-        entry, cached = cache.get_or_create(stage.name, key, produce, meta)
-    except InternalError:
-        _report(echo, result, stage.name, "failed", start, key)
-        raise
-    except EdgeflowError as exc:
-        _report(echo, result, stage.name, "failed", start, key)
-        if isinstance(exc, StageFailed):
+    def run(self, stage: Stage) -> None:
+        """Run (or reuse) one stage and put what it produced into the slots."""
+        loaded, echo, result = self.loaded, self.echo, self.result
+        used = {s: self.slots[s] for s in (*stage.consumes, *stage.optional) if s in self.slots}
+        key = stage_key(stage, loaded, used, self.memo)
+        inputs = {slot: value.path for slot, value in used.items()}
+        start = time.perf_counter()
+
+        def produce(out_dir: Path) -> None:
+            execute(stage, loaded, inputs, out_dir, self.worker)
+
+        meta: dict[str, object] = {
+            "recipe": str(loaded.path),
+            "inputs": {k: str(v) for k, v in inputs.items()},
+        }
+        try:
+            entry, cached = self.cache.get_or_create(stage.name, key, produce, meta)
+        except InternalError:
+            _report(echo, result, stage.name, "failed", start, key)
             raise
-        raise StageFailed(stage.name, exc.message, exc.hint, exc.exit_code) from exc
-    _report(echo, result, stage.name, "cached" if cached else "ran", start, key)
-    warnings = entry / WARNINGS_FILE
-    for message in json.loads(warnings.read_text()) if warnings.is_file() else []:
-        echo("  warning: " + message.replace("\n", "\n  "))
-    for slot, name in stage.produces.items():  # keyed by content: early cut-off
-        slots[slot] = Slot(entry / name, f"{stage.name}:{slot_digest(entry, name)}")
+        except EdgeflowError as exc:
+            _report(echo, result, stage.name, "failed", start, key)
+            if isinstance(exc, StageFailed):
+                raise
+            raise StageFailed(stage.name, exc.message, exc.hint, exc.exit_code) from exc
+        _report(echo, result, stage.name, "cached" if cached else "ran", start, key)
+        warnings = entry / WARNINGS_FILE
+        for message in json.loads(warnings.read_text()) if warnings.is_file() else []:
+            echo("  warning: " + message.replace("\n", "\n  "))
+        for slot, name in stage.produces.items():  # keyed by content: early cut-off
+            self.slots[slot] = Slot(entry / name, f"{stage.name}:{slot_digest(entry, name)}")
 
+    def diagnose(self, name: str, forced: bool) -> None:
+        """The per-layer diff or the bisection after the pipeline; its one-line finding is
+        echoed. When it runs because the build failed (not `forced`), a failure of its own
+        is reported and the build's verdict stands."""
+        from edgeflow.stages import STAGES
 
-def _diagnose(
-    loaded: LoadedRecipe,
-    cache: Cache,
-    slots: dict[str, Slot],
-    memo: dict[str, Any],
-    worker: Worker,
-    echo: Callable[[str], None],
-    result: BuildResult,
-    name: str,
-    forced: bool,
-) -> None:
-    """The per-layer diff or the bisection after the pipeline; its one-line finding is
-    echoed. When it runs because the build failed (not `forced`), a failure of its own is
-    reported and the build's verdict stands."""
-    from edgeflow.stages import STAGES
-
-    try:
-        _run_stage(STAGES[name], loaded, cache, slots, memo, worker, echo, result)
-    except (EdgeflowError, InternalError) as exc:
-        if forced:
-            raise
-        what = "per-layer diff" if name == "diff" else "bisection"
-        echo(f"  the {what} failed: {exc.render()}")
-        return
-    found = json.loads(slots[name].path.read_text())
-    echo(f"  {found['line']}")
-    if found.get("hint"):
-        echo(f"  hint: {found['hint']}")
-    file = "layers_diff.csv" if name == "diff" else "bisect.json"
-    echo(f"  figures: {result.build_dir / file} (and in {slots[name].path.parent})")
+        try:
+            self.run(STAGES[name])
+        except (EdgeflowError, InternalError) as exc:
+            if forced:
+                raise
+            what = "per-layer diff" if name == "diff" else "bisection"
+            self.echo(f"  the {what} failed: {exc.render()}")
+            return
+        found = json.loads(self.slots[name].path.read_text())
+        self.echo(f"  {found['line']}")
+        if found.get("hint"):
+            self.echo(f"  hint: {found['hint']}")
+        file = "layers_diff.csv" if name == "diff" else "bisect.json"
+        where = self.slots[name].path.parent
+        self.echo(f"  figures: {self.result.build_dir / file} (and in {where})")
 
 
 def seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:

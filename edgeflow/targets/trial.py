@@ -259,12 +259,13 @@ def _run(
     import json
 
     from edgeflow.targets import _onnx2tf
+    from edgeflow.targets.taps import open_tflite
 
     artifact = folder / "model.tflite"
     builtins = _onnx2tf.operators(artifact, target)
     layout = json.loads((folder / "io.json").read_text())
     try:
-        runner = _open(target, artifact, layout)
+        runner = open_tflite(target, artifact, layout)
     except Exception as exc:  # each runtime's load error is the "does not take it" verdict
         return Verdict(False, "load", _first_lines(str(exc)), builtins)
     try:
@@ -276,7 +277,7 @@ def _run(
     if mode == "int8" and target != "tflite":
         # The same .tflite in LiteRT, the reference TFLite runtime: another runtime's int8
         # kernels must agree with it to within INT8_STEPS output quantization steps.
-        drift = _int8_drift(got, _open("tflite", artifact, layout).run(trial.feeds), steps)
+        drift = _int8_drift(got, open_tflite("tflite", artifact, layout).run(trial.feeds), steps)
         if drift > INT8_STEPS:
             why = f"{drift:.1f} int8 steps from LiteRT's result on the same .tflite"
             return Verdict(False, "compare", why, builtins, _error(got, reference or got))
@@ -300,23 +301,6 @@ def _int8_drift(got: list[np.ndarray], litert: list[np.ndarray], steps: list[flo
         scale = step if step > 0 else 1.0  # unquantized (e.g. bool) outputs: absolute
         worst = max(worst, float(diff.max()) / scale if diff.size else 0.0)
     return worst
-
-
-def _open(target: str, artifact: Path, layout: dict[str, Any]) -> Any:
-    if target == "tflite":
-        from edgeflow.targets.tflite import LiteRtRunner
-
-        return LiteRtRunner(artifact, layout)
-    if target == "tflite_micro":
-        from edgeflow.targets.tflite_micro import MicroRunner, measure_arena
-
-        model = artifact.read_bytes()
-        return MicroRunner(model, layout, measure_arena(model)[0])
-    if target == "armnn":
-        from edgeflow.targets.armnn import ArmnnRunner
-
-        return ArmnnRunner(artifact, layout)
-    raise ValueError(f"no TFLite-family runtime '{target}'")
 
 
 def _error(got: list[np.ndarray], reference: list[np.ndarray]) -> float | None:
