@@ -31,6 +31,7 @@ import numpy as np
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
+from edgeflow.stages.diff import READS as DIFF_READS
 
 # A child that has not answered in this long is stopped and the prefix counted as a crash.
 ATTEMPT_SECONDS = 600
@@ -272,15 +273,7 @@ STAGE = Stage(
     run=run,
     consumes=("float_onnx",),
     produces={"bisect": "bisect.json"},
-    reads=(
-        "evaluation",
-        "calibration",
-        "source.inputs",
-        "source.dynamic_batch",
-        "quantization",
-        "target",
-        "diff",
-    ),
+    reads=(*DIFF_READS, "calibration"),
     tools=("onnx", *RUNTIMES, "numpy"),
     isolated=True,
 )

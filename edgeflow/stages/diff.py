@@ -231,20 +231,16 @@ def _no_divergence(pairs: list[Any], threshold: float) -> str:
     )
 
 
+# What the diff reads of the recipe (the bisection reads the same, and the calibration set).
+READS = ("evaluation", "source.inputs", "source.dynamic_batch", "quantization", "target", "diff")
+
 STAGE = Stage(
     name="diff",
     description="Compare every tensor of the artifact, in its runtime, with the source model.",
     run=run,
     consumes=("artifact", "convert", "onnx", "float_onnx", "source_onnx"),
     produces={"layers_diff": "layers_diff.csv", "diff": "diff.json"},
-    reads=(
-        "evaluation",
-        "source.inputs",
-        "source.dynamic_batch",
-        "quantization",
-        "target",
-        "diff",
-    ),
+    reads=READS,
     tools=("onnx", *RUNTIMES, "numpy"),
     isolated=True,
 )
