@@ -148,7 +148,7 @@ def _run_build(
             build.run(stage)
         except StageFailed:
             if diff == "bisect" and "float_onnx" in slots:  # a crash: where does it start?
-                build.diagnose("bisect", forced=False)
+                build.diagnose("bisect", forced=False, published=False)
             raise
     if all(o.status == "cached" for o in result.outcomes):
         echo(f"  nothing to do: all {len(result.outcomes)} stages cached")
@@ -209,10 +209,11 @@ class _Build:
         for slot, name in stage.produces.items():  # keyed by content: early cut-off
             self.slots[slot] = Slot(entry / name, f"{stage.name}:{slot_digest(entry, name)}")
 
-    def diagnose(self, name: str, forced: bool) -> None:
+    def diagnose(self, name: str, forced: bool, published: bool = True) -> None:
         """The per-layer diff or the bisection after the pipeline; its one-line finding is
         echoed. When it runs because the build failed (not `forced`), a failure of its own
-        is reported and the build's verdict stands."""
+        is reported and the build's verdict stands. Not `published`: a stage failed, so the
+        build folder is not written and only the cache entry holds the figures."""
         from edgeflow.stages import STAGES
 
         try:
@@ -229,7 +230,10 @@ class _Build:
             self.echo(f"  hint: {found['hint']}")
         file = "layers_diff.csv" if name == "diff" else "bisect.json"
         where = self.slots[name].path.parent
-        self.echo(f"  figures: {self.result.build_dir / file} (and in {where})")
+        if published:
+            self.echo(f"  figures: {self.result.build_dir / file} (and in {where})")
+        else:
+            self.echo(f"  figures: {where / file} (the build folder is not written)")
 
 
 def seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:

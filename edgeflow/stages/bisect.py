@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError, ToolCrashed
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 from edgeflow.stages.diff import READS as DIFF_READS
@@ -240,6 +240,8 @@ def _convert_and_compare(
     try:
         runner = module.open_runner(out, info)
         got = [runner.run(feeds) for feeds in job["feeds"]]
+    except ToolCrashed as exc:  # the runtime's own process died (Arm NN's aborts)
+        return "crash", _one_line(exc.message), None
     except EdgeflowError as exc:
         return "run", _one_line(exc.message), None
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

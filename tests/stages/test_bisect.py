@@ -3,12 +3,18 @@ binary search for the first failing one."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from edgeflow.stages.bisect import Attempt, cut_points, prefix, search
+from tests.targets.conftest import needs_tflite
+from tests.targets.test_armnn import needs_armnn
 
 
 def _branchy() -> onnx.ModelProto:
@@ -54,3 +60,41 @@ def test_the_search_finds_the_first_failing_prefix_in_log2_attempts() -> None:
         assert tried[0] == 63 and len(tried) <= 1 + 6  # the whole model, then log2(64)
     passing = search(8, lambda k: Attempt(k, "t", "Conv", "n", "ok"))
     assert len(passing) == 1 and not passing[0].failed  # the whole model passes: done
+
+
+PER_CHANNEL_ARMNN = """\
+extends: armnn
+name: armnn_pc
+description: armnn with per-channel int8, which aborts Arm NN on fully-connected layers
+int8: {per_channel: true}
+"""
+
+
+@pytest.mark.slow
+@needs_tflite
+@needs_armnn
+def test_bisection_pins_a_runtime_abort_on_the_layer_that_causes_it(
+    tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Per-channel int8 makes Arm NN abort (SIGABRT) while loading the digits CNN: the build
+    fails in verify, with nothing to compare. `--bisect` still runs and names the layer: the
+    classifier's Gemm (FULLY_CONNECTED); every shorter prefix loads and matches."""
+    from edgeflow.cli import main
+
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "armnn_pc.yaml").write_text(PER_CHANNEL_ARMNN)
+    monkeypatch.chdir(tmp_path)
+    args = ["diff", "digits_cnn", "--bisect", "target=armnn_pc", "quantization=int8"]
+    assert main([*args, f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]) == 1
+    out = capsys.readouterr()
+    assert "stage 'verify' failed: Arm NN failed while loading the model (killed by SIGABRT)" in (
+        out.err
+    )
+    line = next(x for x in out.out.splitlines() if "bisect: the shortest failing prefix" in x)
+    figures = next(x for x in out.out.splitlines() if "figures: " in x)
+    assert "(the build folder is not written)" in figures  # verify failed: nothing published
+    found = json.loads(Path(figures.split("figures: ")[1].split(" (")[0]).read_text())
+    first = found["first_failing"]
+    assert first["op"] == "Gemm" and first["verdict"] == "crash", line
+    assert "SIGABRT" in first["detail"]
+    assert found["last_passing"]["index"] == first["index"] - 1
