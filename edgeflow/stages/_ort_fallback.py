@@ -16,7 +16,6 @@ from edgeflow.stages.base import StageContext
 from edgeflow.verify import fallback
 
 SENSITIVITY_SAMPLES = 64  # calibration samples whose every tensor is read for the ranking
-LATENCY_RUNS = 30
 FOLDED = ("Relu", "Clip")  # activations onnxruntime's QDQ quantizer removes after a Conv/Gemm
 
 
@@ -56,7 +55,9 @@ def search(
             quantize(files[names], [node for n in names for node in by_name[n].excludes])
         runner = OnnxRunner.from_file(str(files[names]))
         found = fallback.figures(reference, run_all(runner, samples, batch, fixed), samples.labels)
-        done[names] = fallback.judge(names, found, budget, _cost(runner, feeds, files[names]))
+        done[names] = fallback.judge(
+            names, found, budget, fallback.cost(runner, feeds, files[names])
+        )
         return done[names]
 
     full = evaluate(())
@@ -128,11 +129,3 @@ def candidates(float_model: Any, qdq_model: Any) -> list[fallback.Layer]:
         inputs = tuple(i for i in node.input if i)
         layers.append(fallback.Layer(node.name, node.op_type, output, inputs, tuple(excludes)))
     return layers
-
-
-def _cost(runner: Any, feeds: dict[str, Any], path: Path) -> dict[str, Any]:
-    from edgeflow.verify.compare import percentile
-    from edgeflow.verify.runners import latency_ms
-
-    times = latency_ms(runner, feeds, 5, LATENCY_RUNS)
-    return {"size_bytes": path.stat().st_size, "latency_ms_p50": round(percentile(times, 50), 4)}

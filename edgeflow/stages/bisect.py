@@ -226,7 +226,8 @@ def _convert_and_compare(
 
     from edgeflow.targets import backend
     from edgeflow.targets.base import ConvertJob
-    from edgeflow.verify.layers import ArtifactTensor, Pair, SourceTensor
+    from edgeflow.targets.trial import first_lines
+    from edgeflow.verify.kinds import sqnr_db
 
     module = backend(job["profile"])
     out.mkdir()
@@ -236,37 +237,30 @@ def _convert_and_compare(
     try:
         info = module.convert(convert)
     except EdgeflowError as exc:
-        return "convert", _one_line(exc.message), None
+        return "convert", first_lines(exc.message), None
     try:
         runner = module.open_runner(out, info)
         got = [runner.run(feeds) for feeds in job["feeds"]]
     except ToolCrashed as exc:  # the runtime's own process died (Arm NN's aborts)
-        return "crash", _one_line(exc.message), None
+        return "crash", first_lines(exc.message), None
     except EdgeflowError as exc:
-        return "run", _one_line(exc.message), None
+        return "run", first_lines(exc.message), None
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
-    pairs = [Pair(SourceTensor(n, "", "", ()), ArtifactTensor(n, "", 0), "same", ()) for n in names]
-    for feeds, values in zip(job["feeds"], got, strict=True):
-        for pair, want, value in zip(pairs, session.run(None, feeds), values, strict=True):
-            if value.shape != want.shape:
-                return (
-                    "diverges",
-                    f"{pair.source.name}: shape {value.shape}, not {want.shape}",
-                    None,
-                )
-            pair.add(np.asarray(want), np.asarray(value))
-    worst = min(pairs, key=lambda p: p.sqnr_db)
-    sqnr = worst.sqnr_db
+    wanted = [session.run(None, feeds) for feeds in job["feeds"]]
+    sqnrs = {}
+    for k, name in enumerate(names):
+        for w, g in zip(wanted, got, strict=True):
+            if np.shape(g[k]) != np.shape(w[k]):
+                return "diverges", f"{name}: shape {np.shape(g[k])}, not {np.shape(w[k])}", None
+        want = np.concatenate([np.ravel(w[k]) for w in wanted])
+        sqnrs[name] = sqnr_db(want, np.concatenate([np.ravel(g[k]) for g in got]))
+    worst = min(sqnrs, key=lambda n: sqnrs[n])
+    sqnr = sqnrs[worst]
     if sqnr < job["threshold"]:
-        why = f"{worst.source.name}: SQNR {sqnr:.1f} dB (below {job['threshold']:g} dB)"
+        why = f"{worst}: SQNR {sqnr:.1f} dB (below {job['threshold']:g} dB)"
         return "diverges", why, round(sqnr, 2)
     return "ok", "", round(sqnr, 2) if np.isfinite(sqnr) else None
-
-
-def _one_line(text: str) -> str:
-    kept = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return (" ... ".join([kept[0], kept[-1]]) if len(kept) > 1 else "".join(kept))[:300]
 
 
 STAGE = Stage(

@@ -117,7 +117,7 @@ def _capture(
         )
     artifact = ctx.inputs["artifact"] / info["artifact"]
     captured = capture_tflite(family, artifact, info["io"], batches, work)
-    return captured, *_through_float32(ctx, family, artifact, info, batches, source, work)
+    return captured, *_through_float32(ctx, family, captured, info, batches, source, work)
 
 
 def _oracle_pairing(source: Any, oracle: Any) -> dict[str, tuple[str, str]]:
@@ -136,7 +136,7 @@ def _oracle_pairing(source: Any, oracle: Any) -> dict[str, tuple[str, str]]:
 def _through_float32(
     ctx: StageContext,
     family: str,
-    artifact: Path,
+    captured: Any,
     info: dict[str, Any],
     batches: list[Any],
     source: Any,
@@ -148,7 +148,7 @@ def _through_float32(
     from edgeflow.core.specs import Quantization
     from edgeflow.targets import _onnx2tf
     from edgeflow.targets.base import ConvertJob
-    from edgeflow.targets.taps import align, capture_tflite, tflite_ops
+    from edgeflow.targets.taps import align, capture_tflite
     from edgeflow.verify.layers import match_by_value
 
     job = ConvertJob(
@@ -165,39 +165,30 @@ def _through_float32(
     io = _onnx2tf.io_layout(ctx.inputs["float_onnx"], float32, float32, family)
     oracle = capture_tflite("tflite", float32, io, batches, work)
     by_value = match_by_value(source, oracle.tensors, oracle.values)
-    float_ops, float_names, float_inputs = tflite_ops(float32.read_bytes(), family)
-    quant_ops, quant_names, quant_inputs = tflite_ops(artifact.read_bytes(), family)
-    aligned = align(float_ops, quant_ops)
+    floats, quants = oracle.graph, captured.graph
+    assert floats is not None and quants is not None  # capture_tflite reads them
+    aligned = align(floats.ops, quants.ops)
     if aligned is None:
         raise EdgeflowError(
             "the per-layer diff cannot pair the artifact's tensors: its operators differ "
             "from a float32 conversion of the model it was converted from",
             "diff the float32 build (quantization=none) to find where the conversion changes it",
         )
-    aligned.update(zip(float_inputs, quant_inputs, strict=True))
+    aligned.update(zip(floats.inputs, quants.inputs, strict=True))
     pairing = {
-        quant_names[aligned[t]]: by_value[float_names[t]]
+        quants.names[aligned[t]]: by_value[floats.names[t]]
         for t in aligned
-        if float_names[t] in by_value
+        if floats.names[t] in by_value
     }
     taken = {name for name, _ in pairing.values()}
-    outputs = _tflite_outputs(artifact, family)
     for spec in info["io"]["outputs"]:  # the model's outputs, also where they are wrong
-        name = quant_names[outputs[spec["index"]]]
+        name = quants.names[quants.outputs[spec["index"]]]
         if spec["name"] not in taken and name not in pairing and spec["name"] in source.values:
             pairing[name] = (
                 spec["name"],
                 "channel_last" if spec["perm"] != sorted(spec["perm"]) else "same",
             )
     return pairing, "through a float32 conversion in LiteRT: by value, then operator by operator"
-
-
-def _tflite_outputs(artifact: Path, family: str) -> list[int]:
-    from edgeflow.targets import _onnx2tf
-
-    schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", family)
-    graph = schema.Model.GetRootAs(artifact.read_bytes(), 0).Subgraphs(0)
-    return [int(t) for t in graph.OutputsAsNumpy()]
 
 
 def _hint(divergence: Any, mode: str) -> str:

@@ -25,7 +25,6 @@ from edgeflow.targets.base import ConvertJob
 from edgeflow.verify import fallback
 
 SENSITIVITY_SAMPLES = 64
-LATENCY_RUNS = 30
 TYPE_ONLY = ("QUANTIZE", "DEQUANTIZE")
 Mix = Callable[[Path, dict[str, Any]], tuple[bytes | None, dict[str, Any]]]
 
@@ -76,7 +75,7 @@ def search(
         runner = open_runner(path, layouts["mlir" if names else ()])
         outputs = run_all(runner, samples, batch, True)
         found = fallback.figures(reference, outputs, samples.labels)
-        done[names] = fallback.judge(names, found, budget, _cost(runner, feeds, path))
+        done[names] = fallback.judge(names, found, budget, fallback.cost(runner, feeds, path))
         del runner
         return done[names]
 
@@ -215,11 +214,3 @@ def _dequantized(interp: Any, detail: dict[str, Any]) -> np.ndarray:
     if np.issubdtype(value.dtype, np.integer) and scale:
         return (value.astype(np.float32) - zero) * scale
     return value.astype(np.float32)
-
-
-def _cost(runner: Any, feeds: dict[str, Any], path: Path) -> dict[str, Any]:
-    from edgeflow.verify.compare import percentile
-    from edgeflow.verify.runners import latency_ms
-
-    times = latency_ms(runner, feeds, 5, LATENCY_RUNS)
-    return {"size_bytes": path.stat().st_size, "latency_ms_p50": round(percentile(times, 50), 4)}

@@ -35,17 +35,28 @@ class Captured:
 
     tensors: list[ArtifactTensor]
     values: list[dict[str, np.ndarray]]
+    graph: TfliteGraph | None = None  # a .tflite's structure, as read for the capture
 
 
 @dataclass(frozen=True)
 class TfliteOp:
     name: str  # the builtin operator (CONV_2D)
-    outputs: tuple[int, ...]  # tensor indices
+    inputs: tuple[int, ...]  # tensor indices (-1: an optional input left out)
+    outputs: tuple[int, ...]
 
 
-def tflite_ops(model: bytes, target: str) -> tuple[list[TfliteOp], list[str], list[int]]:
-    """The operators of subgraph 0 in execution order, the tensor names (unique: a repeated
-    name gets '#index') and the subgraph's input tensors."""
+@dataclass(frozen=True)
+class TfliteGraph:
+    """Subgraph 0 of a .tflite, read once from its flatbuffer."""
+
+    ops: list[TfliteOp]  # in execution order
+    names: list[str]  # per tensor; unique: a repeated name gets '#index'
+    ranks: list[int]  # per tensor
+    inputs: list[int]
+    outputs: list[int]
+
+
+def tflite_graph(model: bytes, target: str) -> TfliteGraph:
     schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", target)
     root = schema.Model.GetRootAs(model, 0)
     codes = _onnx2tf.operators_by_code(root, schema)
@@ -59,10 +70,13 @@ def tflite_ops(model: bytes, target: str) -> tuple[list[TfliteOp], list[str], li
     ops = []
     for k in range(graph.OperatorsLength()):
         op = graph.Operators(k)
+        ins = tuple(int(t) for t in op.InputsAsNumpy()) if op.InputsLength() else ()
         outs = tuple(int(t) for t in op.OutputsAsNumpy()) if op.OutputsLength() else ()
-        ops.append(TfliteOp(codes[op.OpcodeIndex()], outs))
+        ops.append(TfliteOp(codes[op.OpcodeIndex()], ins, outs))
+    ranks = [graph.Tensors(i).ShapeLength() for i in range(graph.TensorsLength())]
     inputs = [int(t) for t in graph.InputsAsNumpy()]
-    return ops, names, inputs
+    outputs = [int(t) for t in graph.OutputsAsNumpy()]
+    return TfliteGraph(ops, names, ranks, inputs, outputs)
 
 
 def mark_outputs(model: bytes, tensors: Sequence[int], target: str) -> tuple[bytes, list[int]]:
@@ -90,16 +104,16 @@ def capture_tflite(
 ) -> Captured:
     """Run the .tflite in `target`'s runtime with every operator output readable."""
     model = artifact.read_bytes()
-    ops, names, inputs = tflite_ops(model, target)
+    graph = tflite_graph(model, target)
+    ops, names, inputs = graph.ops, graph.names, graph.inputs
     written = [t for op in ops for t in op.outputs]
     marked, outputs = mark_outputs(model, written, target)
     path = work / f"marked-{artifact.name}"
     path.write_bytes(marked)
-    rank = _ranks(model, target)
     layout = {
         "inputs": io["inputs"],
         "outputs": [
-            {"name": names[t], "index": k, "perm": list(range(rank[t]))}
+            {"name": names[t], "index": k, "perm": list(range(graph.ranks[t]))}
             for k, t in enumerate(outputs)
         ],
     }
@@ -117,7 +131,7 @@ def capture_tflite(
             got[names[t]] = quant.dequantize(quant.quantize(laid_out))
         values.append(got)
     del runner
-    return Captured(tensors, values)
+    return Captured(tensors, values, graph)
 
 
 def open_tflite(target: str, path: Path, layout: dict[str, Any]) -> Any:
@@ -136,12 +150,6 @@ def open_tflite(target: str, path: Path, layout: dict[str, Any]) -> Any:
 
         return ArmnnRunner(path, layout)
     raise ValueError(f"no TFLite-family runtime '{target}'")
-
-
-def _ranks(model: bytes, target: str) -> list[int]:
-    schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", target)
-    graph = schema.Model.GetRootAs(model, 0).Subgraphs(0)
-    return [graph.Tensors(i).ShapeLength() for i in range(graph.TensorsLength())]
 
 
 def align(float_ops: Sequence[TfliteOp], quant_ops: Sequence[TfliteOp]) -> dict[int, int] | None:

@@ -174,8 +174,8 @@ def try_graph(
                 try:
                     files = _convert(trial, names, source, work, mode, per_channel)
                 except EdgeflowError as exc:
-                    builds.setdefault(("int8", per_channel), _first_lines(str(exc)))
-                    builds.setdefault(("none", per_channel), _first_lines(str(exc)))
+                    builds.setdefault(("int8", per_channel), first_lines(str(exc)))
+                    builds.setdefault(("none", per_channel), first_lines(str(exc)))
                     continue
                 builds.update({(m, per_channel): f for m, f in files.items()})
                 break
@@ -267,11 +267,11 @@ def _run(
     try:
         runner = open_tflite(target, artifact, layout)
     except Exception as exc:  # each runtime's load error is the "does not take it" verdict
-        return Verdict(False, "load", _first_lines(str(exc)), builtins)
+        return Verdict(False, "load", first_lines(str(exc)), builtins)
     try:
         got = runner.run(trial.feeds)
     except Exception as exc:
-        return Verdict(False, "run", _first_lines(str(exc)), builtins)
+        return Verdict(False, "run", first_lines(str(exc)), builtins)
     steps = [q.scale for q in runner.outputs]
     del runner
     if mode == "int8" and target != "tflite":
@@ -324,7 +324,7 @@ def _error(got: list[np.ndarray], reference: list[np.ndarray]) -> float | None:
     return worst
 
 
-def _first_lines(text: str) -> str:
+def first_lines(text: str) -> str:
     """An error in one line: its first line, and its last (where native tools say why)."""
     kept = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     if len(kept) > 2:

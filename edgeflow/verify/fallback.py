@@ -18,12 +18,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from edgeflow.core.specs import fallback_budget
 from edgeflow.verify.compare import compare_outputs, top1_accuracy
+from edgeflow.verify.kinds import power_db
 
 # threshold key -> (the figure it limits, whether the figure must stay below or above it)
 LIMITS = {
@@ -34,6 +36,7 @@ LIMITS = {
     "min_sqnr_db": ("min_sqnr_db", "min"),
 }
 MAX_TRIALS = 32  # mixes built and run per search; each is a quantization and a full run
+LATENCY_RUNS = 30  # timed runs of each mix, for its cost
 CAP_DB = 120.0  # an exact tensor's SQNR, for differences (float rounding is ~140 dB)
 
 
@@ -170,11 +173,9 @@ def sqnr_db(reference: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> float
         e = np.asarray(out, dtype=np.float64).reshape(r.shape) - r
         signal += float(np.dot(r, r))
         noise += float(np.dot(e, e))
-    if noise == 0 or not math.isfinite(noise):
-        return CAP_DB if noise == 0 else -CAP_DB
-    if signal == 0:
+    if not math.isfinite(noise):
         return -CAP_DB
-    return min(CAP_DB, 10 * math.log10(signal / noise))
+    return max(-CAP_DB, min(CAP_DB, power_db(signal, noise)))
 
 
 def rank(layers: Sequence[Layer], db: dict[str, float]) -> list[Sensitivity]:
@@ -248,6 +249,15 @@ def search(
         if trial(without).passed:
             chosen = without
     return Outcome(trial(chosen), full, list(trials.values()))
+
+
+def cost(runner: Any, feeds: dict[str, Any], path: Path) -> dict[str, Any]:
+    """What a mix costs: its file's size, and its p50 latency in its runtime."""
+    from edgeflow.verify.compare import percentile
+    from edgeflow.verify.runners import latency_ms
+
+    times = latency_ms(runner, feeds, 5, LATENCY_RUNS)
+    return {"size_bytes": path.stat().st_size, "latency_ms_p50": round(percentile(times, 50), 4)}
 
 
 def _round(value: Any) -> Any:

@@ -10,6 +10,7 @@ a one-element output, is not one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,11 +72,14 @@ def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float:
     """10 * log10(sum ref^2 / sum (ref - out)^2): inf when exact, -inf when the source is all
     zero and the artifact is not."""
     ref64, out64 = ref.astype(np.float64), out.astype(np.float64)
-    noise = float(np.sum((ref64 - out64) ** 2))
+    return power_db(float(np.sum(ref64**2)), float(np.sum((ref64 - out64) ** 2)))
+
+
+def power_db(signal: float, noise: float) -> float:
+    """10 * log10(signal / noise) of summed powers: inf when noise is 0, -inf when signal is."""
     if noise == 0.0:
         return float("inf")
-    signal = float(np.sum(ref64**2))
-    return 10.0 * float(np.log10(signal / noise)) if signal > 0 else float("-inf")
+    return 10.0 * math.log10(signal / noise) if signal > 0 else float("-inf")
 
 
 def _where(name: str, key: str) -> str:

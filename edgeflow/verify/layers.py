@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from edgeflow.verify.kinds import power_db
+
 # Below this SQNR a tensor has diverged, by quantization mode: float32 kernels agree to
 # float rounding (> 80 dB), float16 to ~60 dB, int8 tensors of a healthy build to 25-45 dB
 # (measured: tests/verify/test_layers.py and docs/debugging.md).
@@ -115,14 +117,14 @@ class Pair:
 
     @property
     def whole_sqnr_db(self) -> float:
-        return _db(self.signal, self.noise)
+        return power_db(self.signal, self.noise)
 
     @property
     def worst_part(self) -> str:
         """The Concat input whose part of the tensor has the lowest SQNR ('' for others)."""
         if not self.part_power:
             return ""
-        return min(self.part_power, key=lambda n: _db(*self.part_power[n]))
+        return min(self.part_power, key=lambda n: power_db(*self.part_power[n]))
 
     @property
     def rel_to_range(self) -> float:
@@ -135,7 +137,7 @@ class Pair:
     def sqnr_db(self) -> float:
         """The tensor's SQNR; for a Concat, its worst part's."""
         if self.part_power:
-            return _db(*self.part_power[self.worst_part])
+            return power_db(*self.part_power[self.worst_part])
         return self.whole_sqnr_db
 
     def row(self) -> dict[str, Any]:
@@ -151,14 +153,6 @@ class Pair:
             "sqnr_db": f"{self.sqnr_db:.2f}",
             "worst_part": self.worst_part,
         }
-
-
-def _db(signal: float, noise: float) -> float:
-    if noise == 0:
-        return math.inf
-    if signal == 0:
-        return -math.inf
-    return 10 * math.log10(signal / noise)
 
 
 def channel_last(rank: int) -> tuple[int, ...]:
