@@ -56,10 +56,11 @@ TOOLS = ("torch", "torchvision", "timm", "onnx", "onnxruntime", "onnx2tf", "tens
          "ai-edge-litert", "tflite-micro")  # fmt: skip
 
 
-def recipe_text(model: str, size: int) -> str:
+def recipe_text(model: str, size: int, calibration: int = 16) -> str:
     factory = Path(__file__).resolve().parent / "coverage_models.py"
     data = "edgeflow.datasets:sample_image_crops"
     options = f"{{size: [{size}, {size}], count: 16, input_name: image}}"
+    calibrate = f"{{size: [{size}, {size}], count: {calibration}, input_name: image}}"
     return f"""\
 # Written by benchmarks/coverage.py: {model} with random weights, {size}x{size}.
 name: {model}
@@ -70,7 +71,7 @@ source:
   init: {{name: {model}, image_size: {size}}}
   inputs:
     - {{name: image, shape: [1, 3, {size}, {size}], dtype: float32}}
-calibration: {{dataset: "{data}", split: calibration, options: {options}}}
+calibration: {{dataset: "{data}", split: calibration, options: {calibrate}}}
 evaluation: {{dataset: "{data}", split: test, options: {options}, metric: agreement}}
 quantization: {{mode: none}}
 target: tflite
@@ -195,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--configs", default=",".join(f"{t}:{m}" for t, m in CONFIGS))
     parser.add_argument("--size", type=int, default=128)
+    # calibration crops (the test split stays 16): int8_fallback's search measures its budget
+    # on them, and a budget of agreement >= 0.99 needs more samples than 16 to mean it
+    parser.add_argument("--calibration", type=int, default=16)
     parser.add_argument("--work", type=Path, default=Path(".edgeflow/coverage"))
     parser.add_argument("--out", type=Path, default=Path("coverage.json"))
     args = parser.parse_args(argv)
@@ -212,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for model in models:
         recipe = recipes / f"{model}.yaml"
-        recipe.write_text(recipe_text(model, args.size), encoding="utf-8")
+        recipe.write_text(recipe_text(model, args.size, args.calibration), encoding="utf-8")
         for target, mode in configs:
             row = run_one(recipe, target, mode, cache, work / "build")
             rows.append(row)
@@ -223,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "date": time.strftime("%Y-%m-%d"),
         "image_size": args.size,
+        "calibration_samples": args.calibration,
         "float_tolerance": FLOAT_TOLERANCE,
         "versions": versions(),
         "rows": rows,

@@ -18,10 +18,13 @@ model, on the recipe's own calibration and evaluation data:
   already holds for plain int8, and fallback would then keep nothing float).
 
 Printed per build: accuracy drop against the float source (percentage points), top-1
-agreement with it, the output's SQNR (dB), the artifact's size, and for fallback the layers
-kept in float. A build that fails (a converter error, a runtime abort) says so. Takes a few
-minutes per recipe (each target converts three times); uses its own cache in a temporary
-folder unless --cache is given.
+agreement with it, the output's SQNR (dB), the artifact's size, for fallback the layers kept
+in float, and against plain: the test samples only plain gets right / only this build gets
+right, with the exact McNemar test's two-sided p-value. "worse" means significantly worse
+(more samples lost than won, p < 0.05): a difference of a few samples either way is what
+any two int8 builds of one model differ by. A build that fails (a converter error, a runtime
+abort) says so. Takes a few minutes per recipe (each target converts three times); uses its
+own cache in a temporary folder unless --cache is given.
 """
 
 from __future__ import annotations
@@ -62,14 +65,26 @@ def main() -> int:
 
 def measure(recipe: str, target: str, cache: Path, work: Path) -> list[dict[str, Any]]:
     """The plain, edgeflow and fallback rows of one recipe and target."""
-    rows = []
     built = _edgeflow(recipe, target, cache, work, {})
-    rows.append(_plain(recipe, target, built, work, cache))
-    rows.append(built["row"])
+    plain = _plain(recipe, target, built, work, cache)
+    rows = [plain, built["row"]]
     if _has_fallback():
         fallback = {"quantization.fallback": "auto", "verify.max_accuracy_drop": GOAL_DROP}
         rows.append(_edgeflow(recipe, target, cache, work, fallback)["row"])
+    for row in rows[1:]:
+        if "correct" in row and "correct" in plain:
+            row["vs_plain"] = mcnemar(plain["correct"], row["correct"])
     return rows
+
+
+def mcnemar(plain: list[bool], other: list[bool]) -> tuple[int, int, float]:
+    """(samples only plain gets right, samples only the other build gets right, the exact
+    two-sided McNemar p-value: a binomial test of the discordant pairs at one half)."""
+    lost = sum(p and not o for p, o in zip(plain, other, strict=True))
+    won = sum(o and not p for p, o in zip(plain, other, strict=True))
+    n = lost + won
+    tail = sum(math.comb(n, k) for k in range(min(lost, won) + 1)) / 2**n if n else 1.0
+    return lost, won, min(1.0, 2 * tail)
 
 
 def _has_fallback() -> bool:
@@ -103,8 +118,28 @@ def _edgeflow(
         size=m["size_bytes"],
         verified=m["verified"],
         float_layers=m.get("float_layers", 0) if extra else None,
+        correct=_correct(loaded, result, Cache(cache)),
     )
     return {"row": row, "loaded": loaded, "result": result}
+
+
+def _correct(loaded: Any, result: Any, cache: Any) -> list[bool]:
+    """Per evaluation sample, whether the built artifact's top-1 is the label: the artifact
+    run again in its runtime, as verify runs it."""
+    import json
+
+    from edgeflow.data import load_samples
+    from edgeflow.targets import backend
+    from edgeflow.verify.runners import batching, run_all
+
+    recipe = loaded.recipe
+    outcome = next(o for o in result.outcomes if o.stage == "convert")
+    entry = cache.entry("convert", outcome.key)
+    info = json.loads((entry / "convert.json").read_text())
+    runner = backend(loaded.profile).open_runner(entry, info)
+    samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
+    got = run_all(runner, samples, *batching(recipe.source))[0]
+    return [bool(c) for c in got.reshape(len(got), -1).argmax(-1) == samples.labels]
 
 
 def _plain(
@@ -180,6 +215,7 @@ def _plain_build(job: dict[str, Any]) -> dict[str, Any]:
     signal = float(np.sum(reference.astype(np.float64) ** 2))
     return {
         "drop": source_acc - artifact_acc,
+        "correct": [bool(c) for c in got.argmax(-1) == labels],
         "agreement": float(np.mean(got.argmax(-1) == reference.argmax(-1))),
         "sqnr": 10 * math.log10(signal / error) if error else math.inf,
         "size": artifact.stat().st_size,
@@ -228,7 +264,7 @@ def print_table(rows: list[dict[str, Any]], header: bool) -> None:
     if header:
         print(
             f"{'recipe':18} {'target':18} {'build':9} {'drop pp':>8} {'agreement':>9} "
-            f"{'SQNR dB':>8} {'size B':>9} {'float layers':>12} verified"
+            f"{'SQNR dB':>8} {'size B':>9} {'float layers':>12} verified  vs plain"
         )
     for r in rows:
         start = f"{r['recipe']:18} {r['target']:18} {r['build']:9}"
@@ -240,7 +276,15 @@ def print_table(rows: list[dict[str, Any]], header: bool) -> None:
         sqnr = "" if r.get("sqnr") is None else f"{r['sqnr']:.1f}"
         layers = "" if r.get("float_layers") is None else str(r["float_layers"])
         verified = {True: "yes", False: "NO"}.get(r.get("verified"), "")
-        print(f"{start} {drop:>8} {agree:>9} {sqnr:>8} {r['size']:>9,} {layers:>12} {verified}")
+        versus = ""
+        if "vs_plain" in r:
+            lost, won, p = r["vs_plain"]
+            worse = " worse" if lost > won and p < 0.05 else ""
+            versus = f"-{lost}/+{won} p={p:.2f}{worse}"
+        print(
+            f"{start} {drop:>8} {agree:>9} {sqnr:>8} {r['size']:>9,} {layers:>12} "
+            f"{verified:8}  {versus}"
+        )
 
 
 if __name__ == "__main__":

@@ -332,8 +332,9 @@ class Quantization(Strict):
     symmetric: bool = False
     # qat: the model carries its own scales (fake-quantize modules, see ast.freeze_fake_quant)
     method: Literal["minmax", "entropy", "percentile", "qat"] = "minmax"
-    # 7-bit weights: avoids int16 saturation in x86 AVX2 (non-VNNI) u8s8 kernels; see docs.
-    reduce_range: bool = False
+    # 7-bit weights: avoids int16 saturation in x86 AVX2 (non-VNNI) u8s8 kernels; auto: where
+    # this machine's kernels saturate (onnxruntime_micro; edgeflow.core.host); see docs.
+    reduce_range: bool | Literal["auto"] = "auto"
     # int16: int8 weights with int16 activations (TFLite's 16x8 mode; tflite, tflite_micro)
     activations: Literal["int8", "int16"] = "int8"
     # auto: where int8 misses verify's thresholds on the calibration samples, keep the fewest,

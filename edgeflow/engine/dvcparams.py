@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -38,7 +38,7 @@ class QuantizationKeys(BaseModel):
     per_channel: bool | None = None
     symmetric: bool | None = None
     method: str | None = None
-    reduce_range: bool | None = None
+    reduce_range: bool | Literal["auto"] | None = None
     activations: str | None = None
     fallback: str | None = None
 

@@ -65,15 +65,20 @@ def recipe_slice(
 
 
 def tool_versions(dists: tuple[str, ...], memo: dict[str, Any] | None = None) -> dict[str, str]:
-    """Versions of Python, edgeflow and each tool: a distribution name, or `debian:PATTERN`
-    for Debian packages (Arm NN comes from Debian, not PyPI). `memo` (one per build) keeps
-    each version for the next stage that names it."""
+    """Versions of Python, edgeflow and each tool: a distribution name, `debian:PATTERN`
+    for Debian packages (Arm NN comes from Debian, not PyPI), or `host:FACT` for a fact of
+    this machine that changes what a runtime computes (edgeflow.core.host). `memo` (one per
+    build) keeps each version for the next stage that names it."""
     found: dict[str, str] = {} if memo is None else memo.setdefault("versions", {})
     versions = {"python": platform.python_version()}
     for dist in ("edgeflow", *dists):
         if dist not in found:
             if dist.startswith("debian:"):
                 found[dist] = debian_versions(dist.removeprefix("debian:"))
+            elif dist.startswith("host:"):
+                from edgeflow.core import host
+
+                found[dist] = host.fact(dist.removeprefix("host:"))
             else:
                 found[dist] = _version(dist)
         versions[dist] = found[dist]

@@ -300,6 +300,8 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
     if q.get("opset_converted"):
         was = q["opset_converted"]
         lines.append(f"  - converted from opset {was['from']} to {was['to']} for int8 Q/DQ")
+    if q.get("reduce_range_auto"):
+        lines.append(f"  - reduce_range auto: {q['reduce_range_auto']}")
     if q.get("shape_inference", {}).get("symbolic") is False:
         lines.append(f"  - {q['shape_inference']['symbolic_failed']}; onnx's shape inference used")
     lines += fallback_lines(q.get("fallback") or details["convert"].get("fallback"))

@@ -7,7 +7,8 @@ import json
 from edgeflow.core.specs import FALLBACK_READS
 from edgeflow.stages.base import Stage, StageContext
 
-# The converters and runtimes of every backend (Arm NN by its Debian packages' versions).
+# The converters and runtimes of every backend (Arm NN by its Debian packages' versions), and
+# whether this CPU's int8 kernels saturate (the same int8 model computes other figures).
 RUNTIMES = (
     "onnxruntime",
     "ai-edge-litert",
@@ -16,6 +17,7 @@ RUNTIMES = (
     "onnx2tf",
     "flatbuffers",  # rewrites the .ort kernel type table (targets/_ort_format.py)
     "debian:*armnn*",
+    "host:int8",  # onnxruntime's x86 int8 kernels saturate without VNNI (core/host.py)
 )
 
 

@@ -70,6 +70,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     shapes = _ort_quant.pre_process(src, prepared)
     if not shapes["symbolic"]:
         ctx.warn(shapes["symbolic_failed"] + "; pre-processed with onnx's shape inference only")
+    reduce_range, why = _reduce_range(q.reduce_range, ctx.profile.backend)
     extra: dict[str, Any] = {"ActivationSymmetric": q.symmetric, "WeightSymmetric": True}
     method = q.method
     if method == "entropy":  # its ranges as overrides; min/max for nothing else
@@ -80,7 +81,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     options: dict[str, Any] = {
         "quant_format": QuantFormat.QDQ,
         "per_channel": q.per_channel,
-        "reduce_range": q.reduce_range,
+        "reduce_range": reduce_range,
         "activation_type": QuantType.QInt8,
         "weight_type": QuantType.QInt8,
         "calibrate_method": getattr(CalibrationMethod, METHODS[method]),
@@ -105,12 +106,29 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "symmetric": q.symmetric,
         "method": q.method,
         "entropy_bins": _ort_quant.ENTROPY_BINS if q.method == "entropy" else None,
-        "reduce_range": q.reduce_range,
+        "reduce_range": reduce_range,
+        "reduce_range_auto": why,  # why auto chose as it did (None: set in the recipe)
         "calibration_samples": len(samples),
         "opset_converted": opset,  # {from, to}: the source was below opset 13
         "shape_inference": shapes,
         "fallback": mixed,
     }
+
+
+def _reduce_range(setting: bool | str, backend: str) -> tuple[bool, str | None]:
+    """The reduce_range to quantize with, and for `auto` why: 7-bit weights where the
+    artifact's int8 kernels run on this CPU and saturate with 8-bit ones (onnxruntime_micro
+    on x86 without VNNI), 8-bit everywhere else (TensorRT's kernels do not saturate)."""
+    if setting != "auto":
+        return bool(setting), None
+    if backend != "onnxruntime_micro":
+        return False, f"{backend}'s int8 kernels do not saturate: 8-bit weights"
+    from edgeflow.core import host
+
+    saturates = host.int8_saturation()
+    if saturates:
+        return True, f"7-bit weights: onnxruntime's int8 kernels saturate on this {saturates}"
+    return False, "8-bit weights: onnxruntime's int8 kernels do not saturate on this CPU"
 
 
 def _from_qat(src: Path, dst: Path) -> dict[str, Any]:
@@ -173,6 +191,6 @@ STAGE = Stage(
         "target",
         *FALLBACK_READS,
     ),
-    tools=("onnx", "onnxruntime", "numpy"),
+    tools=("onnx", "onnxruntime", "numpy", "host:int8"),  # reduce_range: auto, fallback
     isolated=True,
 )

@@ -107,7 +107,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None) -> dict[str, Any]:
                 if q.activations == "int16"
                 else "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O"
             ),
-            "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k)],
+            "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k) is True],
         }
         if mixed is not None:
             info["fallback"] = mixed
