@@ -13,7 +13,11 @@ output is within 1e-3 of the source model relative to that output's range; int8 
 report top-1 agreement and the relative error on held-out inputs (scikit-learn's sample
 photographs; random weights make task accuracy meaningless). A config `T:int8_fallback`
 builds int8 with `quantization.fallback: auto` and top-1 agreement >= 0.99 as the budget,
-and reports the layers it kept float ("missed" when no mix met the budget).
+and reports the layers it kept float ("missed" when no mix met the budget). Every int8 cell
+that changed a prediction gives how close a call each was: the float model's top-two logit
+margin on that crop, in standard deviations of its logits, against the median over all
+crops (random weights leave some crops at near ties). `--calibration N` sets the number of
+calibration crops (default 16; the test split stays 16).
 """
 
 from __future__ import annotations
@@ -103,7 +107,8 @@ def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) 
     start = time.perf_counter()
     lines: list[str] = []
     try:
-        result = run_build(load_recipe(recipe, overrides), cache, build_root, echo=lines.append)
+        loaded = load_recipe(recipe, overrides)
+        result = run_build(loaded, cache, build_root, echo=lines.append)
     except EdgeflowError as exc:
         row.update(status="failed", reason=_reason(exc.render()), detail=exc.render())
     else:
@@ -117,6 +122,8 @@ def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) 
             size_bytes=metrics.get("size_bytes"),
             arena_bytes=metrics.get("arena_bytes"),
         )
+        if mode != "none" and agreement.get("top1") is not None:
+            row["flip_margins"] = flip_margins(loaded, result, cache)
         if metrics.get("not_verified"):
             row.update(
                 status="failed", reason=_one_line("not verified: " + metrics["not_verified"])
@@ -127,6 +134,38 @@ def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) 
             row.update(status="verified", reason="")
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
+
+
+def flip_margins(loaded: Any, result: Any, cache: Any) -> dict[str, Any]:
+    """How close a call each changed prediction was: the float model's top-two logit margin,
+    in standard deviations of that sample's logits, of every test crop whose top-1 the
+    artifact changes, and the median margin over all crops. With random weights some crops
+    are near ties that any rounding of the input breaks."""
+    import numpy as np
+
+    from edgeflow.data import load_samples
+    from edgeflow.targets import backend
+    from edgeflow.verify.runners import OnnxRunner, batching, run_all
+
+    def entry(stage: str) -> Path:
+        outcome = next(o for o in result.outcomes if o.stage == stage)
+        return Path(cache.entry(stage, outcome.key))
+
+    recipe = loaded.recipe
+    samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
+    source = OnnxRunner.from_file(str(entry("export") / "model.onnx"))
+    want = run_all(source, samples, *batching(recipe.source))[0]
+    info = json.loads((entry("convert") / "convert.json").read_text())
+    artifact = backend(loaded.profile).open_runner(entry("convert") / "artifact", info)
+    got = run_all(artifact, samples, *batching(recipe.source))[0]
+    want, got = want.reshape(len(want), -1), got.reshape(len(got), -1)
+    top = np.sort(want, axis=-1)
+    margins = (top[:, -1] - top[:, -2]) / want.std(axis=-1)
+    flipped = want.argmax(-1) != got.argmax(-1)
+    return {
+        "flipped": [round(float(m), 4) for m in margins[flipped]],
+        "median": round(float(np.median(margins)), 4),
+    }
 
 
 def _reason(text: str) -> str:
@@ -168,7 +207,12 @@ def render(rows: list[dict[str, Any]], configs: list[tuple[str, str]]) -> str:
                     cell += f" (top-1 {r['top1']:.2f}, rel {r['relative_diff']:.3f}"
                     cell += f", {r['sqnr_db']:.0f} dB" if r.get("sqnr_db") is not None else ""
                     float_layers = r.get("float_layers")
-                    cell += f", {float_layers} layers float)" if float_layers is not None else ")"
+                    cell += f", {float_layers} layers float" if float_layers is not None else ""
+                    flips = (r.get("flip_margins") or {}).get("flipped")
+                    if flips:  # how close a call each changed prediction was
+                        cell += ", flips at margin " + "/".join(f"{m:.3f}" for m in flips)
+                        cell += f" sd (median {r['flip_margins']['median']:.3f})"
+                    cell += ")"
             else:
                 cell = f"failed: {r['reason']}"
             cells.append(cell.replace("|", "/"))

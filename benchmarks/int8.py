@@ -136,7 +136,7 @@ def _correct(loaded: Any, result: Any, cache: Any) -> list[bool]:
     outcome = next(o for o in result.outcomes if o.stage == "convert")
     entry = cache.entry("convert", outcome.key)
     info = json.loads((entry / "convert.json").read_text())
-    runner = backend(loaded.profile).open_runner(entry, info)
+    runner = backend(loaded.profile).open_runner(entry / "artifact", info)
     samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
     got = run_all(runner, samples, *batching(recipe.source))[0]
     return [bool(c) for c in got.reshape(len(got), -1).argmax(-1) == samples.labels]
