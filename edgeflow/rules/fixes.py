@@ -33,6 +33,7 @@ FINDINGS: dict[str, str] = {
     "int64": "an operator without a kernel for its int64 inputs",
     "ram": "the arena does not fit the board's RAM",
     "flash": "the weights do not fit the board's flash",
+    "memory": "tensors without a static size: the arena cannot be estimated",
 }
 
 # The classes of capture failure `edgeflow explain` reports, with the cause it prints.

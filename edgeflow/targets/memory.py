@@ -22,6 +22,8 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgeflow.core.onnxgraph import all_graphs, subgraphs
+
 ALIGN = 16
 FUSED_ACTIVATIONS = {"Relu", "Clip", "LeakyRelu"}
 FUSES_INTO = {"Conv", "Gemm", "MatMul", "Add", "ConvTranspose"}
@@ -49,7 +51,7 @@ class MemoryEstimate:
 
 def with_shapes(model: Any) -> Any:
     """The model with the shapes onnx infers for its intermediates; as it is when inference
-    fails (a failure is the precheck's own finding; unknown sizes count as 0)."""
+    fails (a failure is the precheck's own finding; unknown sizes are listed as unknown)."""
     import onnx
 
     with contextlib.suppress(Exception):
@@ -65,18 +67,53 @@ def estimate(
     model is what `infer_shapes` made of it already (the precheck infers shapes once)."""
     model = model if inferred else with_shapes(model)
     graph = model.graph
-    sizes, unknown = _sizes(model, quantization)
+    sizes = _sizes(model, quantization)
     # int16_act (TFLite 16x8): int8 weights, int16 activations
     quantization = "int8" if quantization == "int16_act" else quantization
-    weights = _weights(graph, quantization)
+    weights = sum(_weights(g, quantization) for g in all_graphs(graph))
     constants = {t.name for t in graph.initializer}
     constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     aliases = _fused(graph)
     first, last = _lifetimes(graph, constants, aliases)
     plan = greedy_plan({t: sizes.get(t, 0) for t in first}, first, last)
+    # a control-flow node's bodies run inside it: the largest body's activations on top
+    bodies, body_unknown = _bodies(graph, quantization)
     peak_node = _peak(graph, sizes, first, last)
     overhead = _tflm_overhead(graph, quantization, aliases) if backend == "tflite_micro" else 0
-    return MemoryEstimate(weights, plan, overhead, peak_node, sorted(set(unknown) & set(first)))
+    # every buffer whose size shape inference could not give (absent, or a dynamic dim)
+    unknown = sorted({t for t in first if t not in sizes} | set(body_unknown))
+    return MemoryEstimate(weights, plan + bodies, overhead, peak_node, unknown)
+
+
+def _bodies(graph: Any, quantization: str) -> tuple[int, list[str]]:
+    """The most activation bytes any control-flow node's body holds (each body's tensors
+    counted whole: an upper bound), and the body tensors of unknown size."""
+    most, unknown = 0, []
+    for node in graph.node:
+        for body in subgraphs(node):
+            total = 0
+            for g in all_graphs(body):
+                made = {o for n in g.node for o in n.output}
+                sized = {v.name: v for v in (*g.value_info, *g.output)}
+                for name in sorted(made):
+                    size = _value_bytes(sized[name], quantization) if name in sized else None
+                    if size is None:
+                        unknown.append(name)
+                    else:
+                        total += size
+            most = max(most, total)
+    return most, unknown
+
+
+def _value_bytes(value: Any, quantization: str) -> int | None:
+    t = value.type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+    if not t.HasField("shape") or any(d < 0 for d in dims) or not t.elem_type:
+        return None
+    count = 1
+    for d in dims:
+        count *= d
+    return count * _element_bytes(t.elem_type, quantization)
 
 
 def layers(model: Any, quantization: str = "none", inferred: bool = False) -> list[dict[str, Any]]:
@@ -84,7 +121,7 @@ def layers(model: Any, quantization: str = "none", inferred: bool = False) -> li
     (the same lifetimes as the arena estimate) and the bytes of the weights it reads."""
     model = model if inferred else with_shapes(model)
     graph = model.graph
-    sizes, _ = _sizes(model, quantization)
+    sizes = _sizes(model, quantization)
     element = "int8" if quantization == "int16_act" else quantization
     initializers = {t.name: t for t in graph.initializer}
     constants = set(initializers) | {
@@ -149,21 +186,15 @@ def _element_bytes(elem_type: int, quantization: str) -> int:
     return int(dtype.itemsize)
 
 
-def _sizes(model: Any, quantization: str) -> tuple[dict[str, int], list[str]]:
+def _sizes(model: Any, quantization: str) -> dict[str, int]:
+    """Bytes of every value of the main graph whose shape and type inference gave."""
     graph = model.graph
     sizes: dict[str, int] = {}
-    unknown: list[str] = []
     for value in (*graph.input, *graph.value_info, *graph.output):
-        t = value.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
-        if not t.HasField("shape") or any(d < 0 for d in dims) or not t.elem_type:
-            unknown.append(value.name)
-            continue
-        count = 1
-        for d in dims:
-            count *= d
-        sizes[value.name] = count * _element_bytes(t.elem_type, quantization)
-    return sizes, unknown
+        size = _value_bytes(value, quantization)
+        if size is not None:
+            sizes[value.name] = size
+    return sizes
 
 
 def _has_bias(node: Any) -> bool:

@@ -8,7 +8,9 @@ that declares it fixes the finding (`fixes`, see edgeflow.rules.fixes).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,6 +19,10 @@ from edgeflow.rules.fixes import FINDINGS, Fix
 from edgeflow.targets.profile import TargetProfile
 
 CONTROL_FLOW = ("If", "Loop", "Scan")
+# Backends whose operator lists are measured by converting and running probe graphs
+# (`python -m edgeflow.targets.derive tflite_family`): an operator no probe has is unmeasured,
+# not known to fail. onnxruntime's and TensorRT's lists are their kernel registries.
+PROBED = ("tflite", "tflite_micro", "armnn")
 # What a finding suggests when no rule removes it: a recipe setting.
 SETTINGS = {"float16": "quantization.mode: none"}
 DOUBLE, FLOAT16 = 11, 10  # onnx.TensorProto data types
@@ -34,10 +40,14 @@ class Finding:
     # error: the target cannot take this; warning: it runs, but was measured inaccurate in
     # some graphs (verify will tell), so it does not fail the precheck
     severity: str = "error"
+    # what a rule would have to declare to remove it, most specific first (not reported)
+    fixes: list[Fix] = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.count = self.count or len(self.nodes) or 1
-        self.rule = self.rule or suggest(Fix.op(self.operator))
+        if not self.fixes and not self.operator.startswith("("):
+            self.fixes = [Fix.op(self.operator)]
+        self.rule = self.rule or suggest(*self.fixes)
 
 
 def model_finding(
@@ -46,8 +56,9 @@ def model_finding(
     """A finding about the model rather than one operator: "(float64)" for FINDINGS' float64,
     with the rule that declares it fixes it (or the recipe setting that avoids it)."""
     assert key in FINDINGS, key
-    rule = rule or suggest(Fix.finding(key)) or SETTINGS.get(key, "")
-    return Finding(f"({key})", reason, nodes or [], rule=rule, **kw)
+    fixes = [Fix.finding(key)]
+    rule = rule or suggest(*fixes) or SETTINGS.get(key, "")
+    return Finding(f"({key})", reason, nodes or [], rule=rule, fixes=fixes, **kw)
 
 
 def suggest(*fixes: Fix) -> str:
@@ -63,7 +74,88 @@ def suggest(*fixes: Fix) -> str:
 
 def check(model: Any, profile: TargetProfile, quantization: str = "none") -> list[Finding]:
     """Every way the model does not fit the profile when built in this quantization mode;
-    empty when it fits."""
+    empty when it fits. A finding's suggested onnx rule is one that, applied to this model,
+    removes it without bringing a new error (`_confirm`)."""
+    findings = _check(model, profile, quantization)
+    _confirm(model, findings, profile, quantization)
+    return findings
+
+
+def _confirm(
+    model: Any, findings: list[Finding], profile: TargetProfile, quantization: str
+) -> None:
+    """Try each error's candidate onnx rules on a copy of the model, in catalogue order, and
+    keep the first that removes it and adds no error of its own; where none does, say which
+    were tried and suggest a source (ast, fx) rule that declares it, if any. A rule that
+    cannot run on the model as it is (one that needs the recipe's input shapes) stays
+    suggested: it cannot be judged here."""
+    before = {(f.operator, f.reason) for f in findings if f.severity == "error"}
+    after: dict[str, set[tuple[str, str]] | None] = {}
+
+    def errors_after(rule: type[Any]) -> set[tuple[str, str]] | None:
+        if rule.name not in after:
+            rewritten = _applied(rule, model)
+            after[rule.name] = None if rewritten is None else {
+                (f.operator, f.reason)
+                for f in _check(rewritten, profile, quantization)
+                if f.severity == "error"
+            }  # fmt: skip
+        return after[rule.name]
+
+    for finding in findings:
+        candidates = [r for fix in finding.fixes for r in rules_fixing(fix) if r.level == "onnx"]
+        if finding.severity != "error" or finding.rule not in {r.name for r in candidates}:
+            continue  # a warning, a recipe setting, or a rule of another level
+        tried = []
+        for rule in dict.fromkeys(candidates):
+            left = errors_after(rule)
+            if left is None:  # could not be applied here: keep the suggestion unjudged
+                break
+            if (finding.operator, finding.reason) not in left and left <= before:
+                finding.rule = rule.name
+                break
+            tried.append(rule.name)
+        else:  # a source rule (ast, fx) cannot be tried on the ONNX model: it stays offered
+            others = [r.name for f in finding.fixes for r in rules_fixing(f) if r.level != "onnx"]
+            finding.rule = others[0] if others else ""
+            finding.reason += f" ({', '.join(tried)} leaves it or adds another error)"
+
+
+def _applied(rule: type[Any], model: Any) -> Any | None:
+    """The model rewritten by the rule with its default options, or None where it cannot be
+    applied as it is (an exception: say, it needs the recipe's static input shapes)."""
+    import copy
+
+    from edgeflow.rules.base import RewriteContext
+
+    try:
+        specs = _input_specs(model)
+        return rule().apply(copy.deepcopy(model), rule.Options(), RewriteContext(specs)).model
+    except Exception:  # the rule's own verdict on an unusual model is not the precheck's
+        return None
+
+
+def _input_specs(model: Any) -> list[Any]:
+    """The graph's inputs as the recipe would declare them (static shapes only)."""
+    import onnx
+
+    from edgeflow.core.specs import TensorSpec
+
+    initializers = {t.name for t in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        t = value.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
+        shape = [d.dim_value for d in t.shape.dim]
+        specs.append(
+            TensorSpec.model_validate({"name": value.name, "shape": shape, "dtype": dtype})
+        )
+    return specs
+
+
+def _check(model: Any, profile: TargetProfile, quantization: str = "none") -> list[Finding]:
     import onnx
 
     findings: list[Finding] = []
@@ -83,9 +175,9 @@ def check(model: Any, profile: TargetProfile, quantization: str = "none") -> lis
         reason = f"opset {opset} is outside the target's {profile.opset.min}..{profile.opset.max}"
         findings.append(model_finding("opset", reason, count=1))
     by_op: dict[str, list[str]] = {}
-    for i, node in enumerate(model.graph.node):
+    for name, node in named_nodes(model.graph):
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-        by_op.setdefault(key, []).append(node.name or f"#{i}")
+        by_op.setdefault(key, []).append(name)
     if profile.operators is not None:
         findings += _operator_findings(inferred, profile, quantization)
     if not profile.control_flow:
@@ -112,15 +204,54 @@ def check(model: Any, profile: TargetProfile, quantization: str = "none") -> lis
     return findings
 
 
+def named_nodes(graph: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(name, node) of every node of the graph and of the graphs nested in its If, Loop and
+    Scan nodes (a branch's node as `If_0/then_branch/Conv_3`): a converter converts those
+    bodies too, so the precheck judges them."""
+    from edgeflow.core.onnxgraph import subgraphs
+
+    for i, node in enumerate(graph.node):
+        name = prefix + (node.name or f"#{i}")
+        yield name, node
+        for attr, sub in zip(_graph_attributes(node), subgraphs(node), strict=True):
+            yield from named_nodes(sub, f"{name}/{attr}/")
+
+
+def _graph_attributes(node: Any) -> list[str]:
+    import onnx
+
+    names = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            names.append(a.name)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            names += [f"{a.name}[{k}]" for k in range(len(a.graphs))]
+    return names
+
+
+def _values(graph: Any) -> Iterator[Any]:
+    """Every value_info-like entry of the graph and its nested graphs."""
+    from edgeflow.core.onnxgraph import all_graphs
+
+    for g in all_graphs(graph):
+        yield from (*g.input, *g.output, *g.value_info)
+
+
+def _initializers(graph: Any) -> Iterator[Any]:
+    from edgeflow.core.onnxgraph import all_graphs
+
+    for g in all_graphs(graph):
+        yield from g.initializer
+
+
 def _is_dynamic(value: Any) -> bool:
     return any(d.dim_param or d.dim_value <= 0 for d in value.type.tensor_type.shape.dim)
 
 
 def _tensors_of_type(model: Any, dtype: int) -> list[str]:
     """Initializers, graph values and (shape-inferred) intermediates of `dtype`."""
-    graph = model.graph
-    names = [t.name for t in graph.initializer if t.data_type == dtype]
-    for value in (*graph.input, *graph.output, *graph.value_info):
+    names = [t.name for t in _initializers(model.graph) if t.data_type == dtype]
+    for value in _values(model.graph):
         if value.type.tensor_type.elem_type == dtype:
             names.append(value.name)
     return sorted(set(names))
@@ -137,16 +268,17 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
 
     assert profile.operators is not None
     graph = model.graph
-    types: dict[str, int] = {t.name: t.data_type for t in graph.initializer}
-    ranks: dict[str, int] = {t.name: len(t.dims) for t in graph.initializer}
-    for value in (*graph.input, *graph.output, *graph.value_info):
+    types: dict[str, int] = {t.name: t.data_type for t in _initializers(graph)}
+    ranks: dict[str, int] = {t.name: len(t.dims) for t in _initializers(graph)}
+    for value in _values(graph):
         t = value.type.tensor_type
         if t.elem_type:
             types[value.name] = t.elem_type
         if t.HasField("shape"):
             ranks[value.name] = len(t.shape.dim)
-    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    for node in graph.node:
+    constants = {t.name: numpy_helper.to_array(t) for t in _initializers(graph)}
+    nodes = list(named_nodes(graph))
+    for _, node in nodes:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
     opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
@@ -158,13 +290,12 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
         finding = groups.get((op, key))
         if finding is None:
             # the rule that removes this finding, else one that removes the operator
-            rule = suggest(*([fix] if fix else []), Fix.op(op))
-            finding = groups[op, key] = Finding(op, reason, rule=rule, severity=severity)
+            fixes = [*([fix] if fix else []), Fix.op(op)]
+            finding = groups[op, key] = Finding(op, reason, severity=severity, fixes=fixes)
         finding.nodes.append(at)
         finding.count = len(finding.nodes)
 
-    for i, node in enumerate(graph.node):
-        name = node.name or f"#{i}"
+    for name, node in nodes:
         domain = node.domain or "ai.onnx"
         op = node.op_type if domain == "ai.onnx" else f"{node.domain}.{node.op_type}"
         if op == "Constant":
@@ -172,6 +303,13 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
             # model, edgeflow hands onnx2tf initializers (targets/_onnx2tf.py), TensorRT folds it.
             continue
         spec = profile.operators.get(op)
+        if spec is None and profile.backend in PROBED and op not in probed_ops():
+            why = (
+                f"not measured for {profile.name}: no probe graph has it, so its list cannot "
+                "say (precheck.continue_on_failure: true lets the converter try)"
+            )
+            add(op, "unmeasured", why, name)
+            continue
         if spec is None:
             add(op, "", f"not supported by {profile.name}", name)
             continue
@@ -208,6 +346,15 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
     return list(groups.values())
 
 
+@functools.cache
+def probed_ops() -> frozenset[str]:
+    """The operators the probe graphs (edgeflow.targets.probes) exercise: what the measured
+    operator lists of the TFLite family can speak for."""
+    from edgeflow.targets.probes import probes
+
+    return frozenset(c.op or c.model.graph.node[0].op_type for c in probes())
+
+
 def _schema_version(op: str, opset: int, domain: str) -> int | None:
     """since_version of the schema a node of this opset resolves to; None when unknown."""
     import onnx
@@ -220,10 +367,8 @@ def _schema_version(op: str, opset: int, domain: str) -> int | None:
 
 def _tensors_above_rank(model: Any, rank: int) -> list[str]:
     """Tensors of a shape-inferred model above `rank`."""
-    graph = model.graph
-    values = (*graph.input, *graph.output, *graph.value_info)
-    names = [v.name for v in values if len(v.type.tensor_type.shape.dim) > rank]
-    names += [t.name for t in graph.initializer if len(t.dims) > rank]
+    names = [v.name for v in _values(model.graph) if len(v.type.tensor_type.shape.dim) > rank]
+    names += [t.name for t in _initializers(model.graph) if len(t.dims) > rank]
     return sorted(set(names))
 
 
@@ -253,20 +398,48 @@ def check_memory(
         "flash_bytes": limits.flash_bytes if limits else None,
     }
     findings = []
+    if est.unknown:  # the arena is a lower bound: say so, never "arena 0 B"
+        shown = ", ".join(est.unknown[:3]) + (", ..." if len(est.unknown) > 3 else "")
+        reason = (
+            f"the arena is not known: {len(est.unknown)} tensors have no static size "
+            f"({shown}); {est.arena_bytes:,} B is what the others take"
+        )
+        findings.append(model_finding("memory", reason, est.unknown, severity="warning", count=1))
     smaller = "quantization.mode: int8" if quantization != "int8" else ""
+    bigger = _boards_that_fit(profile, name, est.arena_bytes, est.weights_bytes)
     if limits and limits.ram_bytes and est.arena_bytes > limits.ram_bytes:
         reason = (
             f"needs a {est.arena_bytes:,}-byte arena (activations peak at {est.peak_node}); "
-            f"board {name} has {limits.ram_bytes:,} bytes of RAM"
+            f"board {name} has {limits.ram_bytes:,} bytes of RAM{bigger}"
         )
         findings.append(model_finding("ram", reason, count=1, rule=smaller))
     if limits and limits.flash_bytes and est.weights_bytes > limits.flash_bytes:
         reason = (
             f"{est.weights_bytes:,} bytes of weights at {quantization}; board {name} has "
-            f"{limits.flash_bytes:,} bytes of flash"
+            f"{limits.flash_bytes:,} bytes of flash{bigger}"
         )
         findings.append(model_finding("flash", reason, count=1, rule=smaller))
     return summary, findings
+
+
+def _boards_that_fit(profile: TargetProfile, chosen: str | None, arena: int, weights: int) -> str:
+    """ "; it fits <board> (precheck.board: ...)" for the profile's boards with room for both
+    the arena and the weights, smallest first, or that none has room."""
+    fits = [
+        (b.ram_bytes or 0, board)
+        for board, b in profile.boards.items()
+        if board != chosen
+        and (b.ram_bytes is None or b.ram_bytes >= arena)
+        and (b.flash_bytes is None or b.flash_bytes >= weights)
+    ]
+    if fits:
+        names = [board for _, board in sorted(fits)]
+        return f"; it fits {', '.join(names)} (precheck.board: {names[0]})"
+    sized = [(b.ram_bytes, board) for board, b in profile.boards.items() if b.ram_bytes]
+    if not sized:
+        return ""
+    ram, largest = max(sized)
+    return f"; no board of {profile.name} has room (the largest, {largest}, has {ram:,} B)"
 
 
 def errors(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -275,11 +448,14 @@ def errors(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def op_counts(model: Any) -> dict[str, int]:
-    return dict(Counter(n.op_type for n in model.graph.node))
+    return dict(Counter(n.op_type for _, n in named_nodes(model.graph)))
 
 
 def to_json(findings: list[Finding]) -> list[dict[str, Any]]:
-    return [{**asdict(f), "nodes": f.nodes[:20]} for f in findings]
+    return [
+        {k: v for k, v in asdict(f).items() if k != "fixes"} | {"nodes": f.nodes[:20]}
+        for f in findings
+    ]
 
 
 def render_table(findings: list[dict[str, Any]]) -> str:
@@ -295,10 +471,11 @@ def render_table(findings: list[dict[str, Any]]) -> str:
 
 def memory_line(memory: dict[str, Any]) -> str:
     """The memory estimate in one line, with the board's budgets."""
+    at_least = "at least " if memory.get("unknown_sizes") else ""
     text = (
         f"memory at {memory['quantization']}: weights {memory['weights_bytes']:,} B, "
-        f"arena {memory['arena_bytes']:,} B (activations {memory['activations_bytes']:,} B, "
-        f"peak at {memory['peak_node']})"
+        f"arena {at_least}{memory['arena_bytes']:,} B (activations "
+        f"{memory['activations_bytes']:,} B, peak at {memory['peak_node']})"
     )
     if memory["board"]:
         ram, flash = (

@@ -23,7 +23,7 @@ from edgeflow.rules import builtin_rules
 from edgeflow.rules.fixes import CAPTURES, FINDINGS, Fix
 from edgeflow.targets import load_profile
 from edgeflow.targets.checkers import CHECKERS
-from edgeflow.targets.precheck import SETTINGS, check, suggest
+from edgeflow.targets.precheck import SETTINGS, check, check_memory, suggest
 from edgeflow.targets.probes import single
 from edgeflow.targets.profile import TargetProfile
 
@@ -54,19 +54,76 @@ CHECK_CASES: dict[tuple[str, str], onnx.ModelProto] = {
         {k: np.array([v], np.int64) for k, v in (("starts", 0), ("ends", 1), ("axes", 0))},
     ).model,
 }
+
+
+def _internal_float64() -> onnx.ModelProto:
+    """float32 in and out, float64 inside (Cast, Relu, Cast): as exporters emit it."""
+    h = onnx.helper
+    nodes = [
+        h.make_node("Cast", ["x"], ["d"], to=T.DOUBLE),
+        h.make_node("Relu", ["d"], ["r"]),
+        h.make_node("Cast", ["r"], ["y"], to=T.FLOAT),
+    ]
+    io = [h.make_tensor_value_info(n, T.FLOAT, [1, 4]) for n in ("x", "y")]
+    graph = h.make_graph(nodes, "f64", io[:1], io[1:])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def _int64_inside() -> onnx.ModelProto:
+    """x + Cast(5 - Range(0, 4, 1)), the Range and Sub in int64: values the rule proves fit."""
+    h = onnx.helper
+    nodes = [
+        h.make_node("Range", ["a", "b", "c"], ["r"]),
+        h.make_node("Sub", ["five", "r"], ["s"]),
+        h.make_node("Cast", ["s"], ["f"], to=T.FLOAT),
+        h.make_node("Add", ["x", "f"], ["y"]),
+    ]
+    consts = (("a", 0), ("b", 4), ("c", 1), ("five", 5))
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), n) for n, v in consts]
+    io = [h.make_tensor_value_info(n, T.FLOAT, [4]) for n in ("x", "y")]
+    graph = h.make_graph(nodes, "i64", io[:1], io[1:], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def _constant_if() -> onnx.ModelProto:
+    """If(true) { Relu(x) } else { Neg(x) }: a condition fold_if can read."""
+    h = onnx.helper
+    branch = [
+        h.make_graph(
+            [h.make_node(op, ["x"], [out])],
+            op,
+            [],
+            [h.make_tensor_value_info(out, T.FLOAT, [1, 4])],
+        )
+        for op, out in (("Relu", "t"), ("Neg", "e"))
+    ]
+    node = h.make_node("If", ["c"], ["y"], then_branch=branch[0], else_branch=branch[1])
+    cond = onnx.numpy_helper.from_array(np.array(True), "c")
+    io = [h.make_tensor_value_info(n, T.FLOAT, [1, 4]) for n in ("x", "y")]
+    graph = h.make_graph([node], "if", io[:1], io[1:], [cond])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+# An operator a one-node probe does not represent: the precheck keeps only a suggested rule
+# that removes it from the very model, so the case must be one the rule can fix.
+OP_CASES = {
+    "If": _constant_if(),
+    "Pad": single("p", "Pad", X, {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}).model,
+}
 # A model, a profile the precheck reports each finding for, and the finding's operator.
 FINDING_CASES: dict[str, tuple[onnx.ModelProto, dict[str, Any], str]] = {
-    "float64": (single("r", "Relu", [("x", T.DOUBLE, [1, 4])]).model, {"float64": False}, ""),
+    "float64": (_internal_float64(), {"float64": False}, ""),
     "inputs": (
         single("r", "Relu", [("x", T.FLOAT, ["n", 4])]).model,
         {"dynamic_shapes": False},
         "",
     ),
     "opset": (single("r", "Relu", X).model, {"opset": {"min": 13, "max": 13}}, ""),
+    "memory": (single("r", "Relu", [("x", T.FLOAT, ["n", 4])]).model, {}, ""),
     "int64": (
-        single("r", "Relu", [("x", T.INT64, [1, 4])]).model,
-        {"operators": {"Relu": {"dtypes": ["float"]}}},
-        "Relu",  # "no kernel for int64 inputs (takes float)"
+        _int64_inside(),
+        {"operators": {"Sub": {"dtypes": ["float", "int32"]}, "Range": {}, "Cast": {}, "Add": {}}},
+        "Sub",  # "no kernel for int64 inputs (takes float, int32)"
     ),
 }
 # An exporter's error that `edgeflow explain` puts in each class.
@@ -118,17 +175,24 @@ def test_every_declared_fix_is_reported_with_a_rule_that_declares_it(fix: Fix) -
         assert (attempt.cause, attempt.rules) == (CAPTURES[fix.name], rules_for(fix))
         assert attempt.rules and all(fix in RULES[r].fixes for r in attempt.rules)
         return
+    # every other ONNX operator runs: the suggested rule must remove the finding and may
+    # write the ops it needs (the precheck keeps only a rule that adds no error of its own)
+    others = {s.name: {} for s in onnx.defs.get_all_schemas() if s.domain == ""}
+    others.pop(fix.name, None)
     if fix.kind == "op":
-        model, fields, operator = single("n", fix.name, X).model, {"operators": {}}, fix.name
+        model, operator = OP_CASES.get(fix.name) or single("n", fix.name, X).model, fix.name
+        fields: dict[str, Any] = {"operators": others}
     elif fix.kind == "check":
         assert (fix.name, fix.constraint) in CHECK_CASES, "add a node that fails the check"
         model, operator = CHECK_CASES[fix.name, fix.constraint], fix.name
-        fields = {"operators": {fix.name: {"checks": [fix.constraint]}}}
+        fields = {"operators": {**others, fix.name: {"checks": [fix.constraint]}}}
     else:
         assert fix.name in FINDING_CASES, "add a model the precheck reports this for"
         model, fields, operator = FINDING_CASES[fix.name]
         operator = operator or f"({fix.name})"
-    found = [f for f in check(model, profile_with(**fields)) if f.operator == operator]
+    profile = profile_with(**fields)
+    findings = check(model, profile) + check_memory(model, profile)[1]
+    found = [f for f in findings if f.operator == operator]
     if fix.kind == "check":
         found = [f for f in found if f.reason.startswith(f"{fix.constraint}: ")]
     assert [f.rule for f in found] == [suggest(fix)] and fix in RULES[suggest(fix)].fixes
@@ -206,6 +270,7 @@ PRECHECK_NEW = {
     Fix.op("Dropout"): "fx.remove_dropout",
     Fix.finding("int64"): "onnx.int64_to_int32",
     Fix.op("Pad"): "onnx.pad_with_concat",
+    Fix.finding("memory"): "onnx.fix_shapes",
 }
 # `edgeflow explain`'s lists, in catalogue order (the hand-kept lists had tensor_if's and
 # unsupported's in another order, and onnx.cast_float64_to_float32 for float64, which runs

@@ -106,7 +106,8 @@ def test_a_rule_that_changes_the_result_fails_the_rewrite_stage(recipe, tmp_path
 def test_bad_rule_options_are_located(recipe) -> None:
     path = recipe("  - {rule: rules.py:Scale, factr: 2}\n")
     [problem] = problems(path)
-    assert f"{path}:27:28: rewrites[0].factr: unknown key 'factr'" in problem
+    line = path.read_text().splitlines().index("  - {rule: rules.py:Scale, factr: 2}") + 1
+    assert f"{path}:{line}:28: rewrites[0].factr: unknown key 'factr'" in problem
     assert "did you mean 'factor'?" in problem
 
 

@@ -43,7 +43,8 @@ def test_precheck_command_lists_every_finding_with_a_rule(wobbly: Path, capsys) 
     assert by_op["(float64)"]["count"] >= 3
     # onnxruntime takes float64 and dynamic shapes, but has no float64 Erf kernel, as it says:
     assert main(["precheck", str(wobbly), "--target", "onnxruntime_micro", "--json"]) == 1
-    [erf] = json.loads(capsys.readouterr().out)["findings"]
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    [erf] = [f for f in findings if f["severity"] == "error"]  # and (memory): a dynamic batch
     assert erf["reason"] == "no kernel for double inputs (takes float)"
     assert erf["rule"] == "onnx.cast_float64_to_float32"
     import onnxruntime
@@ -100,3 +101,129 @@ def test_failed_precheck_stops_the_run_unless_the_recipe_continues(
     assert "continuing because the recipe sets precheck.continue_on_failure" in out
     report = (tmp_path / "b" / "recipe" / "no_gemm-int8" / "report.md").read_text()
     assert "precheck: FAILED against `no_gemm`" in report and "| Gemm | 1 |" in report
+
+
+def _if_model(path: Path) -> Path:
+    """y = If(x.sum() > 0, then: Erf(x), else: Neg(x)): the branches' ops are converted too."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    then = helper.make_graph(
+        [helper.make_node("Erf", ["x"], ["t"], name="erf")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 4])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"], name="neg")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 4])],
+    )
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+        helper.make_node("Greater", ["s", "zero"], ["c"], name="positive"),
+        helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="branch"),
+    ]
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    graph = helper.make_graph(nodes, "g", [x], [y], [zero])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_the_precheck_judges_the_nodes_inside_if_branches(tmp_path: Path, capsys) -> None:
+    """Before, only the top-level graph was checked: the If's Erf went unseen on Arm NN,
+    whose parser has no ERF (and takes no control flow)."""
+    path = _if_model(tmp_path / "if.onnx")
+    assert main(["precheck", str(path), "--target", "armnn", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    by_op = {f["operator"]: f for f in report["findings"]}
+    assert by_op["Erf"]["nodes"] == ["branch/then_branch/erf"]
+    assert by_op["Erf"]["rule"] == "onnx.decompose"
+    assert by_op["If"]["nodes"] == ["branch"]
+    # onnx.fold_if keeps an If on a computed condition: no longer suggested for it (it was),
+    # the source rule that computes both branches is
+    assert by_op["If"]["rule"] == "ast.tensor_if_to_where"
+    assert by_op["If"]["reason"].endswith("(onnx.fold_if leaves it or adds another error)")
+    from edgeflow.targets.precheck import op_counts
+
+    assert op_counts(onnx.load(str(path))) == {
+        "ReduceSum": 1, "Greater": 1, "If": 1, "Erf": 1, "Neg": 1
+    }  # fmt: skip
+
+
+def test_the_memory_estimate_counts_branch_weights_and_activations(tmp_path: Path) -> None:
+    """Before: weights 4 B (the top level's one scalar) and the branches' tensors unseen."""
+    from edgeflow.targets.memory import estimate
+
+    est = estimate(onnx.load(str(_if_model(tmp_path / "if.onnx"))))
+    assert est.weights_bytes == 4
+    assert est.activations_bytes == 48 + 16  # x, s, c, y planned; the larger branch's 16 B
+    assert est.unknown == []
+
+
+def test_unknown_sizes_make_the_arena_a_lower_bound_not_zero(wobbly: Path, capsys) -> None:
+    """A dynamic batch: every activation's size is unknown. Before, the precheck said
+    "arena 0 B" and judged the board's RAM with it."""
+    assert main(["precheck", str(wobbly), "--target", "onnxruntime_micro", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    [memory] = [f for f in report["findings"] if f["operator"] == "(memory)"]
+    assert memory["severity"] == "warning" and memory["rule"] == "onnx.fix_shapes"
+    assert "the arena is not known" in memory["reason"] and "x" in memory["nodes"]
+    from edgeflow.targets.precheck import memory_line
+
+    assert "arena at least" in memory_line(report["memory"])
+
+
+def test_a_board_too_small_names_the_boards_the_model_fits(tmp_path: Path, capsys) -> None:
+    model = tmp_path / "big.onnx"
+    torch.onnx.export(
+        torch.nn.Conv2d(3, 16, 3, padding=1), (torch.rand(1, 3, 64, 64),), str(model),
+        dynamo=False, input_names=["x"],
+    )  # fmt: skip
+    code = main(["precheck", str(model), "--target", "tflite_micro", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    [ram] = [f for f in report["findings"] if f["operator"] == "(ram)"]
+    assert code == 1 and "; it fits " in ram["reason"]
+    board = ram["reason"].split("precheck.board: ")[1].rstrip(")")
+    assert board == "cortex_m7_512k"  # 311,296 B: x and y alive together; 256 KiB too few
+    assert main(["precheck", str(model), "--target", "tflite_micro", "--board", board]) == 0
+    capsys.readouterr()
+    # a model no board of the target holds says so, naming the largest
+    torch.onnx.export(
+        torch.nn.Conv2d(3, 64, 3, padding=1), (torch.rand(1, 3, 128, 128),), str(model),
+        dynamo=False, input_names=["x"],
+    )  # fmt: skip
+    assert main(["precheck", str(model), "--target", "tflite_micro", "--json"]) == 1
+    [ram] = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["operator"] == "(ram)"]
+    assert "no board of tflite_micro has room (the largest, cortex_m7_1m" in ram["reason"]
+
+
+def test_an_operator_no_probe_has_is_not_measured_rather_than_unsupported(
+    tmp_path: Path, capsys
+) -> None:
+    from onnx import TensorProto, helper
+
+    from edgeflow.targets.precheck import probed_ops
+
+    assert "Shape" not in probed_ops() and "Erf" in probed_ops()
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Erf", ["x"], ["y"], name="erf"),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+    ]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], outputs), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    assert main(["precheck", str(tmp_path / "m.onnx"), "--target", "armnn", "--json"]) == 1
+    by_op = {f["operator"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert by_op["Shape"]["reason"].startswith("not measured for armnn: no probe graph has it")
+    assert by_op["Erf"]["reason"] == "not supported by armnn"  # probed, and it failed

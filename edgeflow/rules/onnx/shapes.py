@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 class FixShapes(OnnxRule):
     name = "onnx.fix_shapes"
     description = "Fix input shapes (default: the recipe's), infer all shapes, fold Shape ops."
-    fixes = (Fix.finding("inputs"),)
+    fixes = (Fix.finding("inputs"), Fix.finding("memory"))
 
     class Options(RuleOptions):
         """shapes: input name -> dims (default: the recipe's source.inputs shapes);
