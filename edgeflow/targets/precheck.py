@@ -42,6 +42,8 @@ class Finding:
     severity: str = "error"
     # what a rule would have to declare to remove it, most specific first (not reported)
     fixes: list[Fix] = field(default_factory=list, repr=False, compare=False)
+    # onnx rules that declare it but, applied to this model, leave it or add another error
+    tried: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.count = self.count or len(self.nodes) or 1
@@ -118,7 +120,7 @@ def _confirm(
         else:  # a source rule (ast, fx) cannot be tried on the ONNX model: it stays offered
             others = [r.name for f in finding.fixes for r in rules_fixing(f) if r.level != "onnx"]
             finding.rule = others[0] if others else ""
-            finding.reason += f" ({', '.join(tried)} leaves it or adds another error)"
+            finding.tried = tried
 
 
 def _applied(rule: type[Any], model: Any) -> Any | None:
@@ -464,6 +466,8 @@ def render_table(findings: list[dict[str, Any]]) -> str:
     for f in findings:
         nodes = ", ".join(f["nodes"][:5]) + (", ..." if len(f["nodes"]) > 5 else "")
         rule = f"`{f['rule']}`" if f["rule"] else ""
+        if f.get("tried"):  # rules that declare it and did not remove it from this model
+            rule += f" ({', '.join(f['tried'])} tried: leaves it or adds an error)"
         reason = f"(warning) {f['reason']}" if f.get("severity") == "warning" else f["reason"]
         lines.append(f"| {f['operator']} | {f['count']} | {reason} | {nodes} | {rule} |")
     return "\n".join(lines)

@@ -147,7 +147,7 @@ def test_the_precheck_judges_the_nodes_inside_if_branches(tmp_path: Path, capsys
     # onnx.fold_if keeps an If on a computed condition: no longer suggested for it (it was),
     # the source rule that computes both branches is
     assert by_op["If"]["rule"] == "ast.tensor_if_to_where"
-    assert by_op["If"]["reason"].endswith("(onnx.fold_if leaves it or adds another error)")
+    assert by_op["If"]["tried"] == ["onnx.fold_if"]
     from edgeflow.targets.precheck import op_counts
 
     assert op_counts(onnx.load(str(path))) == {
