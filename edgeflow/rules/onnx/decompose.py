@@ -158,6 +158,7 @@ class Decompose(OnnxRule):
         return ""
 
 
+SQUARES = {"sum": "ReduceSum(x * x)", "mean": "ReduceMean(x * x) * n"}  # by Options.reduce
 NOTES: dict[str, Any] = {
     "Gelu": lambda o: (
         f"{o.gelu} formula"
@@ -173,10 +174,9 @@ NOTES: dict[str, Any] = {
     "Elu": lambda o: "Relu(x) + alpha (Exp(Min(x, 0)) - 1)",
     "Selu": lambda o: "gamma (Relu(x) + alpha (Exp(Min(x, 0)) - 1))",
     "PRelu": lambda o: "Relu(x) + slope (x - Relu(x))",
-    "ReduceL2": lambda o: f"Sqrt({_SQUARES[o.reduce]})",
-    "LpNormalization": lambda o: f"x / Max(Sqrt({_SQUARES[o.reduce]}), tiny)",
+    "ReduceL2": lambda o: f"Sqrt({SQUARES[o.reduce]})",
+    "LpNormalization": lambda o: f"x / Max(Sqrt({SQUARES[o.reduce]}), tiny)",
 }
-_SQUARES = {"sum": "ReduceSum(x * x)", "mean": "ReduceMean(x * x) * n"}
 
 
 def _constants(model: onnx.ModelProto) -> dict[str, Any]:
