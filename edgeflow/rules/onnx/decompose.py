@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from pydantic import Field
 
-from edgeflow.core.onnxgraph import Namer, all_graphs, copy_model, elem_type, tensor_types
+from edgeflow.core.onnxgraph import (
+    Namer,
+    all_graphs,
+    constant_value,
+    copy_model,
+    elem_type,
+    tensor_types,
+)
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx._build import Builder, attr
@@ -72,7 +79,7 @@ class Decompose(OnnxRule):
     """Exact formulas, but for Erf (within 4.3e-7) and the tanh Gelu (4.8e-4). PRelu becomes
     Relu(x) + slope (x - Relu(x)) (RELU SUB MUL ADD): TensorFlow's int8 converter gets
     Relu(x) + Min(x, 0) wrong (relative error 0.79 in LiteRT, TFLite Micro and Arm NN alike;
-    this form 0.008-0.009, as PRELU itself). ReduceL2 and LpNormalization (p=2) become
+    this form 0.008-0.009, PRELU itself 0.007). ReduceL2 and LpNormalization (p=2) become
     Sqrt(ReduceSum(x * x)), or with `reduce: mean` Sqrt(ReduceMean(x * x) * n) for Arm NN,
     whose parser has MEAN but neither SUM nor SQUARE; LpNormalization divides by
     Max(norm, 2^-126), so an all-zero vector stays 0 as in onnxruntime. Decomposed ops are
@@ -182,8 +189,6 @@ NOTES: dict[str, Any] = {
 def _constants(model: onnx.ModelProto) -> dict[str, Any]:
     """Initializers and Constant outputs of every graph, as numpy arrays."""
     from onnx import numpy_helper
-
-    from edgeflow.core.onnxgraph import constant_value
 
     found: dict[str, Any] = {}
     for graph in all_graphs(model.graph):

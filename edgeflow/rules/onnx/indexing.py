@@ -192,13 +192,15 @@ def _given(node: Any, i: int) -> bool:
 
 
 class SplitSlice(NodeRule):
-    """Exact (the same elements, taken one axis at a time). onnx2tf 1.28.8 converts a Slice of
-    the channel axis and another axis into a STRIDED_SLICE of the wrong output shape (the
-    target probes' "Slice two axes": [1, 6, 10, 10] sliced on axes 1 and 3 gave (1, 10, 4, 4)
-    for (1, 4, 10, 7), for tflite, tflite_micro and armnn alike); one Slice per axis converts
-    right. Axes a slice leaves whole (start 0, to the end, step 1) are dropped where the
-    input shape is static. Needs constant starts/ends/axes/steps (opset 10+). A default
-    rewrite of tflite, tflite_micro and armnn, after `onnx.slice_rank`."""
+    """Exact (the same elements, taken one axis at a time). onnx2tf 1.28.8 converts some
+    Slices of the channel axis and another axis into a STRIDED_SLICE of the wrong output
+    shape (the target probes' "Slice two axes": [1, 6, 10, 10] sliced on axes 1 and 3 gave
+    (1, 10, 4, 4) for (1, 4, 10, 7), for tflite, tflite_micro and armnn alike; axes 2 and 1
+    converted right), so those profiles' `slice_one_axis` check refuses every multi-axis
+    Slice. One Slice per axis converted right in every case measured (error 0, int8 0.0035).
+    Axes a slice leaves whole (start 0, to the end, step 1) are dropped where the input shape
+    is static. Needs constant starts/ends/axes/steps (opset 10+). A default rewrite of tflite,
+    tflite_micro and armnn, after `onnx.slice_rank`."""
 
     name = "onnx.split_slice"
     description = "Write a Slice over several axes as one Slice per axis (a chain of Slices)."
