@@ -251,7 +251,7 @@ def ops_graph(path: Path, norms: bool = True) -> Path:
 @pytest.mark.slow
 @needs_tflite
 @needs_armnn
-@pytest.mark.parametrize("target", ["armnn", "tflite_micro"])
+@pytest.mark.parametrize("target", ["armnn", "tflite_micro", "tflite"])
 def test_default_rewrites_carry_prelu_l2_norms_mirror_pads_and_two_axis_slices(
     target: str, tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -274,6 +274,7 @@ def test_default_rewrites_carry_prelu_l2_norms_mirror_pads_and_two_axis_slices(
         "armnn": {"onnx.decompose": 3, "onnx.pad_with_concat": 2, "onnx.split_slice": 1,
                   "onnx.sqrt_newton": 2},
         "tflite_micro": {"onnx.split_slice": 1},
+        "tflite": {"onnx.split_slice": 1},
     }  # fmt: skip
     for rule, matches in expected[target].items():
         changed = [s for s in rules[rule]["sites"] if s["status"] == "changed"]
@@ -285,6 +286,7 @@ def test_default_rewrites_carry_prelu_l2_norms_mirror_pads_and_two_axis_slices(
     suggestions = {
         "armnn": ["onnx.decompose", "onnx.pad_with_concat", "onnx.split_slice"],
         "tflite_micro": ["onnx.split_slice"],
+        "tflite": ["onnx.split_slice"],
     }
     for rule in suggestions[target]:
         assert rule in err, rule
