@@ -82,6 +82,9 @@ def run_trials(
         worker = context.Process(target=_serve, args=args)
         worker.start()
         child.close()
+        # The steps of trials[first] that killed earlier workers: kept with the next crash, or
+        # two crashing steps would each be retaken by turns, forever.
+        known, first = crashed, start
         crashed, step = {}, ""
         while start < len(trials):
             try:
@@ -93,6 +96,8 @@ def run_trials(
                 crashed = {k: Verdict(False, "crash", f"{reason} ({step})") for k in keys}
                 if step != "convert":
                     crashed = {step: crashed[step]}
+                if start == first:
+                    crashed = {**known, **crashed}
                 if set(crashed) >= set(keys):  # nothing left to measure for this graph
                     _record(results, trials[start], crashed, progress)
                     start, crashed = start + 1, {}

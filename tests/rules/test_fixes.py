@@ -53,6 +53,18 @@ CHECK_CASES: dict[tuple[str, str], onnx.ModelProto] = {
         [("x", T.FLOAT, [2, 2, 2, 2, 2])],
         {k: np.array([v], np.int64) for k, v in (("starts", 0), ("ends", 1), ("axes", 0))},
     ).model,
+    ("Slice", "slice_one_axis"): single(
+        "s",
+        "Slice",
+        X,
+        {
+            k: np.array(v, np.int64)
+            for k, v in (("starts", [0, 1]), ("ends", [2, 3]), ("axes", [1, 3]))
+        },
+    ).model,
+    ("Pad", "pad_constant"): single(
+        "p", "Pad", X, {"pads": np.array([0, 0, 1, 1] * 2, np.int64)}, {"mode": "reflect"}
+    ).model,
 }
 
 
@@ -271,6 +283,11 @@ PRECHECK_NEW = {
     Fix.finding("int64"): "onnx.int64_to_int32",
     Fix.op("Pad"): "onnx.pad_with_concat",
     Fix.finding("memory"): "onnx.fix_shapes",
+    **dict.fromkeys(
+        (Fix.op(op) for op in ("PRelu", "ReduceL2", "LpNormalization")), "onnx.decompose"
+    ),
+    Fix.check("Slice", "slice_one_axis"): "onnx.split_slice",
+    Fix.check("Pad", "pad_constant"): "onnx.pad_with_concat",
 }
 # `edgeflow explain`'s lists, in catalogue order (the hand-kept lists had tensor_if's and
 # unsupported's in another order, and onnx.cast_float64_to_float32 for float64, which runs

@@ -199,3 +199,121 @@ def test_default_rewrites_carry_the_coverage_constructs(
     }  # fmt: skip
     for rule in suggestions[target]:
         assert rule in err, rule
+
+
+def ops_graph(path: Path, norms: bool = True) -> Path:
+    """Conv -> PRelu (per-channel slope) -> edge Pad -> reflect Pad -> a Slice of the channels
+    and the width -> LpNormalization + ReduceL2 over the channels: each of these is an op or
+    form Arm NN's parser lacks (PRELU, MIRROR_PAD, SUM, SQUARE) or onnx2tf converts wrong
+    (a Slice of the channel axis and another). norms=False ends at the Slice (+ a Relu): the
+    int8 form of the norms' Newton square root aborts every runtime."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    consts = {
+        "w": rng.standard_normal((6, 3, 3, 3)).astype(np.float32),
+        "b": rng.standard_normal(6).astype(np.float32),
+        "slope": rng.uniform(0.05, 0.5, (6, 1, 1)).astype(np.float32),
+        "edge": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64),
+        "mirror": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64),
+        "starts": np.array([1, 2], np.int64),
+        "ends": np.array([5, 20], np.int64),
+        "axes": np.array([1, 3], np.int64),
+    }
+    node = helper.make_node
+    nodes = [
+        node("Conv", ["image", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        node("PRelu", ["c", "slope"], ["p"]),
+        node("Pad", ["p", "edge"], ["e"], mode="edge"),
+        node("Pad", ["e", "mirror"], ["r"], mode="reflect"),
+        node("Slice", ["r", "starts", "ends", "axes"], ["s"]),
+        node("LpNormalization", ["s"], ["q"], axis=1),
+        node("ReduceL2", ["s"], ["n"], axes=[1]),
+        node("Add", ["q", "n"], ["y"]),
+    ]
+    if not norms:
+        nodes[-3:] = [node("Relu", ["s"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "ops",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 21, 18])],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.slow
+@needs_tflite
+@needs_armnn
+@pytest.mark.parametrize("target", ["armnn", "tflite_micro", "tflite"])
+def test_default_rewrites_carry_prelu_l2_norms_mirror_pads_and_two_axis_slices(
+    target: str, tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Verified within 1e-3 of onnxruntime on the source graph with the target's defaults;
+    without them, the precheck names the rule for each construct."""
+    ops_graph(tmp_path / "ops.onnx")
+    recipe = tmp_path / "recipe.yaml"
+    text = textwrap.dedent(RECIPE).replace(
+        "kind: pytorch\n  model: net.py:Net", "kind: onnx\n  model: ops.onnx"
+    )
+    recipe.write_text(text.replace("target: armnn", f"target: {target}"))
+    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main(args) == 0, capsys.readouterr().err
+    out = tmp_path / "b" / "recipe" / f"{target}-none"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["verified"] is True and metrics["agreement"]["max_relative_diff"] <= 1e-3
+    assert metrics["agreement"]["max_relative_diff"] <= 1e-6  # exact rewrites: float rounding
+    rules = target_rules(recipe, shared_cache, tmp_path / "b")
+    expected = {
+        "armnn": {"onnx.decompose": 3, "onnx.pad_with_concat": 2, "onnx.split_slice": 1,
+                  "onnx.sqrt_newton": 2},
+        "tflite_micro": {"onnx.split_slice": 1},
+        "tflite": {"onnx.split_slice": 1},
+    }  # fmt: skip
+    for rule, matches in expected[target].items():
+        changed = [s for s in rules[rule]["sites"] if s["status"] == "changed"]
+        assert rules[rule]["matches"] == len(changed) == matches, rule
+
+    capsys.readouterr()
+    assert main([*args, "target_rewrites=false"]) == 2
+    err = capsys.readouterr().err
+    suggestions = {
+        "armnn": ["onnx.decompose", "onnx.pad_with_concat", "onnx.split_slice"],
+        "tflite_micro": ["onnx.split_slice"],
+        "tflite": ["onnx.split_slice"],
+    }
+    for rule in suggestions[target]:
+        assert rule in err, rule
+
+
+@pytest.mark.slow
+@needs_tflite
+@needs_armnn
+def test_armnn_int8_runs_prelu_mirror_pads_and_two_axis_slices(
+    tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Per-tensor int8 on Arm NN with its defaults: verified, SQNR against onnxruntime."""
+    ops_graph(tmp_path / "ops.onnx", norms=False)
+    recipe = tmp_path / "recipe.yaml"
+    text = textwrap.dedent(RECIPE).replace(
+        "kind: pytorch\n  model: net.py:Net", "kind: onnx\n  model: ops.onnx"
+    )
+    calibration = (
+        "calibration:\n  dataset: edgeflow.datasets:sample_image_crops\n  split: calibration\n"
+        "  options: {size: [16, 16], count: 8, input_name: image}\n"
+    )
+    text = text.replace("quantization: {mode: none}", calibration + "quantization: {mode: int8}")
+    recipe.write_text(text.replace("max_relative_diff: 1.0e-3", "min_sqnr_db: 25"))
+    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main(args) == 0, capsys.readouterr().err
+    metrics = json.loads((tmp_path / "b" / "recipe" / "armnn-int8" / "metrics.json").read_text())
+    assert metrics["verified"] is True
+    # measured: 41.4 dB, max relative error 0.011 (the probes' per-op int8 errors: 0.004-0.009)
+    assert metrics["agreement"]["min_sqnr_db"] >= 35
+    assert metrics["agreement"]["max_relative_diff"] <= 0.02

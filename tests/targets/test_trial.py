@@ -177,3 +177,32 @@ def test_a_runtime_crash_is_pinned_to_its_step_and_the_rest_is_measured() -> Non
     for key in ("tflite/none", "tflite/int8", "tflite_micro/none"):
         assert found["ReduceLogSumExp"][key].runs, key
     assert all(v.runs for v in found["Relu"].values())  # the worker after the crash goes on
+
+
+def test_every_crashing_step_of_a_graph_is_remembered_across_workers() -> None:
+    """ReduceL2 as Arm NN's defaults write it (ReduceMean x n, then onnx.sqrt_newton): its
+    int8 .tflite aborts LiteRT and TFLite Micro alike. Each new worker skips every step that
+    killed an earlier one (not only the last), so two crashing steps end, and float32 runs."""
+    from edgeflow.rules.base import RewriteContext
+    from edgeflow.rules.onnx.decompose import Decompose
+    from edgeflow.rules.onnx.linear import SqrtNewton
+
+    case = single(
+        "ReduceL2",
+        "ReduceL2",
+        [("x", T.FLOAT, [1, 6, 10, 10])],
+        {"axes": const("axes", [2, 3], np.int64)},
+        opset=18,
+    )
+    model, ctx = case.model, RewriteContext([])
+    model = Decompose().apply(model, Decompose.Options(reduce="mean"), ctx).model
+    model = SqrtNewton().apply(model, SqrtNewton.Options(), ctx).model
+    found = run_trials(
+        [Trial("l2", model.SerializeToString(), case.feeds)], ["tflite", "tflite_micro"]
+    )
+    verdicts = found["l2"]
+    for key in ("tflite/int8", "tflite_micro/int8"):
+        assert verdicts[key].stage == "crash" and "exit code -6" in verdicts[key].reason, key
+    for key in ("tflite/none", "tflite_micro/none"):
+        error = verdicts[key].error
+        assert verdicts[key].runs and error is not None and error < 1e-6, key  # 1.7e-7 seen

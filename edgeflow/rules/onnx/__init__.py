@@ -14,7 +14,7 @@ from edgeflow.rules.onnx.cut import Cut
 from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.equalize import EqualizeChannels
 from edgeflow.rules.onnx.fold_if import FoldIf
-from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank
+from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank, SplitSlice
 from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton
 from edgeflow.rules.onnx.norm import ChannelLayerNorm
 from edgeflow.rules.onnx.opset import ConvertOpset
@@ -39,6 +39,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     ResizeToMatMul,
     GatherToSlice,
     SliceRank,
+    SplitSlice,
     FixShapes,
     ConvertOpset,
     FoldIf,

@@ -1,6 +1,6 @@
-"""onnx.maxpool_edge_pad, onnx.split_groups and onnx.shuffle_to_conv: padded max pooling,
-grouped convolution and channel shuffles in forms every TFLite runtime parses and computes
-right.
+"""onnx.maxpool_edge_pad, onnx.split_groups, onnx.shuffle_to_conv and onnx.pad_with_concat:
+padded max pooling, grouped convolution, channel shuffles and padding in forms every TFLite
+runtime parses and computes right.
 
 Both are exact (the same float operations in another arrangement). They exist for Arm NN 22's
 TfLite parser: onnx2tf writes a padded MaxPool as PADV2 (pad with -inf), which that parser
@@ -229,12 +229,16 @@ class PadWithConcat(NodeRule):
     folds a PAD into a following CONV_2D correctly, but not into DEPTHWISE_CONV_2D or a pooling.
     Zero rows and columns concatenated to the tensor (CONCATENATION) quantize to the zero
     point exactly. Convolutions whose pads SAME gives are kept as they are (no PAD is written
-    for them). Needs a static float32 input shape. A default rewrite of armnn."""
+    for them). Pad nodes in reflect and edge mode, which onnx2tf writes as MIRROR_PAD (Arm NN
+    22's parser has none), become single-row slices of the tensor (mirrored, or the edge row
+    repeated) concatenated around it: the same values. Needs a static input shape (float32
+    for zero padding). A default rewrite of armnn."""
 
     name = "onnx.pad_with_concat"
-    description = "Zero-pad by concatenating zeros (Concat), where onnx2tf would write a PAD."
-    # Pad nodes (zero padding): armnn's profile measures int8 PAD inaccurate (a warning)
-    fixes = (Fix.op("Pad"),)
+    description = "Pad by concatenating zeros, edge or mirrored rows (Concat), not PAD/MIRROR_PAD."
+    # Pad nodes (zero padding): armnn's profile measures int8 PAD inaccurate (a warning);
+    # reflect/edge Pad: its parser has no MIRROR_PAD (the pad_constant check)
+    fixes = (Fix.op("Pad"), Fix.check("Pad", "pad_constant"))
 
     class Options(RuleOptions):
         pass
@@ -246,10 +250,10 @@ class PadWithConcat(NodeRule):
     )
 
     def tolerance(self, opts: Any) -> float | None:
-        return 0.0  # the same values: zeros placed around the tensor
+        return 0.0  # the same values: zeros, or the tensor's own rows, placed around it
 
     op_types = frozenset({"Conv", "Pad"})
-    what = "explicit zero padding"
+    what = "explicit padding"
 
     def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
         if node.op_type == "Pad":
@@ -291,8 +295,9 @@ def _conv_with_concat(node: Any, e: Edit) -> str | None:
 def _pad_node_with_concat(node: Any, e: Edit) -> str | None:
     import numpy as np
 
-    if attr(node, "mode", b"constant") not in (b"constant", "constant"):
-        return ""  # reflect, edge: another construct
+    mode = attr(node, "mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        return f"pad mode '{mode}'"
     shape = e.shape(node.input[0])
     if shape is None:
         return "the input shape is not static"
@@ -306,18 +311,48 @@ def _pad_node_with_concat(node: Any, e: Edit) -> str | None:
         pads = [int(p) for p in given]
     else:
         pads, value = list(attr(node, "pads", [])), np.asarray(attr(node, "value", 0.0))
-    if value is not None and np.any(value != 0):
+    if mode == "constant" and value is not None and np.any(value != 0):
         return "pads with a value other than 0"
     if any(p < 0 for p in pads):
         return "negative pads (a crop)"
+    rank = len(shape)
+    if mode != "constant" and e.opset < 10:
+        return "opset below 10 (its Slice takes attributes)"
+    if mode != "constant":
+        return _pad_with_slices(e, node, shape, pads[:rank], pads[rank:], mode)
     if e.dtypes.get(node.input[0]) != 1:
         return "not float32"
-    rank = len(shape)
     e.op(
         "Identity",
         _concat_zeros(e, node.input[0], shape, pads[:rank], pads[rank:], first_axis=0),
         out=node.output[0],
     )
+    return None
+
+
+def _pad_with_slices(
+    e: Edit, node: Any, shape: list[int], begins: list[int], ends: list[int], mode: str
+) -> str | None:
+    """Reflect or edge padding as one-row slices of the tensor concatenated around it, axis by
+    axis: reflect puts x[b], ..., x[1] before and x[n-2], ..., x[n-1-f] after; edge repeats
+    x[0] and x[n-1]."""
+    for n, b, f in zip(shape, begins, ends, strict=True):
+        if mode == "reflect" and max(b, f) > n - 1:
+            return f"reflect pads {b}, {f} on an axis of {n} (at most {n - 1})"
+        if mode == "edge" and (b or f) and not n:
+            return "edge pads on an empty axis"
+    x = node.input[0]
+    for axis, (n, b, f) in enumerate(zip(shape, begins, ends, strict=True)):
+        if not b and not f:
+            continue
+        if mode == "edge":
+            before = [e.slice(x, axis, 0, 1)] * b
+            after = [e.slice(x, axis, n - 1, n)] * f
+        else:
+            before = [e.slice(x, axis, i, i + 1) for i in range(b, 0, -1)]
+            after = [e.slice(x, axis, n - 1 - i, n - i) for i in range(1, f + 1)]
+        x = e.op("Concat", *before, x, *after, axis=axis)
+    e.op("Identity", x, out=node.output[0])
     return None
 
 

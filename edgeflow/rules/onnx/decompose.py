@@ -1,7 +1,8 @@
 """onnx.decompose: rewrite ops a target lacks (Gelu, Erf, HardSigmoid, ...) into basic math.
 
 Each decomposition uses only Add/Sub/Mul/Div/Clip/Relu/Min/Max/Neg/Exp/Log/Tanh/Sqrt/
-ReduceMean, ops every edge runtime has. Measured against float64 references (onnxruntime,
+ReduceMean/ReduceSum, ops every edge runtime has (ReduceSum only where `reduce` asks for it:
+Arm NN 22's parser has MEAN but no SUM). Measured against float64 references (onnxruntime,
 float32, inputs in [-10, 10]): Erf's rational approximation is within 4.3e-7 of erf; Gelu via
 that Erf within 2e-6; Gelu's tanh formula within 4.8e-4 of the exact (erf) Gelu; the others are
 exact formulas, off by float rounding only.
@@ -14,7 +15,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from pydantic import Field
 
-from edgeflow.core.onnxgraph import Namer, all_graphs, copy_model, elem_type, tensor_types
+from edgeflow.core.onnxgraph import (
+    Namer,
+    all_graphs,
+    constant_value,
+    copy_model,
+    elem_type,
+    tensor_types,
+)
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx._build import Builder, attr
@@ -33,11 +41,18 @@ DecomposableOp = Literal[
     "Softsign",
     "Elu",
     "Selu",
+    "PRelu",
+    "ReduceL2",
+    "LpNormalization",
 ]
 SUPPORTED: tuple[DecomposableOp, ...] = get_args(DecomposableOp)
 FLOAT, DOUBLE, FLOAT16 = 1, 11, 10
 # Polynomial approximations lose their accuracy in float16; these ops decompose only in fp32/64.
-WIDE_ONLY = {"Erf", "LayerNormalization"}
+# Squares overflow float16 (256^2 > 65504): the L2 norms decompose only in fp32/64 too.
+WIDE_ONLY = {"Erf", "LayerNormalization", "ReduceL2", "LpNormalization"}
+# float32's smallest normal number: LpNormalization divides by Max(norm, TINY), so an all-zero
+# vector gives 0 (as onnxruntime's kernel does), not 0/0.
+TINY = {FLOAT: 2.0**-126, DOUBLE: 2.0**-1022}
 
 # erf(x) ~ x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (Eigen's / XLA's float32 erf).
 ERF_P = (
@@ -61,6 +76,15 @@ GELU_TANH_MAX_ERROR = 4.8e-4
 
 
 class Decompose(OnnxRule):
+    """Exact formulas, but for Erf (within 4.3e-7) and the tanh Gelu (4.8e-4). PRelu becomes
+    Relu(x) + slope (x - Relu(x)) (RELU SUB MUL ADD): TensorFlow's int8 converter gets
+    Relu(x) + Min(x, 0) wrong (relative error 0.79 in LiteRT, TFLite Micro and Arm NN alike;
+    this form 0.008-0.009, PRELU itself 0.007). ReduceL2 and LpNormalization (p=2) become
+    Sqrt(ReduceSum(x * x)), or with `reduce: mean` Sqrt(ReduceMean(x * x) * n) for Arm NN,
+    whose parser has MEAN but neither SUM nor SQUARE; LpNormalization divides by
+    Max(norm, 2^-126), so an all-zero vector stays 0 as in onnxruntime. Decomposed ops are
+    defaults of tflite, tflite_micro and armnn where their measured operator lists lack them."""
+
     name = "onnx.decompose"
     description = "Rewrite ops a target lacks (Gelu, Erf, HardSigmoid, LayerNorm...) as basic math."
     fixes = tuple(Fix.op(op) for op in SUPPORTED)
@@ -68,10 +92,13 @@ class Decompose(OnnxRule):
     class Options(RuleOptions):
         """ops: which op types to decompose (default: all supported); gelu: how an exact Gelu
         becomes math: 'erf' (0.5x(1+erf(x/sqrt2)), exact up to Erf, itself decomposed when
-        listed) or 'tanh' (the tanh formula: fewer ops, within 4.8e-4 of exact Gelu)."""
+        listed) or 'tanh' (the tanh formula: fewer ops, within 4.8e-4 of exact Gelu); reduce:
+        how ReduceL2 and LpNormalization sum squares: 'sum' (ReduceSum) or 'mean' (ReduceMean
+        times the element count, for runtimes without SUM; needs the reduced dims static)."""
 
         ops: list[DecomposableOp] = Field(default_factory=lambda: list(SUPPORTED))
         gelu: Literal["erf", "tanh"] = "erf"
+        reduce: Literal["sum", "mean"] = "sum"
 
     example: ClassVar[tuple[str, str] | None] = (
         "y = HardSigmoid(x, alpha=0.2, beta=0.5); z = Gelu(x)",
@@ -90,6 +117,8 @@ class Decompose(OnnxRule):
         wanted: set[str] = set(opts.ops)
         types = tensor_types(out)
         emit = Emitter(out, Namer(out))
+        emit.reduce = opts.reduce
+        emit.constants = _constants(out)
         done: Counter[str] = Counter()
         sites: list[Site] = []
         # Innermost graphs first: rebuilding a graph's node list copies its subgraphs.
@@ -101,7 +130,7 @@ class Decompose(OnnxRule):
                     continue
                 dtype = elem_type(types, node.input[0])
                 where = node.name or node.output[0]
-                why = self._cannot(node, dtype, types)
+                why = self._cannot(node, dtype, types, emit)
                 if why:
                     sites.append(Site.kept(where, f"{node.op_type}: {why}"))
                     nodes.append(node)
@@ -117,7 +146,7 @@ class Decompose(OnnxRule):
         return RuleResult(out, sites=sites)
 
     @staticmethod
-    def _cannot(node: Any, dtype: int, types: dict[str, Any]) -> str:
+    def _cannot(node: Any, dtype: int, types: dict[str, Any], emit: Emitter) -> str:
         """Why a node cannot be decomposed, or ''."""
         if dtype not in (FLOAT, DOUBLE, FLOAT16):
             return "input element type unknown or not float16/32/64"
@@ -125,9 +154,18 @@ class Decompose(OnnxRule):
             return "float16: the decomposition would lose accuracy"
         if node.op_type == "LayerNormalization" and _ln_axes(node, types) is None:
             return "non-negative axis on an input of unknown rank"
+        if node.op_type == "LpNormalization" and int(attr(node, "p", 2)) != 2:
+            return f"p={attr(node, 'p', 2)} (only p=2 decomposes)"
+        if node.op_type in ("ReduceL2", "LpNormalization"):
+            axes = _norm_axes(node, emit)
+            if isinstance(axes, str):
+                return axes
+            if emit.reduce == "mean" and _count(types, node.input[0], axes) is None:
+                return "reduce 'mean' needs the reduced dims static"
         return ""
 
 
+SQUARES = {"sum": "ReduceSum(x * x)", "mean": "ReduceMean(x * x) * n"}  # by Options.reduce
 NOTES: dict[str, Any] = {
     "Gelu": lambda o: (
         f"{o.gelu} formula"
@@ -142,7 +180,49 @@ NOTES: dict[str, Any] = {
     "Softsign": lambda o: "x / (1 + |x|)",
     "Elu": lambda o: "Relu(x) + alpha (Exp(Min(x, 0)) - 1)",
     "Selu": lambda o: "gamma (Relu(x) + alpha (Exp(Min(x, 0)) - 1))",
+    "PRelu": lambda o: "Relu(x) + slope (x - Relu(x))",
+    "ReduceL2": lambda o: f"Sqrt({SQUARES[o.reduce]})",
+    "LpNormalization": lambda o: f"x / Max(Sqrt({SQUARES[o.reduce]}), tiny)",
 }
+
+
+def _constants(model: onnx.ModelProto) -> dict[str, Any]:
+    """Initializers and Constant outputs of every graph, as numpy arrays."""
+    from onnx import numpy_helper
+
+    found: dict[str, Any] = {}
+    for graph in all_graphs(model.graph):
+        found |= {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant" and constant_value(node) is not None:
+                found[node.output[0]] = constant_value(node)
+    return found
+
+
+def _norm_axes(node: Any, e: Emitter) -> list[int] | str:
+    """The axes a ReduceL2 or LpNormalization sums over ([] for all), or why they are unknown."""
+    if node.op_type == "LpNormalization":
+        return [int(attr(node, "axis", -1))]
+    if e.opset >= 18:
+        given = node.input[1] if len(node.input) > 1 else ""
+        if given and given not in e.constants:
+            return "the axes are computed, not a constant"
+        axes = [int(a) for a in e.constants[given].reshape(-1)] if given else []
+    else:
+        axes = [int(a) for a in attr(node, "axes", [])]
+    if not axes and attr(node, "noop_with_empty_axes", 0):
+        return "no axes with noop_with_empty_axes (the node reduces nothing)"
+    return axes
+
+
+def _count(types: dict[str, Any], x: str, axes: list[int]) -> int | None:
+    """How many elements the axes ([] for all) hold, None when their dims are not static."""
+    import math
+
+    shape = _static_shape(types, x)
+    if shape is None:
+        return None
+    return math.prod(shape[a] for a in axes) if axes else math.prod(shape)
 
 
 def _ln_axes(node: Any, types: dict[str, Any]) -> list[int] | None:
@@ -164,6 +244,8 @@ class Emitter(Builder):
         super().__init__(model, namer)
         self.consts: dict[tuple[int, float], str] = {}
         self.dtype = FLOAT
+        self.reduce = "sum"  # the Options' reduce: how ReduceL2 and LpNormalization sum
+        self.constants: dict[str, Any] = {}  # the model's constant tensors, by name
 
     def const(self, value: float) -> str:
         """A scalar initializer of the current element type (shared between decompositions)."""
@@ -180,6 +262,24 @@ class Emitter(Builder):
         import numpy as np
 
         return self.initializer(np.array(values, np.int64), "decompose_axes")
+
+    def norm(self, x: str, axes: list[int], keepdims: int, types: Any, out: str = "") -> str:
+        """Sqrt of the sum of squares over `axes` ([] for all): ReduceSum, or ReduceMean times
+        the count (self.reduce)."""
+        squares = self.op("Mul", x, x)
+        if self.reduce == "mean":
+            count = _count(types, x, axes)
+            assert count is not None  # checked by Decompose._cannot
+            rank = len(_static_shape(types, x) or [])
+            mean = self.reduce_mean(squares, axes or list(range(rank)), keepdims)
+            return self.op("Sqrt", self.op("Mul", mean, self.const(float(count))), out=out)
+        if not axes:
+            total = self.op("ReduceSum", squares, keepdims=keepdims)
+        elif self.opset >= 13:
+            total = self.op("ReduceSum", squares, self.ints(axes), keepdims=keepdims)
+        else:
+            total = self.op("ReduceSum", squares, axes=axes, keepdims=keepdims)
+        return self.op("Sqrt", total, out=out)
 
     def clip(self, x: str, lo: float, hi: float, out: str = "") -> str:
         if self.opset >= 11:
@@ -327,6 +427,30 @@ def _selu(e: Emitter, node: Any, gelu: str, types: Any) -> None:
     e.op("Mul", _elu_of(e, node.input[0], alpha), e.const(gamma), out=node.output[0])
 
 
+def _prelu(e: Emitter, node: Any, gelu: str, types: Any) -> None:
+    """Relu(x) + slope * (x - Relu(x)): x - Relu(x) is Min(x, 0) exactly (x - x, or x - 0),
+    and slope broadcasts to x as PRelu's does. Not Relu(x) + slope * Min(x, 0): TensorFlow's
+    int8 converter gets RELU and MINIMUM of one tensor added together wrong (relative error
+    0.79 in LiteRT, TFLite Micro and Arm NN alike; this form: 0.009)."""
+    x, slope = node.input[0], node.input[1]
+    positive = e.op("Relu", x)
+    negative = e.op("Mul", e.op("Sub", x, positive), slope)
+    e.op("Add", positive, negative, out=node.output[0])
+
+
+def _reduce_l2(e: Emitter, node: Any, gelu: str, types: Any) -> None:
+    axes = _norm_axes(node, e)
+    assert isinstance(axes, list)  # checked by Decompose._cannot
+    keepdims = int(attr(node, "keepdims", 1))
+    e.norm(node.input[0], axes, keepdims, types, out=node.output[0])
+
+
+def _lp_normalization(e: Emitter, node: Any, gelu: str, types: Any) -> None:
+    x = node.input[0]
+    norm = e.norm(x, [int(attr(node, "axis", -1))], 1, types)
+    e.op("Div", x, e.op("Max", norm, e.const(TINY[e.dtype])), out=node.output[0])
+
+
 BUILDERS: dict[str, Any] = {
     "Gelu": _gelu,
     "Erf": _erf,
@@ -338,4 +462,7 @@ BUILDERS: dict[str, Any] = {
     "Softsign": _softsign,
     "Elu": _elu,
     "Selu": _selu,
+    "PRelu": _prelu,
+    "ReduceL2": _reduce_l2,
+    "LpNormalization": _lp_normalization,
 }

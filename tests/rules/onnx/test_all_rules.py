@@ -33,6 +33,7 @@ def test_catalogue_entries_are_complete() -> None:
         "onnx.resize_to_matmul",
         "onnx.gather_to_slice",
         "onnx.slice_rank",
+        "onnx.split_slice",
         "onnx.fix_shapes",
         "onnx.convert_opset",
         "onnx.fold_if",

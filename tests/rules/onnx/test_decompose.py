@@ -174,3 +174,72 @@ def test_nothing_to_decompose() -> None:
     m = unary("Relu", 18)
     result = apply(Decompose, m)
     assert not result.changed and outcomes(result) == [("not_applicable", "")]
+
+
+def norms_model(opset: int) -> onnx.ModelProto:
+    """PRelu with a per-channel and a scalar slope, LpNormalization (p=2) over the channels,
+    ReduceL2 over two axes without keepdims and over all axes."""
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("PRelu", ["x", "slope"], ["a"], name="prelu"),
+        helper.make_node("PRelu", ["x", "one"], ["b"], name="prelu_scalar"),
+        helper.make_node("LpNormalization", ["x"], ["c"], name="lpnorm", axis=1),
+        helper.make_node("ReduceL2", ["x"], ["e"], name="l2_all"),
+    ]
+    inits = {
+        "slope": rng.uniform(-0.5, 0.5, (6, 1, 1)).astype(np.float32),
+        "one": np.array([0.25], np.float32),
+    }
+    if opset >= 18:
+        nodes.append(helper.make_node("ReduceL2", ["x", "axes"], ["d"], name="l2", keepdims=0))
+        inits["axes"] = np.array([2, -1])
+    else:
+        nodes.append(
+            helper.make_node("ReduceL2", ["x"], ["d"], name="l2", axes=[2, -1], keepdims=0)
+        )
+    outputs = [(n, T.FLOAT, None) for n in "abced"]
+    return model(nodes, [("x", T.FLOAT, [2, 6, 5, 4])], outputs, inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_prelu_and_l2_norms_become_basic_math(opset: int, reduce: str) -> None:
+    m = norms_model(opset)
+    result = apply(Decompose, m, reduce=reduce)
+    after = ops(result.model)
+    assert result.matches == 5 and not {"PRelu", "LpNormalization", "ReduceL2"} & after.keys()
+    sums = {"sum": "ReduceSum", "mean": "ReduceMean"}
+    assert after[sums[reduce]] == 3 and sums["mean" if reduce == "sum" else "sum"] not in after
+    assert after["Sqrt"] == 3 and set(after) <= BASIC | {"Sqrt", sums[reduce]}
+    x = (np.random.default_rng(2).standard_normal((2, 6, 5, 4)) * 3).astype(np.float32)
+    for feed in (x, np.zeros_like(x)):  # all zeros: LpNormalization gives 0, as onnxruntime
+        for want, got in zip(run(m, {"x": feed}), run(result.model, {"x": feed}), strict=True):
+            assert got.shape == want.shape and np.isfinite(got).all()
+            scale = max(1.0, float(np.abs(want).max()))
+            assert np.abs(got - want).max() <= 1e-6 * scale  # float rounding: 1.9e-7 seen
+    prelus = run(result.model, {"x": x})[:2]
+    np.testing.assert_array_equal(prelus, run(m, {"x": x})[:2])  # PRelu: exact
+
+
+def test_l2_norms_kept_where_they_cannot_be_written_exactly() -> None:
+    nodes = [
+        helper.make_node("LpNormalization", ["x"], ["a"], name="l1", axis=1, p=1),
+        helper.make_node("ReduceL2", ["x", "axes"], ["b"], name="computed_axes"),
+        helper.make_node("ReduceL2", ["h"], ["c"], name="half"),
+    ]
+    m = model(
+        nodes,
+        [("x", T.FLOAT, ["n", 6]), ("axes", T.INT64, [1]), ("h", T.FLOAT16, [4])],
+        [("a", T.FLOAT, ["n", 6]), ("b", T.FLOAT, ["p", "q"]), ("c", T.FLOAT16, [1])],
+    )
+    result = apply(Decompose, m, [])
+    assert not result.changed
+    assert outcomes(result) == [("kept", "l1"), ("kept", "computed_axes"), ("kept", "half")]
+    dynamic = model(
+        [helper.make_node("ReduceL2", ["x"], ["y"], name="l2", axes=[0], keepdims=1)],
+        [("x", T.FLOAT, ["n", 6])],
+        [("y", T.FLOAT, None)],
+        opset=17,
+    )
+    assert outcomes(apply(Decompose, dynamic, [], reduce="mean")) == [("kept", "l2")]  # n?
+    assert apply(Decompose, dynamic, [], reduce="sum").changed  # ReduceSum needs no count

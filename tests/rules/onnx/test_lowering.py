@@ -1,6 +1,7 @@
-"""The lowering rules (onnx.maxpool_edge_pad, split_groups, gather_to_slice, slice_rank,
-lower_matmul, resize_to_matmul, sqrt_newton): each construct becomes the ops named in the rule,
-with onnxruntime's outputs on the original graph, and every case it must not touch is kept."""
+"""The lowering rules (onnx.maxpool_edge_pad, pad_with_concat, split_groups, gather_to_slice,
+slice_rank, split_slice, lower_matmul, resize_to_matmul, sqrt_newton): each construct becomes
+the ops named in the rule, with onnxruntime's outputs on the original graph, and every case it
+must not touch is kept."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from edgeflow.rules.onnx.conv_pool import (
     ShuffleToConv,
     SplitGroups,
 )
-from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank
+from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank, SplitSlice
 from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton, _interpolation
 from edgeflow.rules.onnx.norm import ChannelLayerNorm
 from tests.rules.onnx.helpers import apply, model, ops, run
@@ -72,14 +73,14 @@ def test_maxpool_kept_when_edge_copies_would_change_it() -> None:
 def test_explicit_padding_becomes_concatenated_zeros_and_same_padding_is_kept() -> None:
     """A stride-2 depthwise Conv with pads 1 on an even input (TensorFlow's SAME pads 0 and 1:
     onnx2tf would write a PAD) and a zero Pad node become Concats of zeros; a stride-1 Conv
-    with pads 1 (SAME) and an edge Pad are kept."""
+    with pads 1 (SAME) and a wrap Pad are kept."""
     dw = RNG.standard_normal((4, 1, 3, 3)).astype(np.float32)
     w = RNG.standard_normal((4, 4, 3, 3)).astype(np.float32)
     nodes = [
         helper.make_node("Conv", ["x", "dw"], ["a"], group=4, strides=[2, 2], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["a", "w"], ["b"], pads=[1, 1, 1, 1]),  # SAME: kept
         helper.make_node("Pad", ["b", "pads"], ["c"]),
-        helper.make_node("Pad", ["c", "pads"], ["y"], mode="edge"),  # not zeros: not it
+        helper.make_node("Pad", ["c", "pads"], ["y"], mode="wrap"),  # kept
     ]
     pads = np.array([0, 0, 2, 0, 0, 0, 1, 3], np.int64)
     m = model(
@@ -87,9 +88,11 @@ def test_explicit_padding_becomes_concatenated_zeros_and_same_padding_is_kept() 
         [("x", T.FLOAT, [1, 4, 16, 16])],
         [("y", T.FLOAT, None)],
         {"dw": dw, "w": w, "pads": pads},
+        opset=19,
     )
     result = apply(PadWithConcat, m)
-    assert result.matches == 2 and outcomes(result) == [("changed", "a"), ("changed", "c")]
+    assert result.matches == 2
+    assert outcomes(result) == [("changed", "a"), ("changed", "c"), ("kept", "y")]
     after = ops(result.model)
     assert after["Pad"] == 1 and after["Conv"] == 2 and after["Concat"] == 4  # 2 axes each
     convs = [n for n in result.model.graph.node if n.op_type == "Conv"]
@@ -97,6 +100,98 @@ def test_explicit_padding_becomes_concatenated_zeros_and_same_padding_is_kept() 
     assert pads_of == [[], [[1, 1, 1, 1]]]  # no pads on the first any more
     x = RNG.standard_normal((1, 4, 16, 16)).astype(np.float32)
     same_outputs(m, result.model, {"x": x})  # exact: the same zeros
+
+
+@pytest.mark.parametrize("opset", [10, 13, 18])
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+def test_reflect_and_edge_padding_become_slices_and_concats(opset, mode) -> None:
+    """Arm NN's parser has no MIRROR_PAD: the tensor's own rows, mirrored or repeated."""
+    pads = [0, 1, 4, 3, 0, 2, 1, 3]  # reflect takes at most n - 1 rows: 4 of 5, 3 of 4
+    if opset < 11:
+        node = helper.make_node("Pad", ["x"], ["y"], mode=mode, pads=pads)
+        inits = {}
+    else:
+        node = helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)
+        inits = {"pads": np.array(pads, np.int64)}
+    m = model([node], [("x", T.FLOAT, [1, 3, 5, 4])], [("y", T.FLOAT, None)], inits, opset=opset)
+    result = apply(PadWithConcat, m)
+    after = ops(result.model)
+    assert result.matches == 1 and "Pad" not in after
+    assert after["Concat"] == 3  # one per padded axis
+    # reflect: one slice per padded row; edge: one per side, repeated
+    assert after["Slice"] == (sum(pads) if mode == "reflect" else 6)
+    x = RNG.standard_normal((1, 3, 5, 4)).astype(np.float32)
+    want, got = run(m, {"x": x})[0], run(result.model, {"x": x})[0]
+    assert got.shape == want.shape == (1, 6, 10, 10)
+    np.testing.assert_array_equal(got, want)  # exact: the same values
+
+
+def test_reflect_padding_wider_than_the_axis_is_kept() -> None:
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect")
+    m = model(
+        [node],
+        [("x", T.FLOAT, [1, 2, 3, 8])],
+        [("y", T.FLOAT, [1, 2, 9, 8])],
+        {"pads": np.array([0, 0, 3, 0, 0, 0, 3, 0], np.int64)},
+    )
+    result = apply(PadWithConcat, m)
+    assert not result.changed and outcomes(result) == [("kept", "y")]  # 3 rows mirror 2
+
+
+@pytest.mark.parametrize(
+    ("starts", "ends", "axes", "steps", "slices"),
+    [
+        ([1, 2], [5, 9], [1, 3], None, 2),  # the target probe: channels and width
+        ([0, 1, 4], [3, 99, -9], [2, 1, -1], [1, 2, -1], 3),  # steps, negatives, reversed
+        ([0, 1], [2**62, 4], None, None, 1),  # the whole first axis: no Slice for it
+    ],
+)
+def test_a_slice_over_several_axes_becomes_one_slice_per_axis(
+    starts, ends, axes, steps, slices
+) -> None:
+    names = ["x", "starts", "ends"]
+    inits = {"starts": np.array(starts), "ends": np.array(ends)}
+    for name, value in (("axes", axes), ("steps", steps)):
+        names.append(name if value is not None else "")
+        if value is not None:
+            inits[name] = np.array(value)
+    while not names[-1]:
+        names.pop()
+    m = model(
+        [helper.make_node("Slice", names, ["y"])],
+        [("x", T.FLOAT, [2, 6, 10, 7])],
+        [("y", T.FLOAT, None)],
+        inits,
+    )
+    result = apply(SplitSlice, m)
+    assert result.matches == 1 and ops(result.model) == {"Slice": slices}
+    for node in result.model.graph.node:
+        assert inits_of(result.model)[node.input[1]].size == 1  # slice_one_axis holds
+    x = RNG.standard_normal((2, 6, 10, 7)).astype(np.float32)
+    want, got = run(m, {"x": x})[0], run(result.model, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_one_axis_and_computed_slices_are_kept() -> None:
+    nodes = [
+        helper.make_node("Slice", ["x", "s1", "e1", "a1"], ["a"]),  # one axis: not the construct
+        helper.make_node("Slice", ["x", "s2", "e", "a2"], ["b"]),  # computed ends
+    ]
+    inits = {"s1": np.array([1]), "e1": np.array([3]), "a1": np.array([1])}
+    inits |= {"s2": np.array([0, 1]), "a2": np.array([1, 2])}
+    m = model(
+        nodes,
+        [("x", T.FLOAT, [2, 6, 10, 7]), ("e", T.INT64, [2])],
+        [("a", T.FLOAT, None), ("b", T.FLOAT, [2, "c", "h", 7])],
+        inits,
+    )
+    result = apply(SplitSlice, m)
+    assert not result.changed and outcomes(result) == [("kept", "b")]
+
+
+def inits_of(m) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
 
 
 def test_grouped_conv_splits_per_group_and_depthwise_is_kept() -> None:

@@ -75,7 +75,7 @@ def test_rewrites_load_with_their_options(recipe: Path) -> None:
             "Gelo",
             "rewrites[1].ops[0]",
             "must be one of Gelu, Erf, HardSwish, HardSigmoid, LayerNormalization, Softplus, Mish, "
-            "Softsign, Elu, Selu (got Gelo)",
+            "Softsign, Elu, Selu, PRelu, ReduceL2, LpNormalization (got Gelo)",
             "did you mean 'Gelu'?",
         ),
         (
