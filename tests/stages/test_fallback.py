@@ -192,11 +192,17 @@ def test_fallback_keeps_exactly_the_broken_layer_float(
     if target == "armnn" and not Path("/usr/lib/python3/dist-packages/pyarmnn").is_dir():
         pytest.skip("Arm NN's Debian packages are not installed")
     recipe = _recipe(write_recipe, tmp_path, target, "", THRESHOLDS)
-    plain = _build(recipe, tmp_path)
+    # armnn's default onnx.equalize_channels mends this outlier by itself (the dead channel's
+    # classifier column is scaled down, its conv channel up): fallback is tested without it
+    bare = {"target_rewrites": False} if target == "armnn" else {}
+    if bare:
+        equalized = _build(recipe, tmp_path)
+        assert equalized.metrics["accuracy"]["artifact"] >= 0.98  # measured 0.9889
+    plain = _build(recipe, tmp_path, **bare)
     assert plain.metrics["accuracy"]["source"] == pytest.approx(0.9917, abs=1e-4)
     assert plain.metrics["accuracy"]["artifact"] < 0.2
     assert "float_layers" not in plain.metrics
-    mixed = _build(recipe, tmp_path, **{"quantization.fallback": "auto"})
+    mixed = _build(recipe, tmp_path, **bare, **{"quantization.fallback": "auto"})
     assert mixed.build_dir.name == f"{target}-int8-fallback"
     assert mixed.failed_checks == []
     assert mixed.metrics["accuracy"]["drop"] <= 0.01
