@@ -19,14 +19,14 @@ class RateNet(nn.Module):
 
 
 class Gain(nn.Module):
-    """A fed 0-D float input scales the output."""
+    """A fed 0-D float input scales the output; a window weighs the features."""
 
     def __init__(self):
         super().__init__()
         self.lin = nn.Linear(16, 4)
 
-    def forward(self, x, gain):
-        return self.lin(x) * gain
+    def forward(self, x, gain, window):
+        return self.lin(x * window) * gain
 
 
 class Stateful(nn.Module):

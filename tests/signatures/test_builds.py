@@ -127,7 +127,8 @@ def test_onnx_constant_is_folded_into_the_graph(models: Path, write_recipe) -> N
 def test_fed_0d_input(models: Path, write_recipe) -> None:
     import torch
 
-    fed = "{name: gain, shape: []}"
+    np.save(models / "window.npy", np.hanning(16).astype(np.float32))
+    fed = "{name: gain, shape: []}\n    - {name: window, shape: [16], value: window.npy}"
     recipe = write_recipe(
         RATE.replace("RateNet", "Gain")
         .replace("{name: sample_rate, shape: [], dtype: int64, value: 16000}", fed)
@@ -140,12 +141,13 @@ def test_fed_0d_input(models: Path, write_recipe) -> None:
     module = model_class(models, "Gain")().eval()
     x = np.load(models / "gain.npz")["x"]
     with torch.inference_mode():
-        want = module(torch.from_numpy(x), torch.tensor(2.5)).numpy()  # the dataset's gain
+        window = torch.from_numpy(np.hanning(16).astype(np.float32))
+        want = module(torch.from_numpy(x), torch.tensor(2.5), window).numpy()  # the data's gain
     reference = np.load(entry(result, cache, "load") / "reference.npz")["arr_0"]
     assert np.abs(reference - want).max() <= 1e-6
     graph = graph_of(result, cache, "export")
-    [gain] = [i for i in graph.input if i.name == "gain"]
-    assert len(gain.type.tensor_type.shape.dim) == 0
+    assert [i.name for i in graph.input] == ["x", "gain"]  # the window is bound
+    assert len(graph.input[1].type.tensor_type.shape.dim) == 0
 
 
 RESHAPE = """
