@@ -43,9 +43,10 @@ class Samples:
                 if axis is None:
                     feeds[name] = arr
                     continue
-                part = np.take(arr, range(start, start + size), axis=axis)
+                lead = (slice(None),) * axis
+                part = arr[(*lead, slice(start, start + size))]
                 if fixed and size < batch:
-                    last = np.take(arr, [start + size - 1], axis=axis)
+                    last = arr[(*lead, slice(start + size - 1, start + size))]
                     part = np.concatenate([part, np.repeat(last, batch - size, axis)], axis)
                 feeds[name] = part
             yield feeds, size
@@ -87,11 +88,15 @@ def load_samples(spec: DatasetSpec, inputs: list[TensorSpec], what: str) -> Samp
         n = min(n, spec.samples)
     if n == 0:
         raise EdgeflowError(f"{what} dataset {spec.dataset} is empty")
-    trimmed = {
-        k: np.ascontiguousarray(v if axes[k] is None else np.take(v, range(n), axis=axes[k]))
-        for k, v in arrays.items()
-    }
+    trimmed = {k: np.ascontiguousarray(first(v, n, axes[k])) for k, v in arrays.items()}
     return Samples(trimmed, None if labels is None else labels[:n], axes)
+
+
+def first(arr: np.ndarray, n: int, axis: int | None) -> np.ndarray:
+    """The first `n` samples of `arr` on `axis` (None: it holds no samples; all of it)."""
+    if axis is None:
+        return arr
+    return arr[(*(slice(None),) * axis, slice(n))]
 
 
 SHAPE_HINT = "reshape the data or fix source.inputs (shape, batch_axis)"
