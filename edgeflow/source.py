@@ -138,7 +138,7 @@ def run_module(
     import torch
 
     from edgeflow.verify.detections import padded
-    from edgeflow.verify.runners import unpadded
+    from edgeflow.verify.runners import joined, unpadded
 
     chunks: list[list[np.ndarray]] = []
     with torch.inference_mode():
@@ -163,7 +163,7 @@ def run_module(
             else:
                 outputs = [t.detach().float().numpy() for t in flat_tensors(result)]
             chunks.append([unpadded(o, size, *batch) for o in outputs])
-    return [np.concatenate([c[i] for c in chunks]) for i in range(len(chunks[0]))]
+    return [joined([c[i] for c in chunks]) for i in range(len(chunks[0]))]
 
 
 def flat_tensors(result: object) -> list[torch.Tensor]:

@@ -212,3 +212,29 @@ def test_state_with_its_batch_on_axis_1(models: Path, write_recipe) -> None:
     # batch 1 at a time: the state outputs [2, 1, 16] are stacked on axis 0
     stacked = new_state.numpy().transpose(1, 0, 2).reshape(-1, 1, 16)
     assert np.abs(reference["arr_1"] - stacked).max() <= 1e-5
+
+
+def test_state_under_a_dynamic_batch(models: Path, write_recipe) -> None:
+    """Batches of 4, 4, 2: the state's batch axis (1) is the exported graph's dynamic one, and
+    the state outputs are joined on it (batches of unequal size cannot stack on axis 0)."""
+    import torch
+
+    text = STATE.replace(
+        "  outputs: [y, new_state]", "  outputs: [y, new_state]\n  dynamic_batch: {min: 1, max: 4}"
+    ).replace("  dataset: state.npz", "  dataset: state.npz\n  samples: 10")
+    result, cache = build(write_recipe(text), models)
+    assert result.failed_checks == []
+    assert result.metrics["agreement"]["max_abs_diff"] <= 1e-5
+    state = next(i for i in graph_of(result, cache, "export").input if i.name == "state")
+    dims = state.type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [2, 0, 16] and dims[1].dim_param  # dynamic on axis 1
+    torch.manual_seed(0)
+    module = model_class(models, "Stateful")().eval()
+    data = np.load(models / "state.npz")
+    with torch.inference_mode():
+        x, state = torch.from_numpy(data["x"][:10]), torch.from_numpy(data["state"][:, :10])
+        y, new_state = module(x, state)
+    reference = np.load(entry(result, cache, "load") / "reference.npz")
+    assert np.abs(reference["arr_0"] - y.numpy()).max() <= 1e-5
+    assert reference["arr_1"].shape == (2, 10, 16)  # batches joined on the state's axis
+    assert np.abs(reference["arr_1"] - new_state.numpy()).max() <= 1e-5
