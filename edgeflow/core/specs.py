@@ -7,7 +7,7 @@ resolved rules) into the Recipe."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -86,8 +86,8 @@ MAX_DIM = 2**31 - 1  # what ONNX and the runtimes index tensors with
 MAX_ELEMENTS = 2**31  # per input tensor (8 GiB of float32): beyond it nothing here runs
 
 
-DTYPES = ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")
 Dtype = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
 
 
 def _constant(value: Any, info: ValidationInfo) -> Any:
@@ -219,7 +219,7 @@ def _constant_dtype(value: Any, declared: str | None) -> str:
         exact = target.kind == arr.dtype.kind  # true/false only as bool, and bool only so
     elif target.kind in "iu":
         info = np.iinfo(target)
-        exact = arr.dtype.kind in "iu" and info.min <= arr.min(initial=0) <= info.max
+        exact = arr.dtype.kind in "iu" and info.min <= arr.min(initial=0)
         exact = exact and arr.max(initial=0) <= info.max
     else:
         exact = True  # a float input takes integers and floats
