@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,42 +11,58 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.refs import ImportRef, user_frame
-from edgeflow.core.specs import DatasetSpec, TensorSpec
+from edgeflow.core.specs import DatasetSpec, TensorSpec, fed_inputs
 
 LABEL_KEY = "label"
 
 
 @dataclass(frozen=True)
 class Samples:
-    inputs: dict[str, np.ndarray]  # input name -> (N, ...) array of the declared dtype
+    inputs: dict[str, np.ndarray]  # input name -> samples of the declared dtype
     labels: np.ndarray | None
+    # the axis each input's samples are stacked on (absent: 0); None: one array, fed whole
+    axes: Mapping[str, int | None] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return len(next(iter(self.inputs.values())))
+        name, axis = next(
+            (k, self.axes.get(k, 0)) for k in self.inputs if self.axes.get(k, 0) is not None
+        )
+        assert axis is not None
+        return int(self.inputs[name].shape[axis])
 
     def batches(self, batch: int, fixed: bool) -> Iterator[tuple[dict[str, np.ndarray], int]]:
-        """(feeds, real size) per batch; with a fixed batch size the last batch is padded
-        by repeating its last sample, and `real size` says how many outputs to keep."""
-        for start in range(0, len(self), batch):
-            feeds = {k: v[start : start + batch] for k, v in self.inputs.items()}
-            size = len(next(iter(feeds.values())))
-            if fixed and size < batch:
-                pad = batch - size
-                feeds = {
-                    k: np.concatenate([v, np.repeat(v[-1:], pad, 0)]) for k, v in feeds.items()
-                }
+        """(feeds, real size) per batch, each input sliced on its batch axis (an input without
+        one is fed whole); with a fixed batch size the last batch is padded by repeating its
+        last sample, and `real size` says how many outputs to keep."""
+        total = len(self)
+        for start in range(0, total, batch):
+            size = min(batch, total - start)
+            feeds = {}
+            for name, arr in self.inputs.items():
+                axis = self.axes.get(name, 0)
+                if axis is None:
+                    feeds[name] = arr
+                    continue
+                lead = (slice(None),) * axis
+                part = arr[(*lead, slice(start, start + size))]
+                if fixed and size < batch:
+                    last = arr[(*lead, slice(start + size - 1, start + size))]
+                    part = np.concatenate([part, np.repeat(last, batch - size, axis)], axis)
+                feeds[name] = part
             yield feeds, size
 
 
 def load_samples(spec: DatasetSpec, inputs: list[TensorSpec], what: str) -> Samples:
-    """Samples for `what` ('calibration' or 'evaluation'), trimmed to `spec.samples`."""
+    """Samples for `what` ('calibration' or 'evaluation') of the fed inputs (constants are
+    the recipe's), trimmed to `spec.samples`."""
+    fed = fed_inputs(inputs)
     raw = _read(spec, what)
     if "__single__" in raw:  # a bare .npy holds the samples of a single-input model
-        if len(inputs) != 1:
+        if len(fed) != 1:
             raise EdgeflowError(f"{what}: a .npy file only serves single-input models; use .npz")
-        raw = {inputs[0].name: raw["__single__"]}
+        raw = {fed[0].name: raw["__single__"]}
     arrays: dict[str, np.ndarray] = {}
-    for tensor in inputs:
+    for tensor in fed:
         if tensor.name not in raw:
             raise EdgeflowError(
                 f"{what} dataset {spec.dataset} has no array named '{tensor.name}' "
@@ -61,21 +77,49 @@ def load_samples(spec: DatasetSpec, inputs: list[TensorSpec], what: str) -> Samp
                 f"{tensor.dtype}: {exc}",
                 "the dataset's arrays must hold numbers of the declared dtype",
             ) from exc
-        if tuple(arr.shape[1:]) != tuple(tensor.shape[1:]):
-            raise EdgeflowError(
-                f"{what} dataset {spec.dataset}: '{tensor.name}' has samples of shape "
-                f"{tuple(arr.shape[1:])}, the recipe declares {tuple(tensor.shape[1:])}",
-                "reshape the data or fix source.inputs",
-            )
+        mismatch = shape_mismatch(tuple(arr.shape), tensor)
+        if mismatch:
+            raise EdgeflowError(f"{what} dataset {spec.dataset}: {mismatch}", SHAPE_HINT)
         arrays[tensor.name] = arr
+    axes = {t.name: t.batch_axis for t in fed}
     labels = np.asarray(raw[LABEL_KEY]) if LABEL_KEY in raw else None
-    n = min(len(a) for a in arrays.values())
+    n = min(arrays[k].shape[axis] for k, axis in axes.items() if axis is not None)
     if spec.samples is not None:
         n = min(n, spec.samples)
     if n == 0:
         raise EdgeflowError(f"{what} dataset {spec.dataset} is empty")
-    trimmed = {k: np.ascontiguousarray(v[:n]) for k, v in arrays.items()}
-    return Samples(trimmed, None if labels is None else labels[:n])
+    trimmed = {k: np.ascontiguousarray(first(v, n, axes[k])) for k, v in arrays.items()}
+    return Samples(trimmed, None if labels is None else labels[:n], axes)
+
+
+def first(arr: np.ndarray, n: int, axis: int | None) -> np.ndarray:
+    """The first `n` samples of `arr` on `axis` (None: it holds no samples; all of it)."""
+    if axis is None:
+        return arr
+    return arr[(*(slice(None),) * axis, slice(n))]
+
+
+SHAPE_HINT = "reshape the data or fix source.inputs (shape, batch_axis)"
+
+
+def shape_mismatch(found: tuple[int, ...], tensor: TensorSpec) -> str | None:
+    """What is wrong with a dataset array of shape `found` for `tensor` (None: it fits): the
+    declared shape on every axis but the batch axis, which holds the samples."""
+    axis = tensor.batch_axis
+    declared = list(tensor.shape)
+    where = "no batch axis" if axis is None else f"samples on axis {axis}"
+    if len(found) != len(declared):
+        return (
+            f"'{tensor.name}' has {len(found)} axes {list(found)}, the recipe declares "
+            f"{len(declared)} ({declared}, {where})"
+        )
+    for i, (have, want) in enumerate(zip(found, declared, strict=True)):
+        if i != axis and have != want:
+            return (
+                f"'{tensor.name}' has size {have} on axis {i}, the recipe declares {want} "
+                f"(shape {declared}, {where})"
+            )
+    return None
 
 
 def _read(spec: DatasetSpec, what: str) -> Mapping[str, Any]:
@@ -121,6 +165,32 @@ def _read_file(path: Path, what: str) -> dict[str, np.ndarray]:
             f"{what} dataset {path} cannot be read: {why}",
             "save plain numeric arrays with numpy.save / numpy.savez",
         ) from exc
+
+
+def array_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """The shapes of a .npy or .npz file's arrays, read from their headers only ('__single__'
+    for a .npy); {} where the file cannot be read (the stage that loads it says why)."""
+    import zipfile
+
+    try:
+        if path.suffix == ".npy":
+            return {"__single__": tuple(np.load(path, mmap_mode="r", allow_pickle=False).shape)}
+        shapes = {}
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                if not member.endswith(".npy"):
+                    continue
+                with archive.open(member) as f:
+                    version = np.lib.format.read_magic(f)
+                    read = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shapes[member[: -len(".npy")]] = tuple(read(f)[0])
+        return shapes
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+        return {}
 
 
 def _stack(items: list[Any], what: str) -> dict[str, np.ndarray]:

@@ -75,19 +75,52 @@ def build_module(source: PyTorchSource) -> torch.nn.Module:
 
 
 def example_inputs(specs: list[TensorSpec], batch: int | None = None) -> tuple[torch.Tensor, ...]:
-    """Random inputs of the declared shapes and dtypes (fixed seed); `batch` replaces dim 0."""
+    """Random inputs of the declared shapes and dtypes (fixed seed), constants as bound;
+    `batch` replaces the size of each batch axis."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
     out = []
     for spec in specs:
-        shape = [batch or spec.shape[0], *spec.shape[1:]]
+        if spec.value is not None:
+            out.append(torch.from_numpy(spec.constant().copy()))
+            continue
+        shape = list(spec.shape)
+        if batch and spec.batch_axis is not None:
+            shape[spec.batch_axis] = batch
         dtype = getattr(torch, spec.dtype)
         if dtype.is_floating_point:
             out.append(torch.rand(shape, generator=gen).to(dtype))
         else:
             out.append(torch.zeros(shape, dtype=dtype))
     return tuple(out)
+
+
+def bound_module(module: torch.nn.Module, specs: list[TensorSpec]) -> torch.nn.Module:
+    """`module` taking the fed inputs only, the constants of `specs` bound in its forward:
+    torch.onnx.export traces them as constants (a branch on one becomes static) and the
+    exported graph has no input for them."""
+    import torch
+
+    if all(s.value is None for s in specs):
+        return module
+
+    class Bound(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *fed: torch.Tensor) -> Any:
+            given = iter(fed)
+            args = [
+                next(given)
+                if s.value is None
+                else torch.tensor(s.constant().tolist(), dtype=getattr(torch, s.dtype))
+                for s in specs
+            ]
+            return self.inner(*args)
+
+    return Bound().eval()
 
 
 def run_module(
@@ -105,15 +138,21 @@ def run_module(
     import torch
 
     from edgeflow.verify.detections import padded
+    from edgeflow.verify.runners import joined, unpadded
 
     chunks: list[list[np.ndarray]] = []
     with torch.inference_mode():
         for feeds, size in samples.batches(*batch):
-            args = [torch.from_numpy(feeds[s.name]) for s in specs]
+            args = [
+                torch.from_numpy(feeds[s.name] if s.value is None else s.constant().copy())
+                for s in specs
+            ]
             try:
                 result = module(*args)
             except Exception as exc:  # the user's model code: say so, not "a bug in edgeflow"
-                shapes = ", ".join(f"{s.name} {list(feeds[s.name].shape)}" for s in specs)
+                shapes = ", ".join(
+                    f"{s.name} {list(a.shape)}" for s, a in zip(specs, args, strict=True)
+                )
                 raise EdgeflowError(
                     f"the model raised {type(exc).__name__} on evaluation inputs ({shapes}): {exc}",
                     "run the model on inputs of the declared source.inputs shapes in Python "
@@ -123,8 +162,8 @@ def run_module(
                 outputs = padded(result, max_detections)
             else:
                 outputs = [t.detach().float().numpy() for t in flat_tensors(result)]
-            chunks.append([o[:size] for o in outputs])
-    return [np.concatenate([c[i] for c in chunks]) for i in range(len(chunks[0]))]
+            chunks.append([unpadded(o, size, *batch) for o in outputs])
+    return [joined([c[i] for c in chunks]) for i in range(len(chunks[0]))]
 
 
 def flat_tensors(result: object) -> list[torch.Tensor]:

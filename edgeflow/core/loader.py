@@ -232,7 +232,13 @@ def locate(
     if shown:
         return Problem(shown, 0, 0, key, message, hint)
     node, line, col = tree, None, None
-    for part in key.split("."):
+    for part in _key_parts(key):
+        if isinstance(node, CommentedSeq) and isinstance(part, int):
+            if part not in positions(node):
+                break
+            line, col = positions(node)[part][:2]
+            node = node[part]
+            continue
         if not isinstance(node, CommentedMap) or part not in node or part not in positions(node):
             break
         child = node[part]
@@ -244,6 +250,17 @@ def locate(
     if line is None or col is None:
         return Problem(display_path(path), 1, 1, key, message, hint)
     return Problem(display_path(path), line + 1, col + 1, key, message, hint)
+
+
+def _key_parts(key: str) -> list[str | int]:
+    """'source.inputs[1].shape' -> ['source', 'inputs', 1, 'shape']."""
+    parts: list[str | int] = []
+    for word in key.split("."):
+        name, *indices = word.split("[")
+        if name:
+            parts.append(name)
+        parts += [int(i.rstrip("]")) for i in indices if i.rstrip("]").isdigit()]
+    return parts
 
 
 def plain(node: Any) -> Any:

@@ -212,3 +212,25 @@ def constants_to_initializers(graph: onnx.GraphProto, share: bool = False) -> in
     del graph.node[:]
     graph.node.extend(kept)
     return hoisted
+
+
+def graph_inputs(path: Any) -> dict[str, tuple[str, list[int | str]]]:
+    """The graph inputs of an .onnx file (initializers excluded): name -> (dtype, dims), a
+    dim as its size or its symbol ('?' where unknown); weights are not read."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    initializers = {t.name for t in model.graph.initializer}
+    found: dict[str, tuple[str, list[int | str]]] = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        dtype = (
+            onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name if tensor.elem_type else "?"
+        )
+        dims: list[int | str] = [
+            d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in tensor.shape.dim
+        ]
+        found[value.name] = (dtype, dims)
+    return found

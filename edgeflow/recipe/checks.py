@@ -207,6 +207,92 @@ def board_of_the_target(s: dict[str, Any], profile: TargetProfile | None) -> lis
     return [("precheck.board", f"target '{profile.name}' has no board '{board}'", hint)]
 
 
+def inputs_fit_the_model(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    """An ONNX source's declared inputs against its graph's: names, dtypes, ranks, and the
+    sizes of its fixed dims (its -1, 0 and symbolic dims take the recipe's)."""
+    from edgeflow.core.onnxgraph import graph_inputs
+    from edgeflow.core.specs import SHAPE_HINT, shape_clash
+    from edgeflow.core.suggest import did_you_mean
+
+    source = s.get("source")
+    if source is None or source.kind != "onnx":
+        return []
+    try:
+        model = graph_inputs(source.model)
+    except Exception:  # an unreadable model: ingest reports it, with its own error
+        return []
+    file, found = source.model.name, []
+    for i, spec in enumerate(source.inputs):
+        key = f"source.inputs[{i}]"
+        if spec.name not in model:
+            hint = did_you_mean(spec.name, list(model)) or "name the inputs after the model's"
+            found.append((f"{key}.name", f"{file} has no input '{spec.name}'", hint))
+            continue
+        dtype, dims = model[spec.name]
+        if dtype != spec.dtype:
+            found.append(
+                (
+                    f"{key}.dtype",
+                    f"'{spec.name}' is {dtype} in {file}, the recipe has {spec.dtype}",
+                    f"set dtype: {dtype}",
+                )
+            )
+        clash = shape_clash(dims, spec)
+        if clash:
+            found.append((f"{key}.shape", f"'{spec.name}': {clash} in {file}", SHAPE_HINT))
+    declared = {spec.name for spec in source.inputs}
+    for name, (dtype, dims) in model.items():
+        if name not in declared:
+            found.append(
+                (
+                    "source.inputs",
+                    f"{file} has input '{name}' ({dtype} {dims}) that source.inputs does not "
+                    "declare",
+                    f"add {{name: {name}, shape: [...], dtype: {dtype}}} (value: ... binds a "
+                    "constant)",
+                )
+            )
+    return found
+
+
+def datasets_fit_the_inputs(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    """A .npz / .npy dataset's arrays (their headers) against the fed inputs: every axis but
+    the batch axis of the declared shape (datasets from code are checked when loaded)."""
+    from pathlib import Path
+
+    from edgeflow.core.specs import fed_inputs
+    from edgeflow.data import SHAPE_HINT, array_shapes, shape_mismatch
+
+    source = s.get("source")
+    if source is None:
+        return []
+    fed, found = fed_inputs(source.inputs), []
+    for section in ("calibration", "evaluation"):
+        spec = s.get(section)
+        if spec is None or not isinstance(spec.dataset, Path):
+            continue
+        shapes = array_shapes(spec.dataset)
+        if "__single__" in shapes and len(fed) == 1:
+            shapes = {fed[0].name: shapes["__single__"]}
+        if not shapes or "__single__" in shapes:
+            continue  # unreadable, or a .npy for several inputs: loading it says so
+        for tensor in fed:
+            if tensor.name not in shapes:
+                found.append(
+                    (
+                        f"{section}.dataset",
+                        f"{spec.dataset.name} has no array named '{tensor.name}' "
+                        f"(has: {', '.join(shapes) or 'nothing'})",
+                        "name the dataset's arrays after the recipe's source.inputs",
+                    )
+                )
+                continue
+            mismatch = shape_mismatch(shapes[tensor.name], tensor)
+            if mismatch:
+                found.append((f"{section}.dataset", f"{spec.dataset.name}: {mismatch}", SHAPE_HINT))
+    return found
+
+
 CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...] = (
     calibration_for_int8,
     thresholds_fit_the_metric,
@@ -215,6 +301,8 @@ CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...
     quantization_fits_the_target,
     fallback_has_a_budget,
     board_of_the_target,
+    inputs_fit_the_model,
+    datasets_fit_the_inputs,
 )
 # The sections the checks read: validated on their own when the whole recipe does not.
 SECTIONS = (

@@ -31,10 +31,13 @@ class Outputs:
 
 
 def probes(specs: list[TensorSpec]) -> list[dict[str, np.ndarray]]:
-    """The declared inputs as feeds: seeded random values, then zeros."""
+    """The declared inputs as feeds: seeded random values, then zeros (a constant: its value)."""
     rng = np.random.default_rng(0)
     random, zeros = {}, {}
     for spec in specs:
+        if spec.value is not None:
+            random[spec.name] = zeros[spec.name] = spec.constant()
+            continue
         dtype = np.dtype(spec.dtype)
         if np.issubdtype(dtype, np.floating):
             random[spec.name] = rng.random(spec.shape).astype(dtype)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError, ToolCrashed
+from edgeflow.core.specs import fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 from edgeflow.stages.diff import READS as DIFF_READS
@@ -79,7 +80,7 @@ def run(ctx: StageContext) -> None:
     job = {
         "profile": profile,
         "quantization": profile.quantization_for(recipe.quantization),
-        "inputs": list(recipe.source.inputs),
+        "inputs": list(fed_inputs(recipe.source.inputs)),
         "calibration": calibration,
         "feeds": feeds,
         "threshold": threshold,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from edgeflow.core.specs import FALLBACK_READS
+from edgeflow.core.specs import FALLBACK_READS, fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 
 # The converters and runtimes of every backend (Arm NN by its Debian packages' versions), and
@@ -47,7 +47,7 @@ def run(ctx: StageContext) -> None:
         out_dir=artifact_dir,
         profile=ctx.profile,
         quantization=ctx.profile.quantization_for(recipe.quantization),
-        inputs=list(recipe.source.inputs),
+        inputs=list(fed_inputs(recipe.source.inputs)),
         calibration=calibration,
         budget=budget,
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.specs import fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 
@@ -156,7 +157,7 @@ def _through_float32(
         work,
         ctx.profile,
         Quantization(),
-        list(ctx.recipe.source.inputs),
+        list(fed_inputs(ctx.recipe.source.inputs)),
         None,
     )
     float32 = work / "float32.tflite"

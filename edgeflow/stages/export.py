@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from edgeflow.core.errors import EdgeflowError, first_line
-from edgeflow.core.specs import default_output_names
+from edgeflow.core.specs import default_output_names, fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 
 
@@ -13,26 +13,32 @@ def run(ctx: StageContext) -> None:
     import onnx
     import torch
 
-    from edgeflow.source import example_inputs, flat_tensors
+    from edgeflow.source import bound_module, example_inputs, flat_tensors
     from edgeflow.stages.rewrite import rewritten_module
 
     source, options = ctx.recipe.source, ctx.recipe.export
     module, _, _ = rewritten_module(ctx.recipe, ctx.loaded.path.parent)  # as rewrite checked
+    module = bound_module(module, source.inputs)  # constants traced as constants
     dynamic = source.dynamic_batch
     # torch.export specialises dimensions of size 1, so a dynamic batch is traced at size >= 2.
-    args = example_inputs(source.inputs, max(2, dynamic.min) if dynamic else None)
+    args = example_inputs(fed_inputs(source.inputs), max(2, dynamic.min) if dynamic else None)
     with torch.inference_mode():
         result = module(*args)
     n_out = len(flat_tensors(result))
-    input_names = [s.name for s in source.inputs]
+    input_names = [s.name for s in fed_inputs(source.inputs)]
     output_names = source.outputs or default_output_names(n_out)
     kwargs: dict = {}
     if dynamic is not None:
+        axes = {s.name: s.batch_axis for s in fed_inputs(source.inputs)}
         if options.exporter == "dynamo":
             batch = torch.export.Dim("batch", min=dynamic.min, max=dynamic.max)
-            kwargs["dynamic_shapes"] = tuple({0: batch} for _ in input_names)
+            kwargs["dynamic_shapes"] = tuple(
+                {} if axes[name] is None else {axes[name]: batch} for name in input_names
+            )
         else:
-            kwargs["dynamic_axes"] = {name: {0: "batch"} for name in input_names + output_names}
+            kwargs["dynamic_axes"] = {
+                name: {axes[name]: "batch"} for name in input_names if axes[name] is not None
+            } | {name: {0: "batch"} for name in output_names}
     if options.exporter == "dynamo":
         kwargs.update(dynamo=True, external_data=False, verbose=False)
     else:

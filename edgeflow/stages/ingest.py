@@ -1,15 +1,24 @@
-"""ingest: the head of the ONNX pipeline; check the source file and record its outputs."""
+"""ingest: the head of the ONNX pipeline; bind the recipe's signature to the source file (its
+constants folded in as initializers, its fed inputs pinned to the declared static shapes) and
+record the source's outputs."""
 
 from __future__ import annotations
 
-import shutil
+from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError, first_line
+from edgeflow.core.specs import SHAPE_HINT, TensorSpec, shape_clash
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.load import save_reference
 
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
 
 def run(ctx: StageContext) -> None:
+    import numpy as np
+    import onnx
     import onnxruntime as ort
 
     from edgeflow.data import load_samples
@@ -31,36 +40,97 @@ def run(ctx: StageContext) -> None:
     if not session.get_outputs():
         raise EdgeflowError(f"{path.name} has no graph outputs", "export the model again")
     for name, spec in declared.items():
-        fixed = actual[name].shape
-        clash = len(fixed) != len(spec.shape) or any(
-            isinstance(d, int) and d > 0 and d != want
-            for d, want in zip(fixed, spec.shape, strict=False)
-        )
-        if clash:
-            raise EdgeflowError(
-                f"source.inputs declares {name} as {spec.shape}, but {path.name} has it as {fixed}",
-                "declare the model's own input shape (symbolic dims may take any size)",
-            )
+        problem = shape_clash(list(actual[name].shape), spec)
+        if problem:
+            raise EdgeflowError(f"source.inputs: {name}: {problem} in {path.name}", SHAPE_HINT)
+    model = onnx.load(str(path))
+    signed = bind(model, source.inputs, source.dynamic_batch is not None)
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation")
+    constants = {s.name: s.constant() for s in source.inputs if s.value is not None}
     try:
-        outputs = run_all(OnnxRunner(session), samples, *batching(source))
+        runner = WithConstants(OnnxRunner(session), constants)
+        outputs = run_all(runner, samples, *batching(source))
     except Exception as exc:  # onnxruntime's errors are not typed: the model fails on the data
         raise EdgeflowError(
             f"onnxruntime cannot run {path.name} on the evaluation samples: {first_line(exc)}",
             "check source.inputs (shapes, dtypes) against the model's inputs",
         ) from exc
-    shutil.copyfile(path, ctx.output("onnx"))
+    if constants:  # the bound graph computes what the source does with the constants fed
+        feeds, _ = next(samples.batches(*batching(source)))
+        bound = ort.InferenceSession(signed.SerializeToString(), providers=["CPUExecutionProvider"])
+        for want, got in zip(runner.run(feeds), bound.run(None, feeds), strict=True):
+            if want.shape != got.shape or not np.allclose(want, got, rtol=1e-5, atol=1e-6):
+                raise AssertionError(f"binding {sorted(constants)} changed {path.name}'s outputs")
+    onnx.save(signed, str(ctx.output("onnx")))
     names = [o.name for o in session.get_outputs()]
     save_reference(ctx, outputs, path.name, len(samples), names)
 
 
+class WithConstants:
+    """A runner fed the fed inputs, the constants added to every call."""
+
+    def __init__(self, inner: Any, constants: dict[str, np.ndarray]) -> None:
+        self.inner, self.constants = inner, constants
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return list(self.inner.run({**feeds, **self.constants}))
+
+
+def bind(model: onnx.ModelProto, specs: list[TensorSpec], dynamic: bool) -> onnx.ModelProto:
+    """A copy of `model` with each constant input an initializer (its graph input removed)
+    and each fed input's dims the declared static ones (`dynamic`: but the batch axis's);
+    output dims of -1 or 0 become unknown (shape inference fills them in)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    from edgeflow.core.onnxgraph import copy_model
+
+    out = copy_model(model)
+    graph = out.graph
+    by_name = {s.name: s for s in specs}
+    kept = []
+    for value in graph.input:
+        spec = by_name.get(value.name)
+        if spec is None:
+            kept.append(value)
+            continue
+        want = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(spec.dtype))
+        have = value.type.tensor_type.elem_type
+        if have != want:
+            raise EdgeflowError(
+                f"source.inputs: {spec.name} is {onnx.TensorProto.DataType.Name(have).lower()} "
+                f"in the model, dtype declares {spec.dtype}",
+                "declare the model's own dtype",
+            )
+        if spec.value is not None:
+            graph.initializer.append(numpy_helper.from_array(spec.constant(), spec.name))
+            continue
+        dims = value.type.tensor_type.shape.dim
+        for axis, size in enumerate(spec.shape):
+            if axis < len(dims) and dynamic and axis == spec.batch_axis:
+                continue
+            if axis == len(dims):
+                dims.add()
+            dims[axis].dim_value = size  # also clears a dim_param
+        kept.append(value)
+    del graph.input[:]
+    graph.input.extend(kept)
+    for value in (*graph.output, *graph.value_info):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value <= 0:
+                dim.Clear()
+    return out
+
+
 STAGE = Stage(
     name="ingest",
-    description="Load the source ONNX model and record its reference outputs in onnxruntime.",
+    description="Bind the recipe's input signature to the source ONNX model; record its "
+    "reference outputs in onnxruntime.",
     run=run,
     consumes=("onnx",),
     produces={"onnx": "model.onnx", "reference": "reference.npz", "source": "source.json"},
     reads=("source.inputs", "source.dynamic_batch", "evaluation"),
-    tools=("onnxruntime", "numpy"),
+    tools=("onnxruntime", "onnx", "numpy"),
     isolated=True,
 )

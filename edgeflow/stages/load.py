@@ -61,7 +61,7 @@ def save_reference(
     np.savez(ctx.output("reference"), *outputs, names=np.array(named))
     summary = {
         "model": model,
-        "inputs": [s.model_dump() for s in ctx.recipe.source.inputs],
+        "inputs": [s.model_dump(mode="json") for s in ctx.recipe.source.inputs],
         "output_shapes": [list(o.shape[1:]) for o in outputs],
         "evaluation_samples": samples,
         **extra,

@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from edgeflow.core.errors import StageFailed
+from edgeflow.core.specs import fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 
 TOLERANCE = 1e-4  # constant folding reorders float arithmetic (e.g. BatchNorm into Conv)
@@ -25,7 +26,7 @@ def run(ctx: StageContext) -> None:
     options = ctx.recipe.optimize
     model = onnx.load(str(ctx.inputs["onnx"]))
     before = Counter(n.op_type for n in model.graph.node)
-    feeds = contract.probes(list(ctx.recipe.source.inputs))
+    feeds = contract.probes(list(fed_inputs(ctx.recipe.source.inputs)))
     outputs = contract.onnx_outputs(model, feeds)
     if options.onnxscript:
         model, outputs = _checked(

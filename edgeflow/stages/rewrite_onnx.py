@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from edgeflow.core.specs import fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 
 
@@ -35,7 +36,7 @@ def split_host(ctx: StageContext, model: Any) -> tuple[Any, dict[str, Any]]:
     rng = np.random.default_rng(0)
     feeds = {
         spec.name: rng.standard_normal(spec.shape).astype(spec.dtype)
-        for spec in ctx.recipe.source.inputs
+        for spec in fed_inputs(ctx.recipe.source.inputs)
     }
     postprocess.check_split(model, head, tail, feeds)
     onnx.save(tail, str(ctx.output("host") / postprocess.HOST_MODEL))
@@ -61,7 +62,7 @@ def rewritten(ctx: StageContext, specs: list[Any]) -> tuple[Any, list[dict[str, 
     from edgeflow.rules.base import RewriteContext
 
     model = onnx.load(str(ctx.inputs["onnx"]))
-    rewrite_ctx = RewriteContext(list(ctx.recipe.source.inputs), ctx.loaded.path.parent)
+    rewrite_ctx = RewriteContext(list(fed_inputs(ctx.recipe.source.inputs)), ctx.loaded.path.parent)
     model, records, _ = apply_rules(model, specs, ("onnx",), rewrite_ctx)
     onnx.checker.check_model(model)
     return model, records

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError, MissingDependency
+from edgeflow.core.specs import batch_size
 from edgeflow.targets._tflite_io import CStderr
 from edgeflow.targets.base import ConvertJob
 
@@ -256,7 +257,14 @@ def _calibration_files(job: ConvertJob, work: Path) -> list[list[Any]]:
     """One NHWC float32 .npy per input; mean 0 and std 1 keep the values as they are."""
     if job.calibration is None:
         raise AssertionError("int8 conversion without calibration samples")
-    batch, usable = job.inputs[0].shape[0], _usable(job)
+    other = [f"'{s.name}' (batch_axis {s.batch_axis})" for s in job.inputs if s.batch_axis != 0]
+    if other:
+        raise EdgeflowError(
+            f"int8 calibration through onnx2tf takes inputs batched on axis 0; {', '.join(other)}"
+            " is not",
+            "build int8 for onnxruntime_micro, or give these inputs their batch on axis 0",
+        )
+    batch, usable = batch_size(job.inputs), _usable(job)
     if usable == 0:
         raise EdgeflowError(
             f"int8 calibration needs at least {batch} samples (the model's batch size); "
@@ -278,7 +286,7 @@ def _calibration_files(job: ConvertJob, work: Path) -> list[list[Any]]:
 def _usable(job: ConvertJob) -> int:
     """How many calibration samples onnx2tf uses: whole batches of the model's batch size."""
     total = len(job.calibration) if job.calibration is not None else 0
-    return total - total % job.inputs[0].shape[0]
+    return total - total % batch_size(job.inputs)
 
 
 def _write_sample_file(path: Path) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.specs import batch_size
 from edgeflow.targets import _onnx2tf
 from edgeflow.targets.base import ConvertJob
 from edgeflow.verify import fallback
@@ -53,7 +54,7 @@ def search(
     samples, budget = job.calibration, job.budget
     if samples is None or not budget:
         raise AssertionError("fallback without calibration samples or a budget")
-    batch = job.inputs[0].shape[0]
+    batch = batch_size(job.inputs)
     reference = run_all(OnnxRunner.from_file(str(job.onnx)), samples, batch, True)
     feeds, _ = next(samples.batches(batch, fixed=True))
     models: dict[tuple[str, ...], bytes] = {
@@ -107,7 +108,7 @@ def calibrate(job: ConvertJob, out: Path, work: Path) -> bytes:
     tf = _onnx2tf.require("tensorflow", "tflite")
     entries = _onnx2tf._calibration_files(job, work)
     data = {name: np.load(path) for name, path, _, _ in entries}
-    batch, count = job.inputs[0].shape[0], min(len(d) for d in data.values())
+    batch, count = batch_size(job.inputs), min(len(d) for d in data.values())
 
     def representative() -> Any:
         for start in range(0, count - count % batch, batch):

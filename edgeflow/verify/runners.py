@@ -8,6 +8,8 @@ from typing import IO, Any, Protocol
 
 import numpy as np
 
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.specs import batch_size
 from edgeflow.data import Samples
 
 # Where progress bars go: stderr, or in a worker process the terminal of the `edgeflow`
@@ -41,12 +43,12 @@ def batching(source: Any) -> tuple[int, bool]:
     """(batch size, whether it is fixed) for running a recipe's model over a sample set."""
     if source.dynamic_batch is not None:
         return min(64, source.dynamic_batch.max), False
-    return source.inputs[0].shape[0], True
+    return batch_size(source.inputs), True
 
 
 def deployment_batch(source: Any) -> int:
     """The batch size latency is measured at: the declared one, within a dynamic range."""
-    declared = source.inputs[0].shape[0]
+    declared = batch_size(source.inputs)
     dynamic = source.dynamic_batch
     return min(max(declared, dynamic.min), dynamic.max) if dynamic else declared
 
@@ -65,10 +67,32 @@ def run_all(runner: Runner, samples: Samples, batch: int, fixed: bool) -> list[n
         leave=False,
         file=PROGRESS or sys.stderr,
     ):
-        chunks.append([o[:size] for o in runner.run(feeds)])
-    return [
-        np.concatenate([c[i] for c in chunks]).astype(np.float32) for i in range(len(chunks[0]))
-    ]
+        chunks.append([unpadded(o, size, batch, fixed) for o in runner.run(feeds)])
+    return [joined([c[i] for c in chunks]).astype(np.float32) for i in range(len(chunks[0]))]
+
+
+def unpadded(output: np.ndarray, size: int, batch: int, fixed: bool) -> np.ndarray:
+    """The outputs of a batch's `size` real samples: a padded batch's first `size` rows (an
+    output is batched on axis 0); an unpadded batch's whole output, so that one whose batch
+    is on another axis (a state [layers, batch, features]) is kept whole."""
+    return output[:size] if fixed and size < batch else output
+
+
+def joined(parts: list[np.ndarray]) -> np.ndarray:
+    """One output's batches as one array: stacked on axis 0, or, where batches of different
+    sizes differ on one other axis (a state [layers, batch, ...] under a dynamic batch), on
+    that axis."""
+    if len({p.shape[1:] for p in parts}) <= 1:
+        return np.concatenate(parts)
+    ndim = parts[0].ndim
+    differ = [a for a in range(ndim) if len({p.shape[a] for p in parts if p.ndim == ndim}) > 1]
+    if len(differ) != 1 or any(p.ndim != ndim for p in parts):
+        shapes = ", ".join(str(list(p.shape)) for p in parts[:4])
+        raise EdgeflowError(
+            f"an output's batches have shapes {shapes}: they differ on more than a batch axis",
+            "make each output's shape depend on the batch on one axis only",
+        )
+    return np.concatenate(parts, axis=differ[0])
 
 
 def latency_ms(runner: Runner, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:

@@ -99,7 +99,7 @@ def _pin_inputs(model: onnx.ModelProto, wanted: dict[str, list[int]]) -> list[Si
                 "give one dim per axis",
             )
         for i, (dim, new) in enumerate(zip(shape.dim, dims, strict=False)):
-            if dim.HasField("dim_value") and dim.dim_value not in (0, new):
+            if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != new:
                 raise EdgeflowError(
                     f"input '{name}' has fixed dim {i} = {dim.dim_value}, got {new}",
                     f"use {dim.dim_value} for axis {i}",
