@@ -48,7 +48,7 @@ class Positive(torch.nn.Module):
 @pytest.fixture
 def recipe_for(tmp_path: Path, write_recipe):
     (tmp_path / "model.py").write_text(MODEL)
-    np.savez(tmp_path / "eval.npz", x=np.ones((4, 1, 4), np.float32), label=np.zeros(4))
+    np.savez(tmp_path / "eval.npz", x=np.ones((4, 4), np.float32), label=np.zeros(4))
 
     def make(cls: str, rewrites: str = "") -> Path:
         return write_recipe(

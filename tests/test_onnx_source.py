@@ -56,7 +56,7 @@ def test_onnx_source_float_and_int8(onnx_recipe: Path, tmp_path: Path) -> None:
         "ingest",
         "rewrite_onnx",
         "rewrite_target",
-        "precheck",
+        "optimize",
     ]
     assert fp32.metrics["agreement"]["max_abs_diff"] <= 1e-4
     assert fp32.metrics["accuracy"]["source"] >= 0.97

@@ -75,7 +75,7 @@ STAGE = Stage(
     consumes=("onnx",),
     produces={
         "onnx": "model.onnx",
-        "source_onnx": "model.onnx",  # the source side of the per-layer diff (stages/diff.py)
+        "source_onnx": "model.onnx",  # the diff's source side, until rewrite_target's
         "host": "host",
         "rewrite_onnx": "rewrite_onnx.json",
     },

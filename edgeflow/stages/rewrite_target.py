@@ -39,7 +39,13 @@ STAGE = Stage(
     description="Apply the target profile's default onnx.* rules.",
     run=run,
     consumes=("onnx",),
-    produces={"onnx": "model.onnx", "rewrite_target": "rewrite_target.json"},
+    produces={
+        "onnx": "model.onnx",
+        # the per-layer diff's source side (stages/diff.py): after the target's rewrites too,
+        # which may rescale intermediates (onnx.equalize_channels) while keeping the outputs
+        "source_onnx": "model.onnx",
+        "rewrite_target": "rewrite_target.json",
+    },
     reads=("target", "target_rewrites", "rewrites", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir"),
     rule_levels=("onnx",),

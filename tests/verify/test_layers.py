@@ -220,7 +220,7 @@ def _diff_with_a_perturbed_artifact(folder: Path, cache_root: Path, target: str,
         "convert": entry["convert"] / "convert.json",
         "onnx": entry["quantize"] / "model.onnx",
         "float_onnx": entry["optimize"] / "model.onnx",
-        "source_onnx": entry["rewrite_onnx"] / "model.onnx",
+        "source_onnx": entry["rewrite_target"] / "model.onnx",
     }
     if target == "onnxruntime_micro":  # the diff reads the model the .ort file was made from
         inputs["onnx"] = work / "model.onnx"

@@ -133,7 +133,7 @@ def test_a_build_runs_the_rules_and_verifies(recipe: Path, tmp_path: Path) -> No
     cache = Cache(tmp_path / "c")
     result = run_build(load_recipe(recipe), cache, tmp_path / "b", print)
     outcomes = {o.stage: o for o in result.outcomes}
-    assert list(outcomes)[:4] == ["ingest", "rewrite_onnx", "rewrite_target", "precheck"]
+    assert list(outcomes)[:4] == ["ingest", "rewrite_onnx", "rewrite_target", "optimize"]
     assert outcomes["rewrite_onnx"].status == "ran"
     assert result.failed_checks == []
     assert result.metrics["verified"] is True
