@@ -120,13 +120,18 @@ def _unroll(node: Any, e: Edit, max_steps: int) -> str | None:
     shape = e.shape(node.input[0])
     assert shape is not None  # checked by _kept
     steps, batch = (shape[1], shape[0]) if layout else (shape[0], shape[1])
-    # step inputs [batch, size]: rows of x viewed [steps * batch, size] (layout 0), or columns
-    # of x viewed [batch, steps * size] (layout 1)
-    flat = e.reshape(node.input[0], [steps * batch, size] if layout == 0 else [batch, steps * size])
+    x, major = node.input[0], layout  # major: x is batch-major ([batch, steps, size])
+    producer = e.producers.get(x)
+    if not layout and producer is not None and producer.op_type == "Transpose":
+        if list(attr(producer, "perm", [])) == [1, 0, 2]:  # torch's batch_first: read its input
+            x, major = producer.input[0], 1
+    # step inputs [batch, size]: rows of x viewed [steps * batch, size] (sequence-major), or
+    # columns of x viewed [batch, steps * size] (batch-major)
+    flat = e.reshape(x, [batch, steps * size] if major else [steps * batch, size])
     xs = [
-        e.slice(flat, 0, t * batch, (t + 1) * batch)
-        if layout == 0
-        else e.slice(flat, 1, t * size, (t + 1) * size)
+        e.slice(flat, 1, t * size, (t + 1) * size)
+        if major
+        else e.slice(flat, 0, t * batch, (t + 1) * batch)
         for t in range(steps)
     ]
     peep = e.constants.get(inputs[7]) if op == "LSTM" and inputs[7] else None
