@@ -64,6 +64,7 @@ def build(tmp_path: Path, cache: Path, target: str, mode: str, tolerance: float)
 def test_an_lstm_builds_and_verifies_in_float32(
     target: str, tmp_path: Path, shared_cache: Path
 ) -> None:
+    """Measured: max relative diff 2.0e-7 to 3.5e-7 (docs/coverage.md)."""
     metrics = build(tmp_path, shared_cache, target, "none", 1e-3)
     assert metrics["verified"] is True and metrics["agreement"]["max_relative_diff"] <= 1e-3
     rules = target_rules(tmp_path / "recipe.yaml", shared_cache, tmp_path / "b")
@@ -78,6 +79,7 @@ def test_an_lstm_builds_and_verifies_in_float32(
 @needs_armnn
 @pytest.mark.parametrize("target", ["tflite", "tflite_micro", "armnn", "onnxruntime_micro"])
 def test_an_lstm_builds_in_int8(target: str, tmp_path: Path, shared_cache: Path) -> None:
+    """Measured: top-1 agreement 0.964-0.972, SQNR 40.3-45.4 dB (docs/coverage.md)."""
     metrics = build(tmp_path, shared_cache, target, "int8", 0.1)
     assert metrics["verified"] is True
     assert metrics["agreement"]["top1"] >= 0.9

@@ -122,9 +122,9 @@ def _unroll(node: Any, e: Edit, max_steps: int) -> str | None:
     steps, batch = (shape[1], shape[0]) if layout else (shape[0], shape[1])
     x, major = node.input[0], layout  # major: x is batch-major ([batch, steps, size])
     producer = e.producers.get(x)
-    if not layout and producer is not None and producer.op_type == "Transpose":
-        if list(attr(producer, "perm", [])) == [1, 0, 2]:  # torch's batch_first: read its input
-            x, major = producer.input[0], 1
+    swap = producer is not None and producer.op_type == "Transpose"
+    if producer is not None and swap and not layout and attr(producer, "perm", []) == [1, 0, 2]:
+        x, major = producer.input[0], 1  # torch's batch_first Transpose: read its input
     # step inputs [batch, size]: rows of x viewed [steps * batch, size] (sequence-major), or
     # columns of x viewed [batch, steps * size] (batch-major)
     flat = e.reshape(x, [batch, steps * size] if major else [steps * batch, size])
