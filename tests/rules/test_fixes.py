@@ -121,6 +121,20 @@ def _constant_if() -> onnx.ModelProto:
 OP_CASES = {
     "If": _constant_if(),
     "Pad": single("p", "Pad", X, {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}).model,
+    **{
+        op: single(
+            op.lower(),
+            op,
+            [("x", T.FLOAT, [8, 1, 4])],
+            {
+                "W": np.full((1, gates * 4, 4), 0.1),
+                "R": np.full((1, gates * 4, 4), 0.1),
+                "B": np.full((1, gates * 8), 0.1),
+            },
+            {"hidden_size": 4},
+        ).model
+        for op, gates in (("LSTM", 4), ("GRU", 3))
+    },
 }
 # A model, a profile the precheck reports each finding for, and the finding's operator.
 FINDING_CASES: dict[str, tuple[onnx.ModelProto, dict[str, Any], str]] = {
@@ -288,6 +302,7 @@ PRECHECK_NEW = {
     ),
     Fix.check("Slice", "slice_one_axis"): "onnx.split_slice",
     Fix.check("Pad", "pad_constant"): "onnx.pad_with_concat",
+    **dict.fromkeys((Fix.op(op) for op in ("LSTM", "GRU")), "onnx.unroll_recurrent"),
 }
 # `edgeflow explain`'s lists, in catalogue order (the hand-kept lists had tensor_if's and
 # unsupported's in another order, and onnx.cast_float64_to_float32 for float64, which runs

@@ -64,6 +64,22 @@ def test_default_decompositions_follow_the_measured_operator_list(name: str) -> 
     assert sorted(entry["ops"]) == missing
 
 
+@pytest.mark.parametrize(
+    "name", ["tflite", "tflite_micro", "armnn", "onnxruntime_micro", "tensorrt"]
+)
+def test_recurrent_layers_are_unrolled_where_onnx2tf_fails_on_them(name: str) -> None:
+    """onnx2tf fails on LSTM and GRU (measured: targets/*.yaml, docs/targets.md): the TFLite
+    family unrolls them first, so the cells' MatMuls reach armnn's onnx.lower_matmul; the
+    ONNX runtimes keep their native kernels."""
+    rules = [e["rule"] for e in load_profile(name).rewrites]
+    if name in ("onnxruntime_micro", "tensorrt"):
+        assert "onnx.unroll_recurrent" not in rules
+        return
+    assert rules[0] == "onnx.unroll_recurrent"
+    if "onnx.lower_matmul" in rules:
+        assert rules.index("onnx.unroll_recurrent") < rules.index("onnx.lower_matmul")
+
+
 def test_a_profile_takes_only_known_onnx_rules(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "targets").mkdir()
     monkeypatch.chdir(tmp_path)

@@ -19,6 +19,7 @@ from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton
 from edgeflow.rules.onnx.norm import ChannelLayerNorm
 from edgeflow.rules.onnx.opset import ConvertOpset
 from edgeflow.rules.onnx.optimize import Optimize
+from edgeflow.rules.onnx.recurrent import UnrollRecurrent
 from edgeflow.rules.onnx.shapes import FixShapes
 from edgeflow.rules.onnx.simplify import Simplify
 
@@ -30,6 +31,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     EqualizeChannels,
     ChannelLayerNorm,
     Decompose,
+    UnrollRecurrent,
     SqrtNewton,
     MaxPoolEdgePad,
     PadWithConcat,
