@@ -210,7 +210,14 @@ def test_sigterm_and_ctrl_c_stop_a_build_cleanly(tmp_path: Path) -> None:
         cmd = [sys.executable, "-m", "edgeflow", "run", "recipe=digits_cnn"]
         cmd += [f"cache_dir={cache}", f"build_dir={tmp_path / 'b'}", "quantization=none"]
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            # as in a terminal: a suite started in the background (`cmd &` in a script)
+            # passes SIGINT on ignored, and the build would then ignore Ctrl-C
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 120
         while not list((cache / "tmp").glob("export-*/.job.pkl")):  # the worker exports (~2 s)
