@@ -2,256 +2,36 @@
 
 A leaf module: rules, targets and the data code take TensorSpec, DatasetSpec and the other
 sections from here; edgeflow.recipe.schema composes them (with the target profile and the
-resolved rules) into the Recipe."""
+resolved rules) into the Recipe. The base model and field types are in
+edgeflow.core.specbase, an input's signature (TensorSpec) in edgeflow.core.signatures."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PositiveInt,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from edgeflow.core.refs import ImportRef
-
-
-def user_error(message: str, hint: str | None = None, at: str = "") -> PydanticCustomError:
-    """A validation error the recipe loader prints as it is; `at` relocates it to a dotted key."""
-    ctx = {"message": message, "hint": hint or "", "at": at}
-    return PydanticCustomError("edgeflow", "{message}", ctx)
-
-
-def _base_dir(info: ValidationInfo) -> Path:
-    context = info.context or {}
-    return Path(context.get("base_dir", "."))
-
-
-def _existing_file(value: Any, info: ValidationInfo) -> Path:
-    if not isinstance(value, str | Path):
-        raise user_error(f"expected a file path (got {value!r})")
-    try:
-        path = (_base_dir(info) / value).resolve()
-        found = path.is_file()
-    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a name too long, NUL
-        raise user_error(
-            f"not a usable file path: {value!s:.200} ({type(exc).__name__}: {exc!s:.200})",
-            "paths are relative to the recipe's folder; fix the path",
-        ) from None
-    if not found:
-        raise user_error(
-            f"file not found: {value} (resolved to {path})",
-            "paths are relative to the recipe's folder; create the file or fix the path",
-        )
-    return path
-
-
-def _import_ref(value: Any, info: ValidationInfo) -> ImportRef:
-    if not isinstance(value, str):
-        raise user_error(f"expected 'package.module:Name' (got {value!r})")
-    try:
-        ref = ImportRef.parse(value, _base_dir(info))
-        ref.check()
-    except ValueError as exc:
-        raise user_error(str(exc), "write it as 'package.module:Name' or 'file.py:Name'") from None
-    return ref
-
-
-RecipeFile = Annotated[Path, BeforeValidator(_existing_file)]
-CodeRef = Annotated[ImportRef, BeforeValidator(_import_ref)]
-
-
-class Strict(BaseModel):
-    """Recipe sections: unknown keys are errors, and values are taken as written (strict: a
-    boolean is no number, a string no number; NaN and infinities are refused)."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        arbitrary_types_allowed=True,
-        strict=True,
-        allow_inf_nan=False,
-    )
-
-
-MAX_DIM = 2**31 - 1  # what ONNX and the runtimes index tensors with
-MAX_ELEMENTS = 2**31  # per input tensor (8 GiB of float32): beyond it nothing here runs
-
-
-Dtype = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
-DTYPES: tuple[str, ...] = get_args(Dtype)
-
-
-def _constant(value: Any, info: ValidationInfo) -> Any:
-    """source.inputs[].value: a number, a nested list or a .npy file (the recipe's folder)."""
-    if isinstance(value, str):
-        if not value.endswith(".npy"):
-            raise user_error(
-                f"a constant is a number, a nested list or a .npy file (got {value!r:.80})",
-                "write value: 16000, value: [[1, 2], [3, 4]] or value: path/to/array.npy",
-            )
-        return _existing_file(value, info)
-    return value
-
-
-class TensorSpec(Strict):
-    """One model input: fed from the datasets, or (`value`) bound to a constant at export /
-    ingest, so that the artifact has no such input."""
-
-    name: str = Field(min_length=1)
-    shape: list[Annotated[int, Field(ge=1, le=MAX_DIM)]] = Field(max_length=8)
-    dtype: Dtype = "float32"
-    # the axis the datasets' samples are stacked on; null: no batch, fed whole to every batch
-    # (default 0; null for 0-D inputs and constants)
-    batch_axis: int | None = Field(0, ge=0, le=7)
-    value: Annotated[bool | int | float | list[Any] | Path | None, BeforeValidator(_constant)] = (
-        None
-    )
-
-    @model_validator(mode="after")
-    def _not_too_big(self) -> TensorSpec:
-        elements = 1
-        for dim in self.shape:
-            elements *= dim
-        if elements > MAX_ELEMENTS:
-            raise user_error(
-                f"{elements:,} elements per sample is more than {MAX_ELEMENTS:,}",
-                "check the shape: one sample of the model's input",
-                at="shape",
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _signature(self) -> TensorSpec:
-        """A declared batch axis within the rank; a constant's value of the declared shape and
-        a dtype that holds it exactly (inferred from the value when not declared)."""
-        declared = self.model_fields_set
-        if self.value is not None or not self.shape:
-            if "batch_axis" in declared and self.batch_axis is not None:
-                what = "a constant" if self.value is not None else "a 0-D input"
-                raise user_error(
-                    f"{what} has no batch axis (got batch_axis: {self.batch_axis})",
-                    "remove batch_axis (or set it to null)",
-                    at="batch_axis",
-                )
-            object.__setattr__(self, "batch_axis", None)  # frozen: the default, by kind
-        elif self.batch_axis is not None and self.batch_axis >= len(self.shape):
-            raise user_error(
-                f"batch_axis {self.batch_axis} is beyond the {len(self.shape)} axes of shape "
-                f"{self.shape}",
-                f"use an axis from 0 to {len(self.shape) - 1}, or null for no batch axis",
-                at="batch_axis",
-            )
-        if self.value is not None:
-            dtype = _constant_dtype(self.value, self.dtype if "dtype" in declared else None)
-            object.__setattr__(self, "dtype", dtype)
-            found = tuple(self.constant().shape)
-            if found != tuple(self.shape):
-                raise user_error(
-                    f"the value has shape {list(found)}, shape declares {self.shape}",
-                    f"set shape: {list(found)}, or give a value of shape {self.shape}",
-                    at="value",
-                )
-        return self
-
-    def constant(self) -> Any:
-        """The bound value as a numpy array of the declared dtype (None for a fed input)."""
-        import numpy as np
-
-        if self.value is None:
-            return None
-        if isinstance(self.value, Path):
-            return np.load(self.value, allow_pickle=False).astype(self.dtype, copy=False)
-        return np.asarray(self.value, dtype=self.dtype)
-
-
-def _constant_dtype(value: Any, declared: str | None) -> str:
-    """The dtype of a constant: the declared one where it holds the value exactly, else the
-    value's own (int64 for integers, float32 for floats, bool)."""
-    import numpy as np
-
-    if isinstance(value, Path):
-        try:
-            arr = np.load(value, allow_pickle=False, mmap_mode="r")
-        except (ValueError, OSError, EOFError) as exc:
-            raise user_error(
-                f"cannot read {value.name} as a numpy array: {exc!s:.200}",
-                "save it with numpy.save (plain numbers, no Python objects)",
-                at="value",
-            ) from None
-        own = str(arr.dtype)
-        if own not in DTYPES:
-            raise user_error(
-                f"{value.name} holds {own}, which no model input takes",
-                f"save it as one of {', '.join(DTYPES)}",
-                at="value",
-            )
-        if declared is not None and declared != own:
-            raise user_error(
-                f"{value.name} holds {own}, dtype declares {declared}",
-                f"set dtype: {own}, or save the array as {declared}",
-                at="value",
-            )
-        return own
-    try:
-        arr = np.array(value)
-    except ValueError:
-        arr = None
-    if arr is None or arr.dtype.kind not in "biuf":
-        raise user_error(
-            f"the value is not a rectangular array of numbers (got {value!r:.80})",
-            "give one number, or nested lists of equal lengths",
-            at="value",
-        )
-    own = {"b": "bool", "f": "float32"}.get(arr.dtype.kind, "int64")
-    if declared is None:
-        return own
-    target = np.dtype(declared)
-    if target.kind == "b" or arr.dtype.kind == "b":
-        exact = target.kind == arr.dtype.kind  # true/false only as bool, and bool only so
-    elif target.kind in "iu":
-        info = np.iinfo(target)
-        exact = arr.dtype.kind in "iu" and info.min <= arr.min(initial=0)
-        exact = exact and arr.max(initial=0) <= info.max
-    else:
-        exact = True  # a float input takes integers and floats
-    if not exact:
-        raise user_error(
-            f"the value {value!r:.60} does not fit {declared} (it reads as {own})",
-            f"set dtype: {own}, or give {declared} values",
-            at="value",
-        )
-    return declared
-
-
-SHAPE_HINT = (
-    "declare the model's own size on that axis; only its -1, 0 or symbolic dims take the "
-    "recipe's size"
+from edgeflow.core.signatures import (
+    TensorSpec,
+    fed_inputs,
 )
-
-
-def shape_clash(model_dims: list[Any], spec: TensorSpec) -> str | None:
-    """How the recipe's shape of an input contradicts the model's (None: it does not): the
-    rank, or a fixed positive dim (-1, 0 and symbolic dims take any size)."""
-    if len(model_dims) != len(spec.shape):
-        return f"the model has {len(model_dims)} axes {model_dims}, shape declares {spec.shape}"
-    for axis, (dim, want) in enumerate(zip(model_dims, spec.shape, strict=True)):
-        if isinstance(dim, int) and dim > 0 and dim != want:
-            return f"axis {axis} is {dim} in the model, shape declares {want} ({spec.shape})"
-    return None
-
-
-def fed_inputs(specs: list[TensorSpec]) -> list[TensorSpec]:
-    """The inputs the datasets feed: those not bound to a constant."""
-    return [s for s in specs if s.value is None]
+from edgeflow.core.specbase import (
+    CodeRef,
+    RecipeFile,
+    Strict,
+    _existing_file,
+    _import_ref,
+    user_error,
+)
 
 
 class DynamicBatch(Strict):
@@ -268,7 +48,7 @@ class DynamicBatch(Strict):
 class PyTorchSource(Strict):
     kind: Literal["pytorch"]
     model: CodeRef
-    init: dict[str, Any] = {}
+    init: dict[str, Any] = Field(default_factory=dict)
     weights: RecipeFile | None = None
     inputs: list[TensorSpec] = Field(min_length=1)
     outputs: list[str] | None = None
@@ -337,7 +117,7 @@ class DatasetSpec(Strict):
     dataset: Annotated[ImportRef | Path, BeforeValidator(_dataset_ref)]
     split: str | None = None
     samples: int | None = Field(None, ge=1, le=10_000_000)
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = Field(default_factory=dict)
 
 
 class ClassesOutput(Strict):
@@ -453,7 +233,7 @@ class Evaluation(DatasetSpec):
     # detections: boxes/scores/labels compared as sets with the source model's
     metric: Literal["top1", "agreement", "detections"] = "top1"
     # what each output is, by its name; an output not named here is judged by its shape
-    outputs: dict[str, OutputSpec] = {}
+    outputs: dict[str, OutputSpec] = Field(default_factory=dict)
 
 
 # The opsets each PyTorch exporter writes (torch 2.13): the dynamo exporter's lowest is 18 (it
@@ -489,7 +269,13 @@ class HostPostprocess(Strict):
 
 class OptimizeOptions(Strict):
     onnxscript: bool = True
-    passes: list[str] = ["eliminate_deadend", "eliminate_identity", "eliminate_nop_transpose"]
+    passes: list[str] = Field(
+        default_factory=lambda: [
+            "eliminate_deadend",
+            "eliminate_identity",
+            "eliminate_nop_transpose",
+        ]
+    )
 
     @field_validator("passes")
     @classmethod

@@ -211,7 +211,7 @@ def inputs_fit_the_model(s: dict[str, Any], profile: TargetProfile | None) -> li
     """An ONNX source's declared inputs against its graph's: names, dtypes, ranks, and the
     sizes of its fixed dims (its -1, 0 and symbolic dims take the recipe's)."""
     from edgeflow.core.onnxgraph import graph_inputs
-    from edgeflow.core.specs import SHAPE_HINT, shape_clash
+    from edgeflow.core.signatures import SHAPE_HINT, shape_clash
     from edgeflow.core.suggest import did_you_mean
 
     source = s.get("source")

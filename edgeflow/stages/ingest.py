@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError, first_line
-from edgeflow.core.specs import SHAPE_HINT, TensorSpec, shape_clash
+from edgeflow.core.signatures import SHAPE_HINT, shape_clash
+from edgeflow.core.specs import TensorSpec
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.load import save_reference
 

@@ -1,0 +1,187 @@
+"""source.inputs: a model input's signature (name, shape, dtype, batch axis, or a constant
+value bound at export / ingest), and the checks of a signature against a model's own dims."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    model_validator,
+)
+
+from edgeflow.core.specbase import Strict, _existing_file, user_error
+
+MAX_DIM = 2**31 - 1  # what ONNX and the runtimes index tensors with
+MAX_ELEMENTS = 2**31  # per input tensor (8 GiB of float32): beyond it nothing here runs
+
+
+Dtype = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
+
+
+def _constant(value: Any, info: ValidationInfo) -> Any:
+    """source.inputs[].value: a number, a nested list or a .npy file (the recipe's folder)."""
+    if isinstance(value, str):
+        if not value.endswith(".npy"):
+            raise user_error(
+                f"a constant is a number, a nested list or a .npy file (got {value!r:.80})",
+                "write value: 16000, value: [[1, 2], [3, 4]] or value: path/to/array.npy",
+            )
+        return _existing_file(value, info)
+    return value
+
+
+class TensorSpec(Strict):
+    """One model input: fed from the datasets, or (`value`) bound to a constant at export /
+    ingest, so that the artifact has no such input."""
+
+    name: str = Field(min_length=1)
+    shape: list[Annotated[int, Field(ge=1, le=MAX_DIM)]] = Field(max_length=8)
+    dtype: Dtype = "float32"
+    # the axis the datasets' samples are stacked on; null: no batch, fed whole to every batch
+    # (default 0; null for 0-D inputs and constants)
+    batch_axis: int | None = Field(0, ge=0, le=7)
+    value: Annotated[bool | int | float | list[Any] | Path | None, BeforeValidator(_constant)] = (
+        None
+    )
+
+    @model_validator(mode="after")
+    def _not_too_big(self) -> TensorSpec:
+        elements = 1
+        for dim in self.shape:
+            elements *= dim
+        if elements > MAX_ELEMENTS:
+            raise user_error(
+                f"{elements:,} elements per sample is more than {MAX_ELEMENTS:,}",
+                "check the shape: one sample of the model's input",
+                at="shape",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _signature(self) -> TensorSpec:
+        """A declared batch axis within the rank; a constant's value of the declared shape and
+        a dtype that holds it exactly (inferred from the value when not declared)."""
+        declared = self.model_fields_set
+        if self.value is not None or not self.shape:
+            if "batch_axis" in declared and self.batch_axis is not None:
+                what = "a constant" if self.value is not None else "a 0-D input"
+                raise user_error(
+                    f"{what} has no batch axis (got batch_axis: {self.batch_axis})",
+                    "remove batch_axis (or set it to null)",
+                    at="batch_axis",
+                )
+            object.__setattr__(self, "batch_axis", None)  # frozen: the default, by kind
+        elif self.batch_axis is not None and self.batch_axis >= len(self.shape):
+            raise user_error(
+                f"batch_axis {self.batch_axis} is beyond the {len(self.shape)} axes of shape "
+                f"{self.shape}",
+                f"use an axis from 0 to {len(self.shape) - 1}, or null for no batch axis",
+                at="batch_axis",
+            )
+        if self.value is not None:
+            dtype = _constant_dtype(self.value, self.dtype if "dtype" in declared else None)
+            object.__setattr__(self, "dtype", dtype)
+            found = tuple(self.constant().shape)
+            if found != tuple(self.shape):
+                raise user_error(
+                    f"the value has shape {list(found)}, shape declares {self.shape}",
+                    f"set shape: {list(found)}, or give a value of shape {self.shape}",
+                    at="value",
+                )
+        return self
+
+    def constant(self) -> Any:
+        """The bound value as a numpy array of the declared dtype (None for a fed input)."""
+        import numpy as np
+
+        if self.value is None:
+            return None
+        if isinstance(self.value, Path):
+            return np.load(self.value, allow_pickle=False).astype(self.dtype, copy=False)
+        return np.asarray(self.value, dtype=self.dtype)
+
+
+def _constant_dtype(value: Any, declared: str | None) -> str:
+    """The dtype of a constant: the declared one where it holds the value exactly, else the
+    value's own (int64 for integers, float32 for floats, bool)."""
+    import numpy as np
+
+    if isinstance(value, Path):
+        try:
+            arr = np.load(value, allow_pickle=False, mmap_mode="r")
+        except (ValueError, OSError, EOFError) as exc:
+            raise user_error(
+                f"cannot read {value.name} as a numpy array: {exc!s:.200}",
+                "save it with numpy.save (plain numbers, no Python objects)",
+                at="value",
+            ) from None
+        own = str(arr.dtype)
+        if own not in DTYPES:
+            raise user_error(
+                f"{value.name} holds {own}, which no model input takes",
+                f"save it as one of {', '.join(DTYPES)}",
+                at="value",
+            )
+        if declared is not None and declared != own:
+            raise user_error(
+                f"{value.name} holds {own}, dtype declares {declared}",
+                f"set dtype: {own}, or save the array as {declared}",
+                at="value",
+            )
+        return own
+    try:
+        arr = np.array(value)
+    except ValueError:
+        arr = None
+    if arr is None or arr.dtype.kind not in "biuf":
+        raise user_error(
+            f"the value is not a rectangular array of numbers (got {value!r:.80})",
+            "give one number, or nested lists of equal lengths",
+            at="value",
+        )
+    own = {"b": "bool", "f": "float32"}.get(arr.dtype.kind, "int64")
+    if declared is None:
+        return own
+    target = np.dtype(declared)
+    if target.kind == "b" or arr.dtype.kind == "b":
+        exact = target.kind == arr.dtype.kind  # true/false only as bool, and bool only so
+    elif target.kind in "iu":
+        info = np.iinfo(target)
+        exact = arr.dtype.kind in "iu" and info.min <= arr.min(initial=0)
+        exact = exact and arr.max(initial=0) <= info.max
+    else:
+        exact = True  # a float input takes integers and floats
+    if not exact:
+        raise user_error(
+            f"the value {value!r:.60} does not fit {declared} (it reads as {own})",
+            f"set dtype: {own}, or give {declared} values",
+            at="value",
+        )
+    return declared
+
+
+SHAPE_HINT = (
+    "declare the model's own size on that axis; only its -1, 0 or symbolic dims take the "
+    "recipe's size"
+)
+
+
+def shape_clash(model_dims: list[Any], spec: TensorSpec) -> str | None:
+    """How the recipe's shape of an input contradicts the model's (None: it does not): the
+    rank, or a fixed positive dim (-1, 0 and symbolic dims take any size)."""
+    if len(model_dims) != len(spec.shape):
+        return f"the model has {len(model_dims)} axes {model_dims}, shape declares {spec.shape}"
+    for axis, (dim, want) in enumerate(zip(model_dims, spec.shape, strict=True)):
+        if isinstance(dim, int) and dim > 0 and dim != want:
+            return f"axis {axis} is {dim} in the model, shape declares {want} ({spec.shape})"
+    return None
+
+
+def fed_inputs(specs: list[TensorSpec]) -> list[TensorSpec]:
+    """The inputs the datasets feed: those not bound to a constant."""
+    return [s for s in specs if s.value is None]
