@@ -27,13 +27,20 @@ def opset_version(model: onnx.ModelProto, domain: str = "") -> int:
 
 def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
     """The graphs held in a node's attributes (If branches, Loop/Scan bodies)."""
+    for _, graph in named_subgraphs(node):
+        yield graph
+
+
+def named_subgraphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """(attribute name, graph) of each graph a node holds: `then_branch`, `body`, `g[1]`."""
     import onnx
 
     for attr in node.attribute:
         if attr.type == onnx.AttributeProto.GRAPH:
-            yield attr.g
+            yield attr.name, attr.g
         elif attr.type == onnx.AttributeProto.GRAPHS:
-            yield from attr.graphs
+            for k, graph in enumerate(attr.graphs):
+                yield f"{attr.name}[{k}]", graph
 
 
 def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

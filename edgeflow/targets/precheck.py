@@ -210,25 +210,13 @@ def named_nodes(graph: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(name, node) of every node of the graph and of the graphs nested in its If, Loop and
     Scan nodes (a branch's node as `If_0/then_branch/Conv_3`): a converter converts those
     bodies too, so the precheck judges them."""
-    from edgeflow.core.onnxgraph import subgraphs
+    from edgeflow.core.onnxgraph import named_subgraphs
 
     for i, node in enumerate(graph.node):
         name = prefix + (node.name or f"#{i}")
         yield name, node
-        for attr, sub in zip(_graph_attributes(node), subgraphs(node), strict=True):
+        for attr, sub in named_subgraphs(node):
             yield from named_nodes(sub, f"{name}/{attr}/")
-
-
-def _graph_attributes(node: Any) -> list[str]:
-    import onnx
-
-    names = []
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            names.append(a.name)
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            names += [f"{a.name}[{k}]" for k in range(len(a.graphs))]
-    return names
 
 
 def _values(graph: Any) -> Iterator[Any]:
