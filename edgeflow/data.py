@@ -11,7 +11,7 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.refs import ImportRef, user_frame
-from edgeflow.core.specs import DatasetSpec, TensorSpec, fed_inputs
+from edgeflow.core.specs import DatasetSpec, StateLink, TensorSpec, data_inputs
 
 LABEL_KEY = "label"
 
@@ -22,6 +22,9 @@ class Samples:
     labels: np.ndarray | None
     # the axis each input's samples are stacked on (absent: 0); None: one array, fed whole
     axes: Mapping[str, int | None] = field(default_factory=dict)
+    # sequences of a stateful model: each sample is a sequence of `steps` chunks, on the axis
+    # after its batch axis (axis 0 for an input without one; edgeflow.verify.stream)
+    steps: int | None = None
 
     def __len__(self) -> int:
         name, axis = next(
@@ -52,10 +55,14 @@ class Samples:
             yield feeds, size
 
 
-def load_samples(spec: DatasetSpec, inputs: list[TensorSpec], what: str) -> Samples:
-    """Samples for `what` ('calibration' or 'evaluation') of the fed inputs (constants are
-    the recipe's), trimmed to `spec.samples`."""
-    fed = fed_inputs(inputs)
+def load_samples(
+    spec: DatasetSpec, inputs: list[TensorSpec], what: str, state: list[StateLink] | None = None
+) -> Samples:
+    """Samples for `what` ('calibration' or 'evaluation') of the inputs the data feeds
+    (constants are the recipe's), trimmed to `spec.samples`. With `state` (a stateful model),
+    the samples are sequences: each array has a step axis after its batch axis, of one length
+    for all, and the states are not in the data (the model feeds them back)."""
+    fed = data_inputs(inputs, state or [])
     raw = _read(spec, what)
     if "__single__" in raw:  # a bare .npy holds the samples of a single-input model
         if len(fed) != 1:
@@ -77,11 +84,12 @@ def load_samples(spec: DatasetSpec, inputs: list[TensorSpec], what: str) -> Samp
                 f"{tensor.dtype}: {exc}",
                 "the dataset's arrays must hold numbers of the declared dtype",
             ) from exc
-        mismatch = shape_mismatch(tuple(arr.shape), tensor)
+        mismatch = shape_mismatch(tuple(arr.shape), tensor, bool(state))
         if mismatch:
             raise EdgeflowError(f"{what} dataset {spec.dataset}: {mismatch}", SHAPE_HINT)
         arrays[tensor.name] = arr
     axes = {t.name: t.batch_axis for t in fed}
+    steps = _steps(arrays, axes, f"{what} dataset {spec.dataset}") if state else None
     labels = np.asarray(raw[LABEL_KEY]) if LABEL_KEY in raw else None
     n = min(arrays[k].shape[axis] for k, axis in axes.items() if axis is not None)
     if spec.samples is not None:
@@ -89,7 +97,27 @@ def load_samples(spec: DatasetSpec, inputs: list[TensorSpec], what: str) -> Samp
     if n == 0:
         raise EdgeflowError(f"{what} dataset {spec.dataset} is empty")
     trimmed = {k: np.ascontiguousarray(first(v, n, axes[k])) for k, v in arrays.items()}
-    return Samples(trimmed, None if labels is None else labels[:n], axes)
+    return Samples(trimmed, None if labels is None else labels[:n], axes, steps)
+
+
+def step_axis(batch_axis: int | None) -> int:
+    """Where a sequence's steps are in a dataset array: after the batch axis (the sequences),
+    or first for an input without one."""
+    return 0 if batch_axis is None else batch_axis + 1
+
+
+def _steps(arrays: dict[str, np.ndarray], axes: Mapping[str, int | None], what: str) -> int:
+    """The one sequence length of all the sequences' arrays."""
+    lengths = {k: int(v.shape[step_axis(axes[k])]) for k, v in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        found = ", ".join(f"'{k}' {n}" for k, n in lengths.items())
+        raise EdgeflowError(
+            f"{what}: the inputs' sequences differ in length ({found} steps)",
+            "give every input the same number of steps (the axis after its batch axis)",
+        )
+    if 0 in lengths.values():
+        raise EdgeflowError(f"{what}: its sequences have no steps")
+    return next(iter(lengths.values()))
 
 
 def first(arr: np.ndarray, n: int, axis: int | None) -> np.ndarray:
@@ -102,12 +130,21 @@ def first(arr: np.ndarray, n: int, axis: int | None) -> np.ndarray:
 SHAPE_HINT = "reshape the data or fix source.inputs (shape, batch_axis)"
 
 
-def shape_mismatch(found: tuple[int, ...], tensor: TensorSpec) -> str | None:
+def shape_mismatch(found: tuple[int, ...], tensor: TensorSpec, steps: bool = False) -> str | None:
     """What is wrong with a dataset array of shape `found` for `tensor` (None: it fits): the
-    declared shape on every axis but the batch axis, which holds the samples."""
+    declared shape on every axis but the batch axis, which holds the samples; with `steps`
+    (a stateful model's sequences) a step axis after the batch axis, of any length."""
     axis = tensor.batch_axis
     declared = list(tensor.shape)
     where = "no batch axis" if axis is None else f"samples on axis {axis}"
+    if steps:
+        at = step_axis(axis)
+        if len(found) != len(declared) + 1:
+            return (
+                f"'{tensor.name}' has {len(found)} axes {list(found)}; a sequence of "
+                f"{declared} ({where}) has {len(declared) + 1}, the steps on axis {at}"
+            )
+        found = found[:at] + found[at + 1 :]
     if len(found) != len(declared):
         return (
             f"'{tensor.name}' has {len(found)} axes {list(found)}, the recipe declares "

@@ -135,35 +135,48 @@ def run_module(
     gets one sample at a time). With `max_detections`, the module is a detector and its
     outputs are given in the padded form of `edgeflow.verify.detections` (boxes, scores,
     labels, valid)."""
-    import torch
-
-    from edgeflow.verify.detections import padded
     from edgeflow.verify.runners import joined, unpadded
 
+    runner = ModuleRunner(module, specs, max_detections)
     chunks: list[list[np.ndarray]] = []
-    with torch.inference_mode():
-        for feeds, size in samples.batches(*batch):
-            args = [
-                torch.from_numpy(feeds[s.name] if s.value is None else s.constant().copy())
-                for s in specs
-            ]
-            try:
-                result = module(*args)
-            except Exception as exc:  # the user's model code: say so, not "a bug in edgeflow"
-                shapes = ", ".join(
-                    f"{s.name} {list(a.shape)}" for s, a in zip(specs, args, strict=True)
-                )
-                raise EdgeflowError(
-                    f"the model raised {type(exc).__name__} on evaluation inputs ({shapes}): {exc}",
-                    "run the model on inputs of the declared source.inputs shapes in Python "
-                    "to reproduce it",
-                ) from exc
-            if max_detections is not None:
-                outputs = padded(result, max_detections)
-            else:
-                outputs = [t.detach().float().numpy() for t in flat_tensors(result)]
-            chunks.append([unpadded(o, size, *batch) for o in outputs])
+    for feeds, size in samples.batches(*batch):
+        chunks.append([unpadded(o, size, *batch) for o in runner.run(feeds)])
     return [joined([c[i] for c in chunks]) for i in range(len(chunks[0]))]
+
+
+class ModuleRunner:
+    """A PyTorch module as a runner (edgeflow.verify.runners): fed by input name, the
+    constants of source.inputs added, its outputs flattened in the exporter's order."""
+
+    def __init__(
+        self, module: torch.nn.Module, specs: list[TensorSpec], max_detections: int | None = None
+    ) -> None:
+        self.module, self.specs, self.max_detections = module, specs, max_detections
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import torch
+
+        from edgeflow.verify.detections import padded
+
+        args = [
+            torch.from_numpy(feeds[s.name] if s.value is None else s.constant().copy())
+            for s in self.specs
+        ]
+        try:
+            with torch.inference_mode():
+                result = self.module(*args)
+        except Exception as exc:  # the user's model code: say so, not "a bug in edgeflow"
+            shapes = ", ".join(
+                f"{s.name} {list(a.shape)}" for s, a in zip(self.specs, args, strict=True)
+            )
+            raise EdgeflowError(
+                f"the model raised {type(exc).__name__} on evaluation inputs ({shapes}): {exc}",
+                "run the model on inputs of the declared source.inputs shapes in Python "
+                "to reproduce it",
+            ) from exc
+        if self.max_detections is not None:
+            return padded(result, self.max_detections)
+        return [t.detach().float().numpy() for t in flat_tensors(result)]
 
 
 def flat_tensors(result: object) -> list[torch.Tensor]:

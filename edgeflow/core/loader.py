@@ -313,7 +313,7 @@ def _problem(
     ctx = err.get("ctx") or {}
     loc = tuple(err["loc"])
     if kind == "edgeflow" and ctx.get("at"):  # a key of the model that raised it
-        loc = (*loc, *ctx["at"].split("."))
+        loc = (*loc, *(int(k) if k.isdigit() else k for k in ctx["at"].split(".")))
     if kind == "union_tag_invalid":  # at the tag's own value, not the mapping holding it
         loc = (*loc, str(ctx.get("discriminator", "kind")).strip("'"))
     keys, line, col = _locate(tree, at + loc, point_at_key=kind == "extra_forbidden")

@@ -183,5 +183,56 @@ def shape_clash(model_dims: list[Any], spec: TensorSpec) -> str | None:
 
 
 def fed_inputs(specs: list[TensorSpec]) -> list[TensorSpec]:
-    """The inputs the datasets feed: those not bound to a constant."""
+    """The inputs the artifact takes: those not bound to a constant."""
     return [s for s in specs if s.value is None]
+
+
+class StateLink(Strict):
+    """source.state[]: a state the model carries from one call to the next (a streaming
+    model's recurrent state): each step's output `output` is the next step's input `input`,
+    and the first step's is `initial` (a number, a nested list or a .npy of the input's shape;
+    default zeros). The datasets then hold sequences (docs/recipe.md, "Stateful models")."""
+
+    input: str = Field(min_length=1)
+    output: str = Field(min_length=1)
+    initial: Annotated[int | float | list[Any] | Path | None, BeforeValidator(_constant)] = None
+
+    def first(self, spec: TensorSpec, batch: int) -> Any:
+        """The state fed to the first step of `batch` sequences at once: `initial` (zeros)
+        broadcast to the input's shape, `batch` on its batch axis."""
+        import numpy as np
+
+        shape = list(spec.shape)
+        if spec.batch_axis is not None:
+            shape[spec.batch_axis] = batch
+        if isinstance(self.initial, Path):
+            value = np.load(self.initial, allow_pickle=False)
+        else:
+            value = np.asarray(0 if self.initial is None else self.initial)
+        if spec.batch_axis is not None and value.ndim == len(shape):
+            value = np.take(value, [0], axis=spec.batch_axis)  # one sequence's, for each
+        return np.ascontiguousarray(np.broadcast_to(value.astype(spec.dtype), shape))
+
+    def initial_fits(self, spec: TensorSpec) -> str | None:
+        """How `initial` fails to fit the state input (None: it fits): a number fits any
+        shape, an array must have the input's declared shape."""
+        import numpy as np
+
+        if self.initial is None:
+            return None
+        if isinstance(self.initial, Path):
+            try:
+                shape = list(np.load(self.initial, allow_pickle=False, mmap_mode="r").shape)
+            except (ValueError, OSError, EOFError) as exc:
+                return f"cannot read {self.initial.name} as a numpy array: {exc!s:.200}"
+        else:
+            shape = list(np.shape(self.initial))
+        if shape and shape != list(spec.shape):
+            return f"initial has shape {shape}, the input '{spec.name}' is {spec.shape}"
+        return None
+
+
+def data_inputs(specs: list[TensorSpec], state: list[StateLink]) -> list[TensorSpec]:
+    """The inputs the datasets feed: neither constants nor states (fed back by the model)."""
+    states = {link.input for link in state}
+    return [s for s in fed_inputs(specs) if s.name not in states]

@@ -21,7 +21,9 @@ from pydantic import (
 
 from edgeflow.core.refs import ImportRef
 from edgeflow.core.signatures import (
+    StateLink,
     TensorSpec,
+    data_inputs,
     fed_inputs,
 )
 from edgeflow.core.specbase import (
@@ -52,6 +54,7 @@ class PyTorchSource(Strict):
     weights: RecipeFile | None = None
     inputs: list[TensorSpec] = Field(min_length=1)
     outputs: list[str] | None = None
+    state: list[StateLink] = Field(default_factory=list, max_length=16)
     dynamic_batch: DynamicBatch | None = None
 
     @model_validator(mode="after")
@@ -64,6 +67,7 @@ class OnnxSource(Strict):
     model: RecipeFile
     inputs: list[TensorSpec] = Field(min_length=1)
     outputs: list[str] | None = None
+    state: list[StateLink] = Field(default_factory=list, max_length=16)
     dynamic_batch: DynamicBatch | None = None
 
     @field_validator("model")
@@ -92,7 +96,70 @@ def _check_signatures(source: Any) -> Any:
             "give one input a shape with a batch axis (batch_axis: 0, the default)",
             at="inputs",
         )
+    _check_state(source)
     return source
+
+
+def _check_state(source: Any) -> None:
+    """Each state link joins a fed input to a declared output, once; the datasets still feed
+    some input with a batch axis (the sequences)."""
+    by_name = {s.name: s for s in source.inputs}
+    for i, link in enumerate(source.state):
+        spec = by_name.get(link.input)
+        if spec is None:
+            raise user_error(
+                f"state input '{link.input}' is not one of source.inputs ({', '.join(by_name)})",
+                "name the model input that takes the state, and declare it in source.inputs",
+                at=f"state.{i}.input",
+            )
+        if spec.value is not None:
+            raise user_error(
+                f"state input '{link.input}' is bound to a constant (value:)",
+                "remove its value: a state is fed back by the model, step by step",
+                at=f"state.{i}.input",
+            )
+        if source.outputs is not None and link.output not in source.outputs:
+            raise user_error(
+                f"state output '{link.output}' is not one of source.outputs "
+                f"({', '.join(source.outputs)})",
+                "name the model output that holds the next step's state",
+                at=f"state.{i}.output",
+            )
+        for j, other in enumerate(source.state[:i]):
+            for key in ("input", "output"):
+                if getattr(other, key) == getattr(link, key):
+                    raise user_error(
+                        f"state[{j}] and state[{i}] both name the {key} '{getattr(link, key)}'",
+                        "link each state input to its own output",
+                        at=f"state.{i}.{key}",
+                    )
+        if spec.batch_axis is None:
+            raise user_error(
+                f"state input '{link.input}' has no batch axis",
+                "declare the axis its sequences run side by side on (batch_axis: 1 for a "
+                "[layers, batch, features] state)",
+                at=f"state.{i}.input",
+            )
+        misfit = link.initial_fits(spec)
+        if misfit:
+            raise user_error(
+                misfit, f"give a number or an array of shape {spec.shape}", at=f"state.{i}.initial"
+            )
+    data = data_inputs(source.inputs, source.state) if source.state else []
+    if source.state and not data:
+        raise user_error(
+            "every fed input is a state: no input is fed the sequences' data",
+            "declare the input the data comes in on (a chunk of audio, a frame) in source.inputs",
+            at="state",
+        )
+    for spec in data:
+        if spec.batch_axis is None:
+            raise user_error(
+                f"'{spec.name}' has no batch axis: a stateful model's data inputs hold one "
+                "step of each sequence, side by side on a batch axis",
+                "give it a batch axis, or bind it to a constant (value:)",
+                at="state",
+            )
 
 
 def batch_size(specs: list[TensorSpec]) -> int:

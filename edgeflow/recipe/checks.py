@@ -260,13 +260,13 @@ def datasets_fit_the_inputs(s: dict[str, Any], profile: TargetProfile | None) ->
     the batch axis of the declared shape (datasets from code are checked when loaded)."""
     from pathlib import Path
 
-    from edgeflow.core.specs import fed_inputs
+    from edgeflow.core.specs import data_inputs
     from edgeflow.data import SHAPE_HINT, array_shapes, shape_mismatch
 
     source = s.get("source")
     if source is None:
         return []
-    fed, found = fed_inputs(source.inputs), []
+    fed, found = data_inputs(source.inputs, source.state), []
     for section in ("calibration", "evaluation"):
         spec = s.get(section)
         if spec is None or not isinstance(spec.dataset, Path):
@@ -287,7 +287,7 @@ def datasets_fit_the_inputs(s: dict[str, Any], profile: TargetProfile | None) ->
                     )
                 )
                 continue
-            mismatch = shape_mismatch(shapes[tensor.name], tensor)
+            mismatch = shape_mismatch(shapes[tensor.name], tensor, bool(source.state))
             if mismatch:
                 found.append((f"{section}.dataset", f"{spec.dataset.name}: {mismatch}", SHAPE_HINT))
     return found

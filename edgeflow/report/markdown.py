@@ -15,11 +15,17 @@ def render(
     lat = metrics["latency_ms"]
     verdict = "VERIFIED" if metrics["verified"] else "NOT VERIFIED"
     runs = details["verify"]
+    stream = runs.get("stream")
+    samples = (
+        f"{runs['samples']} evaluation sequences of {stream['steps']} steps"
+        if stream
+        else f"{runs['samples']} evaluation samples"
+    )
     lines = [
         f"# {title}",
         "",
         f"**{verdict}**: target `{metrics['target']}`, quantization `{metrics['quantization']}`, "
-        f"{runs['samples']} evaluation samples, runtime `{runs['runtime']}`.",
+        f"{samples}, runtime `{runs['runtime']}`.",
         "",
         "| metric | value |",
         "|---|---|",
@@ -43,8 +49,39 @@ def render(
     else:
         lines.append("No thresholds set in the recipe's `verify:` section.")
     lines += ["", *_per_output(details["verify"]["agreement"])]
+    lines += stream_lines(stream)
     lines += _stages(metrics, details)
     return "\n".join(lines) + "\n"
+
+
+def stream_lines(stream: dict[str, Any] | None) -> list[str]:
+    """A stateful model's error step by step (source.state): where it starts, ends, peaks,
+    and how it grows along the sequence."""
+    if not stream:
+        return []
+    steps = stream["steps"]
+    marks = sorted({1, max(1, steps // 4), max(1, steps // 2), max(1, 3 * steps // 4), steps})
+    lines = [
+        "## Streaming",
+        "",
+        f"{stream['sequences']} sequences of {steps} steps, each run from the initial state "
+        "with its state outputs fed back, in the source model and in the artifact. The error "
+        "of each step is the largest |artifact - source| over the sequences, relative to the "
+        "output's range; growth is its mean over the last quarter of the steps over the first "
+        "quarter's (state drift: above 1, the error accumulates).",
+        "",
+        "| output | " + " | ".join(f"step {m}" for m in marks) + " | worst (step) | growth |",
+        "|---|" + "---|" * (len(marks) + 2),
+    ]
+    for o in stream["outputs"]:
+        per_step = o["per_step"]
+        growth = "-" if o["growth"] is None else f"×{o['growth']:.2f}"
+        lines.append(
+            f"| `{o['name']}` | "
+            + " | ".join(_g(per_step[m - 1]) for m in marks)
+            + f" | {_g(o['worst'])} ({o['worst_step']}) | {growth} |"
+        )
+    return [*lines, ""]
 
 
 def one_line(metrics: dict[str, Any]) -> str:

@@ -56,11 +56,11 @@ class Attempt:
 def run(ctx: StageContext) -> None:
     import onnx
 
-    from edgeflow.data import load_samples
     from edgeflow.targets.taps import batches_of
     from edgeflow.verify import runners
     from edgeflow.verify.layers import DIVERGENCE_DB
     from edgeflow.verify.runners import batching
+    from edgeflow.verify.stream import load_steps
 
     recipe, profile = ctx.recipe, ctx.profile
     if profile.backend == "tensorrt":
@@ -69,11 +69,13 @@ def run(ctx: StageContext) -> None:
     candidates = cut_points(model)
     if not candidates:
         raise EdgeflowError("the model has no float tensor with a static shape to cut at")
-    samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
+    samples = load_steps(recipe.evaluation, recipe.source, "evaluation", ctx.inputs["float_onnx"])
     feeds = list(batches_of(samples, *batching(recipe.source), recipe.diff.samples))
     calibration = None
     if recipe.quantization.mode == "int8":
-        calibration = load_samples(recipe.calibration, recipe.source.inputs, "calibration")
+        calibration = load_steps(
+            recipe.calibration, recipe.source, "calibration", ctx.inputs["float_onnx"]
+        )
     threshold = recipe.diff.min_sqnr_db
     if threshold is None:
         threshold = DIVERGENCE_DB[recipe.quantization.mode]

@@ -23,9 +23,9 @@ RUNTIMES = (
 
 def run(ctx: StageContext) -> None:
     from edgeflow import postprocess
-    from edgeflow.data import load_samples
     from edgeflow.targets import backend
     from edgeflow.targets.base import ConvertJob
+    from edgeflow.verify.stream import load_steps
 
     module = backend(ctx.profile)
     recipe = ctx.recipe
@@ -33,7 +33,9 @@ def run(ctx: StageContext) -> None:
     artifact_dir.mkdir()
     calibration, budget = None, None
     if module.QUANTIZES_ITSELF and recipe.quantization.mode == "int8":
-        calibration = load_samples(recipe.calibration, recipe.source.inputs, "calibration")
+        calibration = load_steps(
+            recipe.calibration, recipe.source, "calibration", ctx.inputs["onnx"]
+        )
         if recipe.quantization.fallback == "auto":
             from edgeflow.verify.fallback import calibration_budget
 
@@ -73,7 +75,15 @@ STAGE = Stage(
     consumes=("onnx",),
     optional=("host",),
     produces={"artifact": "artifact", "convert": "convert.json"},
-    reads=("target", "quantization", "calibration", "source.inputs", *FALLBACK_READS),
+    reads=(
+        "target",
+        "quantization",
+        "calibration",
+        "source.inputs",
+        "source.state",
+        "source.dynamic_batch",  # a stateful model's calibration sequences run in batches
+        *FALLBACK_READS,
+    ),
     tools=("onnx", *RUNTIMES),
     isolated=True,
 )

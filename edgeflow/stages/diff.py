@@ -24,7 +24,6 @@ from edgeflow.stages.convert import RUNTIMES
 def run(ctx: StageContext) -> None:
     import onnx
 
-    from edgeflow.data import load_samples
     from edgeflow.targets.taps import batches_of
     from edgeflow.verify.layers import (
         DIVERGENCE_DB,
@@ -34,10 +33,11 @@ def run(ctx: StageContext) -> None:
         write_csv,
     )
     from edgeflow.verify.runners import batching
+    from edgeflow.verify.stream import load_steps
 
     recipe, profile = ctx.recipe, ctx.profile
     mode = recipe.quantization.mode
-    samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
+    samples = load_steps(recipe.evaluation, recipe.source, "evaluation", ctx.inputs["source_onnx"])
     batches = list(batches_of(samples, *batching(recipe.source), recipe.diff.samples))
     source = source_graph(onnx.load(str(ctx.inputs["source_onnx"])), batches)
     info = json.loads(ctx.inputs["convert"].read_text())
@@ -224,7 +224,15 @@ def _no_divergence(pairs: list[Any], threshold: float) -> str:
 
 
 # What the diff reads of the recipe (the bisection reads the same, and the calibration set).
-READS = ("evaluation", "source.inputs", "source.dynamic_batch", "quantization", "target", "diff")
+READS = (
+    "evaluation",
+    "source.inputs",
+    "source.state",
+    "source.dynamic_batch",
+    "quantization",
+    "target",
+    "diff",
+)
 
 STAGE = Stage(
     name="diff",

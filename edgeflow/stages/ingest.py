@@ -24,6 +24,7 @@ def run(ctx: StageContext) -> None:
 
     from edgeflow.data import load_samples
     from edgeflow.verify.runners import OnnxRunner, batching, run_all
+    from edgeflow.verify.stream import run_stream, step_samples
 
     source = ctx.recipe.source
     path = ctx.inputs["onnx"]
@@ -46,25 +47,33 @@ def run(ctx: StageContext) -> None:
             raise EdgeflowError(f"source.inputs: {name}: {problem} in {path.name}", SHAPE_HINT)
     model = onnx.load(str(path))
     signed = bind(model, source.inputs, source.dynamic_batch is not None)
-    samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation")
+    samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
     constants = {s.name: s.constant() for s in source.inputs if s.value is not None}
+    names = [o.name for o in session.get_outputs()]
+    extra: dict[str, object] = {}
     try:
         runner = WithConstants(OnnxRunner(session), constants)
-        outputs = run_all(runner, samples, *batching(source))
+        if source.state:  # step by step, the state fed back
+            streamed = run_stream(runner, samples, source, names)
+            outputs, extra["steps"] = streamed.outputs, streamed.steps
+            steps = step_samples(samples, streamed, source)
+        else:
+            outputs, steps = run_all(runner, samples, *batching(source)), samples
+    except EdgeflowError:
+        raise
     except Exception as exc:  # onnxruntime's errors are not typed: the model fails on the data
         raise EdgeflowError(
             f"onnxruntime cannot run {path.name} on the evaluation samples: {first_line(exc)}",
             "check source.inputs (shapes, dtypes) against the model's inputs",
         ) from exc
     if constants:  # the bound graph computes what the source does with the constants fed
-        feeds, _ = next(samples.batches(*batching(source)))
+        feeds, _ = next(steps.batches(*batching(source)))
         bound = ort.InferenceSession(signed.SerializeToString(), providers=["CPUExecutionProvider"])
         for want, got in zip(runner.run(feeds), bound.run(None, feeds), strict=True):
             if want.shape != got.shape or not np.allclose(want, got, rtol=1e-5, atol=1e-6):
                 raise AssertionError(f"binding {sorted(constants)} changed {path.name}'s outputs")
     onnx.save(signed, str(ctx.output("onnx")))
-    names = [o.name for o in session.get_outputs()]
-    save_reference(ctx, outputs, path.name, len(samples), names)
+    save_reference(ctx, outputs, path.name, len(samples), names, **extra)
 
 
 class WithConstants:
@@ -131,7 +140,7 @@ STAGE = Stage(
     run=run,
     consumes=("onnx",),
     produces={"onnx": "model.onnx", "reference": "reference.npz", "source": "source.json"},
-    reads=("source.inputs", "source.dynamic_batch", "evaluation"),
+    reads=("source.inputs", "source.state", "source.dynamic_batch", "evaluation"),
     tools=("onnxruntime", "onnx", "numpy"),
     isolated=True,
 )

@@ -13,19 +13,31 @@ if TYPE_CHECKING:  # imported where used: the edgeflow process itself never need
 
 def run(ctx: StageContext) -> None:
     from edgeflow.data import load_samples
-    from edgeflow.source import build_module, run_module
+    from edgeflow.source import ModuleRunner, build_module, run_module
     from edgeflow.verify.runners import batching
+    from edgeflow.verify.stream import run_stream
 
     recipe = ctx.recipe
     source = recipe.source
     module = build_module(source)
-    samples = load_samples(recipe.evaluation, source.inputs, "evaluation")
+    samples = load_samples(recipe.evaluation, source.inputs, "evaluation", source.state)
     detections = recipe.evaluation.metric == "detections"
     limit = recipe.verify.detections.max_detections if detections else None
-    outputs = run_module(module, samples, source.inputs, batching(source), limit)
+    extra: dict[str, object] = {}
+    if source.state:  # step by step, the state fed back
+        streamed = run_stream(ModuleRunner(module, source.inputs), samples, source, source.outputs)
+        outputs, extra["steps"] = streamed.outputs, streamed.steps
+    else:
+        outputs = run_module(module, samples, source.inputs, batching(source), limit)
     parameters = int(sum(p.numel() for p in module.parameters()))
     save_reference(
-        ctx, outputs, str(source.model), len(samples), source.outputs, parameters=parameters
+        ctx,
+        outputs,
+        str(source.model),
+        len(samples),
+        source.outputs,
+        parameters=parameters,
+        **extra,
     )
 
 
@@ -74,7 +86,7 @@ STAGE = Stage(
     description="Build the PyTorch module, load its weights, record reference outputs.",
     run=run,
     produces={"reference": "reference.npz", "source": "source.json"},
-    reads=("source", "evaluation", "verify.detections.max_detections"),
+    reads=("source", "evaluation", "verify.detections.max_detections"),  # source: its state too
     tools=("torch", "numpy"),
     isolated=True,
 )

@@ -47,13 +47,13 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         QuantType,
     )
 
-    from edgeflow.data import load_samples
     from edgeflow.stages import _ort_quant
     from edgeflow.verify.runners import batching
+    from edgeflow.verify.stream import load_steps
 
     recipe = ctx.recipe
     q = ctx.profile.quantization_for(recipe.quantization)
-    samples = load_samples(recipe.calibration, recipe.source.inputs, "calibration")
+    samples = load_steps(recipe.calibration, recipe.source, "calibration", src)
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -187,6 +187,7 @@ STAGE = Stage(
         "quantization",
         "calibration",
         "source.inputs",
+        "source.state",  # calibration on the states of real sequences
         "source.dynamic_batch",
         "target",
         *FALLBACK_READS,

@@ -52,6 +52,14 @@ def run(ctx: StageContext) -> None:
         "size_bytes": int(v["size_bytes"]),
     }
     metrics.update(v.get("extra", {}))  # target-specific figures, e.g. arena_bytes
+    if v.get("stream"):  # a stateful model's error along its sequences
+        metrics["stream"] = {
+            "steps": v["stream"]["steps"],
+            "outputs": {
+                o["name"]: {k: o[k] for k in ("first", "last", "worst", "growth")}
+                for o in v["stream"]["outputs"]
+            },
+        }
     memory = details["precheck"].get("memory")
     if memory and "arena_bytes" in metrics:  # the precheck's prediction next to the measurement
         metrics["arena_predicted_bytes"] = int(memory["arena_bytes"])

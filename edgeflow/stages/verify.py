@@ -22,10 +22,12 @@ def run(ctx: StageContext) -> None:
     from edgeflow.verify.compare import compare_outputs, percentile, top1_accuracy
     from edgeflow.verify.kinds import BoxMatching
     from edgeflow.verify.runners import batching, deployment_batch, latency_ms, run_all
+    from edgeflow.verify.stream import drift, first_step, last_steps, run_stream
 
     recipe, profile = ctx.recipe, ctx.profile
+    source = recipe.source
     detections = recipe.evaluation.metric == "detections"
-    samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
+    samples = load_samples(recipe.evaluation, source.inputs, "evaluation", source.state)
     if samples.labels is None and recipe.evaluation.metric == "top1":
         raise EdgeflowError(
             f"evaluation dataset {recipe.evaluation.dataset} has no 'label' array",
@@ -55,7 +57,11 @@ def run(ctx: StageContext) -> None:
             },
         )
         return
-    outputs = run_all(runner, samples, *batching(recipe.source))
+    stream = None
+    if source.state:  # step by step, the state fed back, as the source was run
+        outputs = run_stream(runner, samples, source, names).outputs
+    else:
+        outputs = run_all(runner, samples, *batching(source))
     try:
         if detections:
             agreement = _compare_detections(recipe, reference, outputs)
@@ -65,15 +71,22 @@ def run(ctx: StageContext) -> None:
             agreement = compare_outputs(reference, outputs, names, recipe.evaluation.outputs, boxes)
     except ValueError as exc:
         raise EdgeflowError(f"the artifact's outputs do not match the source's: {exc}") from exc
-    feeds, _ = next(samples.batches(deployment_batch(recipe.source), fixed=True))
+    if samples.steps is not None:
+        stream = drift(reference, outputs, names, samples.steps)
+        feeds = first_step(samples, source, deployment_batch(source))  # latency: one step
+    else:
+        feeds, _ = next(samples.batches(deployment_batch(source), fixed=True))
     runs = recipe.verify.latency_runs
     times = latency_ms(runner, feeds, recipe.verify.warmup_runs, runs)
     extra = runner.extra_metrics() if hasattr(runner, "extra_metrics") else {}
     accuracy = None  # agreement, detections: compared with the source model only
     if samples.labels is not None and recipe.evaluation.metric == "top1":
         scored = _class_vector(agreement)
-        source_acc = top1_accuracy(reference[scored], samples.labels)
-        artifact_acc = top1_accuracy(outputs[scored], samples.labels)
+        ref, out = reference[scored], outputs[scored]
+        if samples.steps is not None and samples.labels.ndim == 1:  # a label per sequence
+            ref, out = last_steps(ref, samples.steps), last_steps(out, samples.steps)
+        source_acc = top1_accuracy(ref, samples.labels)
+        artifact_acc = top1_accuracy(out, samples.labels)
         drop = source_acc - artifact_acc
         accuracy = {"source": source_acc, "artifact": artifact_acc, "drop": drop}
     ctx.write_json(
@@ -93,6 +106,7 @@ def run(ctx: StageContext) -> None:
             },
             "size_bytes": convert_info["size_bytes"],
             "extra": extra,
+            "stream": stream,  # a stateful model's per-step error and its drift
         },
     )
 
@@ -163,6 +177,7 @@ STAGE = Stage(
         "evaluation",
         "source.inputs",
         "source.outputs",
+        "source.state",
         "source.dynamic_batch",
         "verify.latency_runs",
         "verify.warmup_runs",

@@ -13,6 +13,7 @@ Inputs of rank 3-5 become channel-last; the recorded layout lets runners feed NC
 from __future__ import annotations
 
 import contextlib
+import itertools
 import importlib
 import io
 import os
@@ -140,7 +141,10 @@ def outputs(job: ConvertJob, target: str) -> Iterator[tuple[Path, float]]:
         _prepare(job.onnx, source)  # a copy: onnx2tf rewrites the file it reads
         _write_sample_file(work / SAMPLE_FILE)
         options: dict[str, Any] = {}
-        if mode == "int8":
+        # onnx2tf calibrates every input in windows of axis 0: an input batched on another
+        # axis (a state [layers, batch, features]) is calibrated by edgeflow instead
+        own_calibration = mode == "int8" and any(s.batch_axis != 0 for s in job.inputs)
+        if mode == "int8" and not own_calibration:
             options = {
                 "output_integer_quantized_tflite": True,
                 "quant_type": "per-channel" if q.per_channel else "per-tensor",
@@ -150,6 +154,8 @@ def outputs(job: ConvertJob, target: str) -> Iterator[tuple[Path, float]]:
             }
         seconds, log = _run_onnx2tf(source, work / "out", options, target)
         produced = work / "out" / f"model_{suffix(q)}.tflite"
+        if own_calibration:
+            produced.write_bytes(_own_int8(job, work / "out", target))
         if not produced.is_file():
             raise EdgeflowError(
                 f"onnx2tf wrote no {produced.name} (quantization mode {mode}); "
@@ -253,6 +259,54 @@ def _contained() -> Iterator[None]:
         np.random.set_state(np_state)
 
 
+def _own_int8(job: ConvertJob, out: Path, target: str) -> bytes:
+    """The int8 model of the SavedModel onnx2tf wrote, calibrated on batches cut on each
+    input's own batch axis (TensorFlow's converter and MLIR quantizer, as the fallback)."""
+    from edgeflow.targets import _tflite_fallback
+
+    if job.quantization.activations == "int16":
+        raise EdgeflowError(
+            f"target {target}: int16 activations are calibrated by onnx2tf, which takes inputs "
+            "batched on axis 0 only; "
+            + ", ".join(
+                f"'{s.name}' is on axis {s.batch_axis}" for s in job.inputs if s.batch_axis
+            ),
+            "build int8 activations, or give these inputs their batch on axis 0",
+        )
+    why = "an input batched on an axis other than 0"
+    return _tflite_fallback.quantize(_tflite_fallback.calibrate(job, out, why), job, [])
+
+
+def representative(job: ConvertJob) -> Iterator[dict[str, np.ndarray]]:
+    """Calibration batches as the SavedModel onnx2tf wrote takes them: whole batches of the
+    model's batch size, each input cut on its own batch axis and laid out channel-last,
+    under onnx2tf's names."""
+    if job.calibration is None:
+        raise AssertionError("int8 conversion without calibration samples")
+    batch = batch_size(job.inputs)
+    if _usable(job) == 0:
+        raise EdgeflowError(
+            f"int8 calibration needs at least {batch} samples (the model's batch size); "
+            f"got {len(job.calibration)}",
+            "raise calibration.samples",
+        )
+    for feeds, size in job.calibration.batches(batch, fixed=True):
+        if size < batch:
+            return
+        yield {
+            tf_name(s.name): np.asarray(feeds[s.name], np.float32).transpose(
+                channel_last(len(s.shape))
+            )
+            for s in job.inputs
+        }
+
+
+def tf_name(name: str) -> str:
+    """onnx2tf's own name for an input: ':' -> '__', a leading '/' -> 'wa/' (int8 mode)."""
+    name = name.replace(":", "__")
+    return "wa/" + name[1:] if name.startswith("/") else name
+
+
 def _calibration_files(job: ConvertJob, work: Path) -> list[list[Any]]:
     """One NHWC float32 .npy per input; mean 0 and std 1 keep the values as they are."""
     if job.calibration is None:
@@ -276,10 +330,7 @@ def _calibration_files(job: ConvertJob, work: Path) -> list[list[Any]]:
         data = np.asarray(job.calibration.inputs[spec.name][:usable], dtype=np.float32)
         path = work / f"calibration_{i}.npy"
         np.save(path, data.transpose(channel_last(data.ndim)))
-        # onnx2tf's own name for the input: ':' -> '__', a leading '/' -> 'wa/' (int8 mode)
-        name = spec.name.replace(":", "__")
-        name = "wa/" + name[1:] if name.startswith("/") else name
-        entries.append([name, str(path), 0.0, 1.0])
+        entries.append([tf_name(spec.name), str(path), 0.0, 1.0])
     return entries
 
 
@@ -321,8 +372,9 @@ def io_layout(onnx_path: Path, artifact: Path, float32: Path, target: str) -> di
     """How the recipe's NCHW tensors map onto the artifact's: position and permutation.
 
     Inputs: channel-last for rank 3-5, as onnx2tf always does. Outputs: the artifact's shape
-    decides; where both layouts fit (e.g. 1x4x4x4), a probe with the float32 .tflite against
-    onnxruntime on one random input decides.
+    decides between the ONNX layout and channel-last (or, where neither fits, any permutation
+    of the axes that does); where several fit (e.g. 1x4x4x4), a probe with the float32 .tflite
+    against onnxruntime on one random input decides.
     """
     import onnx
 
@@ -345,7 +397,7 @@ def io_layout(onnx_path: Path, artifact: Path, float32: Path, target: str) -> di
         if shape != tuple(onnx_in[name][p] for p in perm):
             raise EdgeflowError(f"input '{name}': .tflite shape {shape} vs ONNX {onnx_in[name]}")
         inputs.append({"name": name, "index": pos, "perm": list(perm)})
-    order = _output_order(interp, out_details)
+    order = _output_order(interp, out_details, [name for name, _ in onnx_out])
     outputs = []
     ambiguous = []
     for k, (name, dims) in enumerate(onnx_out):
@@ -359,6 +411,13 @@ def io_layout(onnx_path: Path, artifact: Path, float32: Path, target: str) -> di
             for p in dict.fromkeys((identity, to_nchw))  # distinct, in this order
             if tuple(shape[i] for i in p) == tuple(dims)
         ]
+        if not fits:  # onnx2tf moved other axes (a [layers, batch, hidden] state): any
+            # permutation that gives the ONNX shape, the probe choosing among several
+            fits = [
+                list(p)
+                for p in itertools.permutations(range(len(dims)))
+                if tuple(shape[i] for i in p) == tuple(dims)
+            ]
         if not fits:
             raise EdgeflowError(f"output '{name}': .tflite shape {shape} vs ONNX {dims}")
         if len(fits) > 1:
@@ -390,19 +449,24 @@ def _input_order(onnx_names: list[str], details: list[dict[str, Any]]) -> list[s
     return [n for n in found if n is not None]
 
 
-def _output_order(interp: Any, details: list[dict[str, Any]]) -> list[int]:
-    """The .tflite output position of each ONNX output (signature 'output_K' names if any)."""
+def _output_order(interp: Any, details: list[dict[str, Any]], names: list[str]) -> list[int]:
+    """The .tflite output position of each ONNX output (`names`): by the signature's output
+    keys where it has one (the ONNX names, as TensorFlow's converter writes them from the
+    SavedModel, or 'output_K'), else by position (onnx2tf's own files have no signature and
+    keep the ONNX order)."""
     signatures = interp._get_full_signature_list()
     if signatures:
         outputs = next(iter(signatures.values()))["outputs"]
         by_tensor = {d["index"]: pos for pos, d in enumerate(details)}
-        keyed = {
-            int(m.group(1)): by_tensor.get(tensor)
-            for key, tensor in outputs.items()
-            if (m := re.fullmatch(r"output_(\d+)", key))
+        positional = {
+            int(m.group(1)): key for key in outputs if (m := re.fullmatch(r"output_(\d+)", key))
         }
-        if sorted(keyed) == list(range(len(details))) and None not in keyed.values():
-            return [int(keyed[k]) for k in range(len(details))]  # type: ignore[arg-type]
+        keys = [positional.get(k) for k in range(len(details))]
+        if set(outputs) == set(names):
+            keys = list(names)
+        found = [by_tensor.get(outputs[k]) if k is not None else None for k in keys]
+        if None not in found and len(set(found)) == len(details):
+            return [int(p) for p in found if p is not None]
     return list(range(len(details)))
 
 

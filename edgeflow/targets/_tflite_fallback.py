@@ -89,7 +89,7 @@ def search(
         return None, fallback.summary(
             fallback.Outcome(full, full, [full]), budget, [], where, ".tflite"
         )
-    calibrated = calibrate(job, out, work)
+    calibrated = calibrate(job, out)
     int8 = quantize(calibrated, job, [])
     (work / "int8.tflite").write_bytes(int8)
     layouts["mlir"] = _onnx2tf.io_layout(
@@ -103,16 +103,14 @@ def search(
     return chosen, fallback.summary(outcome, budget, ranking, where, ".tflite")
 
 
-def calibrate(job: ConvertJob, out: Path, work: Path) -> bytes:
-    """The SavedModel onnx2tf wrote, converted with calibration statistics recorded."""
+def calibrate(job: ConvertJob, out: Path, why: str = "quantization.fallback") -> bytes:
+    """The SavedModel onnx2tf wrote, converted with calibration statistics recorded (`why`:
+    what needed edgeflow's own calibration, for the error)."""
     tf = _onnx2tf.require("tensorflow", "tflite")
-    entries = _onnx2tf._calibration_files(job, work)
-    data = {name: np.load(path) for name, path, _, _ in entries}
-    batch, count = batch_size(job.inputs), min(len(d) for d in data.values())
 
     def representative() -> Any:
-        for start in range(0, count - count % batch, batch):
-            yield {name: tf.constant(d[start : start + batch]) for name, d in data.items()}
+        for batch in _onnx2tf.representative(job):
+            yield {name: tf.constant(data) for name, data in batch.items()}
 
     converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -124,9 +122,11 @@ def calibrate(job: ConvertJob, out: Path, work: Path) -> bytes:
             return bytes(converter.convert())
     except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
         raise EdgeflowError(
-            f"quantization.fallback: TensorFlow's converter could not calibrate the SavedModel "
-            f"onnx2tf wrote: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-            "build without quantization.fallback to keep onnx2tf's own int8 file",
+            f"{why}: TensorFlow's converter could not calibrate the SavedModel onnx2tf "
+            f"wrote: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            "build without quantization.fallback to keep onnx2tf's own int8 file"
+            if why == "quantization.fallback"
+            else "see docs/debugging.md",
         ) from None
 
 

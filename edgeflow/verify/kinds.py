@@ -76,10 +76,14 @@ def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float:
 
 
 def power_db(signal: float, noise: float) -> float:
-    """10 * log10(signal / noise) of summed powers: inf when noise is 0, -inf when signal is."""
+    """10 * log10(signal / noise) of summed powers: inf when noise is 0, -inf when signal is
+    (or the noise overflowed to inf), NaN when either is NaN."""
+    if math.isnan(signal) or math.isnan(noise):
+        return float("nan")
     if noise == 0.0:
         return float("inf")
-    return 10.0 * math.log10(signal / noise) if signal > 0 else float("-inf")
+    ratio = signal / noise
+    return 10.0 * math.log10(ratio) if ratio > 0 else float("-inf")
 
 
 def _where(name: str, key: str) -> str:

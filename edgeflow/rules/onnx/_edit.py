@@ -32,6 +32,7 @@ class Edit(Builder):
         from onnx import numpy_helper
 
         super().__init__(model)
+        self.model = model
         self.removed: set[str] = set()  # node outputs whose nodes a replacement took over
         graph = model.graph
         self.constants: dict[str, np.ndarray] = {
@@ -62,6 +63,21 @@ class Edit(Builder):
             for name in node.input:
                 self.consumers.setdefault(name, []).append(node)
         self.graph_outputs = {v.name for v in graph.output}
+
+    def folded(self, name: str) -> np.ndarray | None:
+        """A tensor's value where it is a constant or computed from constants only (an
+        exporter's weight preparation: Slice, Concat, Unsqueeze of initializers, which
+        constant folding leaves when the weights are large or read twice), else None."""
+        if name not in self.constants:
+            from edgeflow.core.onnxgraph import tensor_types
+            from edgeflow.rules.onnx.fold_if import evaluate
+
+            value = evaluate(self.model, name, self.constants, tensor_types(self.model))
+            if value is None:
+                return None
+            self.constants[name] = value
+            self.shapes[name] = list(value.shape)
+        return self.constants[name]
 
     def shape(self, name: str) -> list[int] | None:
         """The tensor's static shape, None when shape inference does not know every dim."""

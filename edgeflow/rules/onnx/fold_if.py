@@ -81,7 +81,7 @@ def _find_constant_if(
             # Conditions inside subgraphs are folded only when plainly constant.
             if value is None and evaluate and position == 0:
                 types = types if types is not None else tensor_types(model)
-                value = _evaluate(model, cond, values, types)
+                value = evaluate(model, cond, values, types)
             if value is None or value.size != 1:
                 why = "is not constant" if value is None else f"has {value.size} elements"
                 kept = Site.kept(node.name or node.output[0], f"condition '{cond}' {why}")
@@ -108,8 +108,9 @@ def _constants(model: onnx.ModelProto) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _evaluate(model: onnx.ModelProto, name: str, values: dict[str, Any], types: Any) -> Any:
-    """A main-graph value computed only from constants and static shapes, or None."""
+def evaluate(model: onnx.ModelProto, name: str, values: dict[str, Any], types: Any) -> Any:
+    """A main-graph value computed only from constants (`values`) and static shapes, or None
+    (onnx's reference runtime evaluates the nodes it needs, at most MAX_EVAL_NODES)."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
     from onnx.reference import ReferenceEvaluator

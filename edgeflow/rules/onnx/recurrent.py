@@ -80,8 +80,8 @@ def _kept(node: Any, e: Edit, max_steps: int) -> str:
     """Why a node cannot be unrolled, or ''."""
     op = node.op_type
     inputs = [*node.input, *[""] * 8]
-    if any(name not in e.constants for name in inputs[1:4] if name):
-        return "W, R or B is not a constant"
+    if any(e.folded(name) is None for name in inputs[1:4] if name):
+        return "W, R or B is not computed from constants only"
     if inputs[4]:
         return "sequence_lens given (per-sequence lengths are not unrolled)"
     if attr(node, "clip", None) is not None:
