@@ -13,9 +13,9 @@ Inputs of rank 3-5 become channel-last; the recorded layout lets runners feed NC
 from __future__ import annotations
 
 import contextlib
-import itertools
 import importlib
 import io
+import itertools
 import os
 import random
 import re
@@ -261,20 +261,36 @@ def _contained() -> Iterator[None]:
 
 def _own_int8(job: ConvertJob, out: Path, target: str) -> bytes:
     """The int8 model of the SavedModel onnx2tf wrote, calibrated on batches cut on each
-    input's own batch axis (TensorFlow's converter and MLIR quantizer, as the fallback)."""
+    input's own batch axis: TensorFlow's converter and MLIR quantizer as the fallback uses
+    them, or for int16 activations its 16x8 mode, with the I/O types onnx2tf would give."""
     from edgeflow.targets import _tflite_fallback
 
-    if job.quantization.activations == "int16":
-        raise EdgeflowError(
-            f"target {target}: int16 activations are calibrated by onnx2tf, which takes inputs "
-            "batched on axis 0 only; "
-            + ", ".join(
-                f"'{s.name}' is on axis {s.batch_axis}" for s in job.inputs if s.batch_axis
-            ),
-            "build int8 activations, or give these inputs their batch on axis 0",
-        )
     why = "an input batched on an axis other than 0"
-    return _tflite_fallback.quantize(_tflite_fallback.calibrate(job, out, why), job, [])
+    if job.quantization.activations != "int16":
+        return _tflite_fallback.quantize(_tflite_fallback.calibrate(job, out, why), job, [])
+    tf = require("tensorflow", target)
+
+    def batches() -> Iterator[dict[str, Any]]:
+        for batch in representative(job):
+            yield {name: tf.constant(data) for name, data in batch.items()}
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = batches
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+    ]
+    converter.inference_input_type = converter.inference_output_type = tf.int16
+    converter._experimental_disable_per_channel = not job.quantization.per_channel
+    try:
+        with _contained():
+            return bytes(converter.convert())
+    except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
+        raise EdgeflowError(
+            f"{why}: TensorFlow's converter could not quantize the SavedModel onnx2tf wrote "
+            f"to 16x8: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            "build int8 activations, or see docs/debugging.md",
+        ) from None
 
 
 def representative(job: ConvertJob) -> Iterator[dict[str, np.ndarray]]:

@@ -20,7 +20,7 @@ STEPS = 100  # steps per one-second clip
 
 class StreamingKeywordGRU(nn.Module):
     """Per chunk: a filter bank (linear 160 -> `bands`, one per sample rate, chosen by
-    `torch.cond` on the 0-D `sample_rate`), log-compressed magnitudes, a `layers`-layer GRU
+    `torch.cond` on the 0-D `sample_rate`), log(1 + power) compression, a `layers`-layer GRU
     step from `state` [layers, batch, hidden], and a linear head over `classes`.
 
     forward(chunk [B, 160], state [layers, B, hidden], sample_rate []) -> (logits [B, classes],
@@ -45,7 +45,7 @@ class StreamingKeywordGRU(nn.Module):
             lambda x: self.front_8k(x),
             (chunk * 32.0,),  # audio in [-1, 1] to the filters' working range
         )
-        features = torch.log(bands * bands + 1e-3)
+        features = torch.log(bands * bands + 1.0)  # log(1 + power): compressed, finite at 0
         out, new_state = self.gru(features[None], state)
         return self.head(out[0]), new_state
 
@@ -65,4 +65,3 @@ def keyword_streams(
     audio = np.stack([speech.render(u, espeak) for u in items])  # (N, 16000)
     labels = np.array([u.label for u in items], dtype=np.int64)
     return {input_name: audio.reshape(len(items), STEPS, CHUNK), "label": labels}
-

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from edgeflow.recipe import RecipeError, load_recipe
-from tests.signatures.test_builds import build, entry, model_class
 from tests.signatures.models import MODELS
+from tests.signatures.test_builds import build, entry, model_class
 
 SEQUENCES, STEPS = 6, 20
 

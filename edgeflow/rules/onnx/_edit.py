@@ -70,9 +70,9 @@ class Edit(Builder):
         constant folding leaves when the weights are large or read twice), else None."""
         if name not in self.constants:
             from edgeflow.core.onnxgraph import tensor_types
-            from edgeflow.rules.onnx.fold_if import evaluate
+            from edgeflow.rules.onnx.fold_if import evaluate_constant
 
-            value = evaluate(self.model, name, self.constants, tensor_types(self.model))
+            value = evaluate_constant(self.model, name, self.constants, tensor_types(self.model))
             if value is None:
                 return None
             self.constants[name] = value

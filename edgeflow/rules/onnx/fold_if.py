@@ -81,7 +81,7 @@ def _find_constant_if(
             # Conditions inside subgraphs are folded only when plainly constant.
             if value is None and evaluate and position == 0:
                 types = types if types is not None else tensor_types(model)
-                value = evaluate(model, cond, values, types)
+                value = evaluate_constant(model, cond, values, types)
             if value is None or value.size != 1:
                 why = "is not constant" if value is None else f"has {value.size} elements"
                 kept = Site.kept(node.name or node.output[0], f"condition '{cond}' {why}")
@@ -108,7 +108,7 @@ def _constants(model: onnx.ModelProto) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def evaluate(model: onnx.ModelProto, name: str, values: dict[str, Any], types: Any) -> Any:
+def evaluate_constant(model: onnx.ModelProto, name: str, values: dict[str, Any], types: Any) -> Any:
     """A main-graph value computed only from constants (`values`) and static shapes, or None
     (onnx's reference runtime evaluates the nodes it needs, at most MAX_EVAL_NODES)."""
     import numpy as np
