@@ -16,6 +16,7 @@ from edgeflow.rules.onnx.equalize import EqualizeChannels
 from edgeflow.rules.onnx.fold_if import FoldIf
 from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank, SplitSlice
 from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton
+from edgeflow.rules.onnx.loop import UnrollLoop
 from edgeflow.rules.onnx.norm import ChannelLayerNorm
 from edgeflow.rules.onnx.opset import ConvertOpset
 from edgeflow.rules.onnx.optimize import Optimize
@@ -31,6 +32,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     EqualizeChannels,
     ChannelLayerNorm,
     Decompose,
+    UnrollLoop,
     UnrollRecurrent,
     SqrtNewton,
     MaxPoolEdgePad,

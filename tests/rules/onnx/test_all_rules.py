@@ -24,6 +24,7 @@ def test_catalogue_entries_are_complete() -> None:
         "onnx.equalize_channels",
         "onnx.channel_layernorm",
         "onnx.decompose",
+        "onnx.unroll_loop",
         "onnx.unroll_recurrent",
         "onnx.sqrt_newton",
         "onnx.maxpool_edge_pad",
