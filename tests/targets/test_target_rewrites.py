@@ -95,6 +95,17 @@ def test_static_loops_are_unrolled_first_where_the_target_has_no_loop(name: str)
         assert rules[0] == "onnx.unroll_loop"
 
 
+@pytest.mark.parametrize(
+    "name", ["tflite", "tflite_micro", "armnn", "onnxruntime_micro", "tensorrt"]
+)
+def test_tiles_become_concats_where_the_target_has_no_tile(name: str) -> None:
+    """TFLite Micro and Arm NN have no TILE (measured lists); LiteRT and the ONNX runtimes do."""
+    profile = load_profile(name)
+    assert profile.operators is not None
+    rules = [e["rule"] for e in profile.rewrites]
+    assert ("onnx.tile_to_concat" in rules) == ("Tile" not in profile.operators)
+
+
 def test_a_profile_takes_only_known_onnx_rules(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "targets").mkdir()
     monkeypatch.chdir(tmp_path)

@@ -36,6 +36,7 @@ def test_catalogue_entries_are_complete() -> None:
         "onnx.gather_to_slice",
         "onnx.slice_rank",
         "onnx.split_slice",
+        "onnx.tile_to_concat",
         "onnx.fix_shapes",
         "onnx.convert_opset",
         "onnx.fold_if",
