@@ -96,3 +96,27 @@ def test_a_static_loop_builds_and_verifies_on_targets_without_loop(
     assert main([*args, "target_rewrites=false"]) == 2
     err = capsys.readouterr().err
     assert "Loop" in err and "onnx.unroll_loop" in err
+
+
+@pytest.mark.slow
+@needs_tflite
+def test_a_torchscript_loop_over_a_list_builds_and_verifies_on_tflite_micro(
+    tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TorchScript's export of a loop appending to a list that is stacked (Loop,
+    SequenceEmpty, SequenceInsert, ConcatFromSequence): after onnx.unroll_loop, Gemm, Tanh and
+    one Concat + Reshape. Measured: max relative diff 1.8e-7."""
+    import onnx
+
+    from tests.rules.onnx.test_unroll_loop import scripted_loop
+
+    onnx.save(scripted_loop(), str(tmp_path / "loop.onnx"))
+    data = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
+    np.savez(tmp_path / "data.npz", x=data)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(textwrap.dedent(RECIPE).replace("TARGET", "tflite_micro"))
+    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main(args) == 0, capsys.readouterr().err
+    out = tmp_path / "b" / "recipe" / "tflite_micro-none"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["verified"] is True and metrics["agreement"]["max_relative_diff"] <= 1e-5

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import warnings
 from typing import Any
 
 import numpy as np
 import onnx
 import pytest
+import torch
 from onnx import TensorProto as T
 from onnx import helper
 
+from edgeflow.rules.base import Status
 from edgeflow.rules.onnx.loop import UnrollLoop
 from edgeflow.targets import load_profile
 from edgeflow.targets.precheck import check
@@ -205,3 +209,83 @@ def test_the_precheck_suggests_it_where_the_target_has_no_loop(target: str) -> N
     assert finding.rule == "onnx.unroll_loop"
     after = apply(UnrollLoop, m).model
     assert not [f for f in check(after, profile) if f.severity == "error"]
+
+
+class ScriptedLoop(torch.nn.Module):
+    """A recurrence over the input's columns, each state appended to a list that is stacked:
+    TorchScript exports a Loop whose trip count its shape fixes, and the list as SequenceEmpty,
+    a SequenceInsert per iteration and ConcatFromSequence."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x
+        states = []
+        for i in range(x.size(1)):
+            h = torch.tanh(self.lin(h) + x * i)
+            states.append(h)
+        return h, torch.stack(states)
+
+
+def scripted_loop() -> onnx.ModelProto:
+    torch.manual_seed(0)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            torch.jit.script(ScriptedLoop().eval()),
+            (torch.randn(1, 8),),
+            buffer,
+            dynamo=False,
+            opset_version=17,
+            input_names=["x"],
+            output_names=["h", "hs"],
+        )
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def test_torchscripts_loop_and_list_become_plain_tensors() -> None:
+    m = scripted_loop()
+    assert {"Loop", "SequenceEmpty", "ConcatFromSequence"} <= set(ops(m))
+    result = apply(UnrollLoop, m)
+    statuses = [s for s, _ in outcomes(result)]
+    assert statuses[:2] == ["changed", "changed"] and result.matches == 1  # the Loop, the list
+    assert ops(result.model) == {"Gemm": 8, "Mul": 8, "Add": 8, "Tanh": 8, "Concat": 1,
+                                 "Reshape": 1}  # fmt: skip
+    assert_same(m, result.model)
+
+
+def test_a_sequence_carried_through_the_loop_is_read_as_its_tensors() -> None:
+    """seq = []; for 3 iterations: s = s * 2, seq.append(s); then Concat(seq) on axis 0,
+    seq[-1] and len(seq)."""
+    v = helper.make_tensor_value_info
+    sequence = helper.make_tensor_sequence_value_info
+    loop_body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Mul", ["s_in", "two"], ["s_out"]),
+            helper.make_node("SequenceInsert", ["q_in", "s_out"], ["q_out"]),
+        ],
+        "body",
+        [v("i", I64, []), v("cond_in", BOOL, []), v("s_in", F, [2]), sequence("q_in", F, [2])],
+        [v("cond_out", BOOL, []), v("s_out", F, [2]), sequence("q_out", F, [2])],
+    )
+    nodes = [
+        helper.make_node("SequenceEmpty", [], ["q0"], dtype=F),
+        helper.make_node("Loop", ["M", "", "x", "q0"], ["s", "q"], body=loop_body),
+        helper.make_node("ConcatFromSequence", ["q"], ["all"], axis=0),
+        helper.make_node("SequenceAt", ["q", "last"], ["end"]),
+        helper.make_node("SequenceLength", ["q"], ["n"]),
+    ]
+    m = model(
+        nodes,
+        [("x", F, [2])],
+        [("all", F, [6]), ("end", F, [2]), ("n", I64, [])],
+        {"M": np.array(3, np.int64), "two": np.full(2, 2, np.float32), "last": np.array(-1)},
+    )
+    result = apply(UnrollLoop, m)
+    assert result.matches == 1 and len(result.sites_of(Status.CHANGED)) >= 4
+    assert not {"Loop", "SequenceEmpty", "SequenceInsert"} & set(ops(result.model))
+    assert_same(m, result.model)
