@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from edgeflow.core.onnxgraph import Namer, all_graphs, copy_model, opset_version
+from edgeflow.core.onnxgraph import Namer, all_graphs, copy_model, node_reads, opset_version
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx.fold_if import _constants, _defined_names, _remove_dead_code, _rename
@@ -234,7 +234,8 @@ def _unroll(model: onnx.ModelProto, graph: Any, index: int, trips: int) -> None:
     new = [*graph.node[:index], *step.node, *graph.node[index:]]
     del graph.node[:]
     graph.node.extend(new)
-    graph.initializer.extend(constants)
+    read = {name for n in step.node for name in node_reads(n)}
+    graph.initializer.extend(t for t in constants if t.name in read)
 
 
 def _stack(

@@ -289,3 +289,40 @@ def test_a_sequence_carried_through_the_loop_is_read_as_its_tensors() -> None:
     assert result.matches == 1 and len(result.sites_of(Status.CHANGED)) >= 4
     assert not {"Loop", "SequenceEmpty", "SequenceInsert"} & set(ops(result.model))
     assert_same(m, result.model)
+
+
+def test_a_loop_inside_an_if_branch_is_unrolled_there() -> None:
+    """The Loop reads the branch's value y0 and the main graph's trip count."""
+    loop_body = body(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["s_in", "y0"], ["s_out"]),
+        ],
+        [("s_in", "s_out", [2])],
+        [],
+    )
+    then = helper.make_graph(
+        [
+            helper.make_node("Neg", ["x"], ["y0"]),
+            helper.make_node("Loop", ["M", "", "y0"], ["t"], name="inner", body=loop_body),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", F, [2])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", F, [2])],
+    )
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    m = model(
+        nodes, [("x", F, [2]), ("c", BOOL, [])], [("y", F, [2])], {"M": np.array(4, np.int64)}
+    )
+    result = apply(UnrollLoop, m)
+    assert outcomes(result)[0] == ("changed", "inner") and result.matches == 1
+    assert ops(result.model) == {"If": 1, "Neg": 1, "Relu": 1, "Add": 4}
+    for c in (True, False):
+        x = {"x": np.array([1.5, -2], np.float32), "c": np.array(c)}
+        np.testing.assert_array_equal(run(result.model, x)[0], run(m, x)[0])
