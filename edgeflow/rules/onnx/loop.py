@@ -35,19 +35,23 @@ class UnrollLoop(OnnxRule):
     export of `states.append(h)`) becomes a Concat (+ Reshape) of its tensors, SequenceAt of
     a constant index that tensor. Measured end to end: a 5-step tanh recurrence within 2.8e-7
     of onnxruntime on tflite, tflite_micro and armnn; a torchscripted one over a list, 1.8e-7
-    on tflite_micro. Keeps (with the reason) a Loop whose trip count is not a constant, whose
-    condition input is not a constant true, whose body computes its next condition from data
-    (a while loop), or of more than max_iterations iterations (the graph grows by a body per
-    iteration)."""
+    on tflite_micro. A main-graph trip count computed from constants and static shapes
+    (`range(x.size(1))`) is evaluated (evaluate: true). Keeps (with the reason) a Loop whose
+    trip count is not a constant, whose condition input is not a constant true, whose body
+    computes its next condition from data (a while loop), or of more than max_iterations
+    iterations (the graph grows by a body per iteration)."""
 
     name = "onnx.unroll_loop"
     description = "Unroll every Loop with a constant trip count into one body copy per iteration."
     fixes = (Fix.op("Loop"),)
 
     class Options(RuleOptions):
-        """max_iterations: the most iterations a Loop may have to be unrolled."""
+        """max_iterations: the most iterations a Loop may have to be unrolled; evaluate: also
+        compute main-graph trip counts from constants and static shapes (x.size(0) with x's
+        shape fixed), as onnx.fold_if does for conditions."""
 
         max_iterations: int = Field(256, ge=1)
+        evaluate: bool = True
 
     example: ClassVar[tuple[str, str] | None] = (
         "s, ys = Loop(5, true, s0, body: s' = s + x; y = s')",
@@ -63,7 +67,7 @@ class UnrollLoop(OnnxRule):
         out = copy_model(model)
         sites: list[Site] = []
         while True:
-            found = _find_static_loop(out, opts.max_iterations, sites)
+            found = _find_static_loop(out, opts, sites)
             if found is None:
                 break
             graph, index, trips = found
@@ -82,16 +86,27 @@ class UnrollLoop(OnnxRule):
 
 
 def _find_static_loop(
-    model: onnx.ModelProto, max_iterations: int, sites: list[Site]
+    model: onnx.ModelProto, opts: Any, sites: list[Site]
 ) -> tuple[Any, int, int] | None:
     """The first Loop that can be unrolled as (graph, node index, trip count); the Loops
     that cannot are noted in `sites` (once each)."""
+    from edgeflow.core.onnxgraph import tensor_types
+    from edgeflow.rules.onnx.fold_if import _evaluate
+
     values = _constants(model)
-    for graph in all_graphs(model.graph):
+    types: dict[str, Any] | None = None
+    for position, graph in enumerate(all_graphs(model.graph)):
+        for node in graph.node if position == 0 and opts.evaluate else ():
+            count = node.input[0] if node.op_type == "Loop" and node.input else ""
+            if count and count not in values:  # computed: from static shapes, perhaps
+                types = types if types is not None else tensor_types(model)
+                value = _evaluate(model, count, values, types)
+                if value is not None:
+                    values[count] = value
         for index, node in enumerate(graph.node):
             if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
                 continue
-            trips, why = _trip_count(node, values, max_iterations)
+            trips, why = _trip_count(node, values, opts.max_iterations)
             if why:
                 kept = Site.kept(node.name or node.output[0], why)
                 if kept not in sites:

@@ -326,3 +326,20 @@ def test_a_loop_inside_an_if_branch_is_unrolled_there() -> None:
     for c in (True, False):
         x = {"x": np.array([1.5, -2], np.float32), "c": np.array(c)}
         np.testing.assert_array_equal(run(result.model, x)[0], run(m, x)[0])
+
+
+def test_a_trip_count_from_a_static_shape_is_evaluated() -> None:
+    """M = Shape(x0)[1] (3 for x0 [2, 3]), as exporters write `range(x.size(1))`; with
+    evaluate: false it stays a computed count."""
+    m = cumulative_sum(trips=3)
+    m.graph.initializer.pop(0)  # M
+    m.graph.initializer.append(onnx.numpy_helper.from_array(np.array(1, np.int64), "one"))
+    m.graph.node.insert(0, helper.make_node("Shape", ["x0"], ["shape"]))
+    m.graph.node.insert(1, helper.make_node("Gather", ["shape", "one"], ["M"], axis=0))
+    onnx.checker.check_model(m, full_check=True)
+    result = apply(UnrollLoop, m)
+    assert outcomes(result)[0] == ("changed", "cumsum")
+    assert not {"Loop", "Shape", "Gather"} & set(ops(result.model))
+    assert_same(m, result.model)
+    kept = apply(UnrollLoop, m, evaluate=False)
+    assert outcomes(kept) == [("kept", "cumsum")]
