@@ -116,10 +116,28 @@ def _constant_if() -> onnx.ModelProto:
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
 
 
+def _static_loop() -> onnx.ModelProto:
+    """s = x; for i in range(3): s = s + x: a Loop onnx.unroll_loop can unroll."""
+    h = onnx.helper
+    v = h.make_tensor_value_info
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond"], ["cond_out"]), h.make_node("Add", ["s", "x"], ["t"])],
+        "body",
+        [v("i", T.INT64, []), v("cond", T.BOOL, []), v("s", T.FLOAT, [1, 4])],
+        [v("cond_out", T.BOOL, []), v("t", T.FLOAT, [1, 4])],
+    )
+    node = h.make_node("Loop", ["m", "", "x"], ["y"], body=body)
+    trips = onnx.numpy_helper.from_array(np.array(3, np.int64), "m")
+    io = [v(n, T.FLOAT, [1, 4]) for n in ("x", "y")]
+    graph = h.make_graph([node], "loop", io[:1], io[1:], [trips])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
 # An operator a one-node probe does not represent: the precheck keeps only a suggested rule
 # that removes it from the very model, so the case must be one the rule can fix.
 OP_CASES = {
     "If": _constant_if(),
+    "Loop": _static_loop(),
     "Pad": single("p", "Pad", X, {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}).model,
     **{
         op: single(
@@ -276,7 +294,6 @@ PRECHECK_BEFORE = {
     Fix.op("Sqrt"): "onnx.sqrt_newton",
     Fix.op("MatMul"): "onnx.lower_matmul",
     Fix.op("Gather"): "onnx.gather_to_slice",
-    Fix.op("Loop"): "ast.unroll_loops",
     Fix.op("Scan"): "ast.unroll_loops",
     Fix.op("NonZero"): "ast.nonzero_to_mask",
     Fix.op("NonMaxSuppression"): "ast.replace_call",
@@ -303,6 +320,8 @@ PRECHECK_NEW = {
     Fix.check("Slice", "slice_one_axis"): "onnx.split_slice",
     Fix.check("Pad", "pad_constant"): "onnx.pad_with_concat",
     **dict.fromkeys((Fix.op(op) for op in ("LSTM", "GRU")), "onnx.unroll_recurrent"),
+    # before: ast.unroll_loops (a Python loop before export); a static ONNX Loop unrolls itself
+    Fix.op("Loop"): "onnx.unroll_loop",
 }
 # `edgeflow explain`'s lists, in catalogue order (the hand-kept lists had tensor_if's and
 # unsupported's in another order, and onnx.cast_float64_to_float32 for float64, which runs
@@ -318,7 +337,7 @@ EXPLAIN = {
     Fix.capture("baked_branch"): ["ast.tensor_if_to_where", "ast.static_item"],
     Fix.op("NonZero"): ["ast.nonzero_to_mask"],
     Fix.op("If"): ["ast.tensor_if_to_where", "onnx.fold_if"],
-    Fix.op("Loop"): ["ast.unroll_loops"],
+    Fix.op("Loop"): ["ast.unroll_loops", "onnx.unroll_loop"],
     Fix.op("Scan"): ["ast.unroll_loops"],
     Fix.op("NonMaxSuppression"): ["ast.replace_call", "ast.replace_method"],
 }

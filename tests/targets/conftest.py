@@ -72,3 +72,59 @@ def offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, "http://127.0.0.1:9")
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
+
+
+def paddle_named_onnx(path: Path) -> Path:
+    """A Conv, BatchNormalization, Softmax, MatMul, Split and Concat graph whose input, nodes
+    and tensors carry the names Paddle2ONNX writes ('@', ':', a space): TensorFlow refuses
+    them as scope names ("'softmax_0.tmp_0@SOFTMAX__0' is not a valid scope name"), and an
+    input '@x:0' as an op name in int8 mode. x [1, 3, 4, 4] -> y [1, 8]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    consts = {
+        "conv2d_0.w_0@W": rng.normal(size=(8, 3, 3, 3)),
+        "conv2d_0.b_0": rng.normal(size=8),
+        "bn@scale": rng.uniform(0.5, 1.5, 8),
+        "bn@bias": rng.normal(size=8),
+        "bn@mean": rng.normal(size=8) * 0.1,
+        "bn@var": rng.uniform(0.5, 1.5, 8),
+        "reshape@shape": np.array([1, 8, 16], np.int64),
+        "fc_0.w_0": rng.normal(size=(16, 4)),
+        "reduce@axes": np.array([2], np.int64),
+    }
+    inits = [
+        numpy_helper.from_array(v.astype(np.float32) if v.dtype == np.float64 else v, k)
+        for k, v in consts.items()
+    ]
+    node = helper.make_node
+    nodes = [
+        node("Conv", ["@x:0", "conv2d_0.w_0@W", "conv2d_0.b_0"], ["conv2d_0.tmp_0@CONV:0"],
+             "p2o.Conv@0", pads=[1, 1, 1, 1]),
+        node("BatchNormalization", ["conv2d_0.tmp_0@CONV:0", "bn@scale", "bn@bias", "bn@mean",
+             "bn@var"], ["batch_norm_0.tmp_2@BN"], "p2o.BatchNormalization@0"),
+        node("Relu", ["batch_norm_0.tmp_2@BN"], ["relu_0.tmp_0 @out"], "p2o.Relu@0"),
+        node("Reshape", ["relu_0.tmp_0 @out", "reshape@shape"], ["reshape2_0.tmp_0@R"],
+             "p2o.Reshape@0"),
+        node("Softmax", ["reshape2_0.tmp_0@R"], ["softmax_0.tmp_0@SOFTMAX:0"], "p2o.Softmax@0",
+             axis=-1),
+        node("MatMul", ["softmax_0.tmp_0@SOFTMAX:0", "fc_0.w_0"], ["fc_0.tmp_0@MM"],
+             "p2o.MatMul@0"),
+        node("Split", ["fc_0.tmp_0@MM"], ["split@0", "split@1"], "p2o.Split@0", axis=1,
+             num_outputs=2),
+        node("Concat", ["split@1", "split@0"], ["concat_0.tmp_0@C"], "p2o.Concat@0", axis=1),
+        node("ReduceMean", ["concat_0.tmp_0@C", "reduce@axes"], ["y"], "p2o.ReduceMean@0",
+             keepdims=0),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "paddle",
+        [helper.make_tensor_value_info("@x:0", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return path

@@ -75,9 +75,35 @@ def test_recurrent_layers_are_unrolled_where_onnx2tf_fails_on_them(name: str) ->
     if name in ("onnxruntime_micro", "tensorrt"):
         assert "onnx.unroll_recurrent" not in rules
         return
-    assert rules[0] == "onnx.unroll_recurrent"
+    assert rules[1] == "onnx.unroll_recurrent"  # after onnx.unroll_loop: LSTMs in a body
     if "onnx.lower_matmul" in rules:
         assert rules.index("onnx.unroll_recurrent") < rules.index("onnx.lower_matmul")
+
+
+@pytest.mark.parametrize(
+    "name", ["tflite", "tflite_micro", "armnn", "onnxruntime_micro", "tensorrt"]
+)
+def test_static_loops_are_unrolled_first_where_the_target_has_no_loop(name: str) -> None:
+    """onnx2tf 1.28.8 has no Loop converter: the TFLite family unrolls a static Loop before
+    any other rule, which then sees the bodies' nodes; the ONNX runtimes run Loop."""
+    profile = load_profile(name)
+    assert profile.operators is not None
+    rules = [e["rule"] for e in profile.rewrites]
+    if "Loop" in profile.operators:
+        assert name in ("onnxruntime_micro", "tensorrt") and "onnx.unroll_loop" not in rules
+    else:
+        assert rules[0] == "onnx.unroll_loop"
+
+
+@pytest.mark.parametrize(
+    "name", ["tflite", "tflite_micro", "armnn", "onnxruntime_micro", "tensorrt"]
+)
+def test_tiles_become_concats_where_the_target_has_no_tile(name: str) -> None:
+    """TFLite Micro and Arm NN have no TILE (measured lists); LiteRT and the ONNX runtimes do."""
+    profile = load_profile(name)
+    assert profile.operators is not None
+    rules = [e["rule"] for e in profile.rewrites]
+    assert ("onnx.tile_to_concat" in rules) == ("Tile" not in profile.operators)
 
 
 def test_a_profile_takes_only_known_onnx_rules(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

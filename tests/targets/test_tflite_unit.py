@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +158,29 @@ def test_onnx2tf_gets_constants_as_initializers_and_usable_output_names(tmp_path
     onnx.save(copy, str(tmp_path / "clean.onnx"))
     _onnx2tf._prepare(tmp_path / "clean.onnx", tmp_path / "again.onnx")
     assert (tmp_path / "again.onnx").read_bytes() == (tmp_path / "clean.onnx").read_bytes()
+
+
+def test_names_tensorflow_refuses_as_scopes_are_replaced_on_the_copy(tmp_path: Path) -> None:
+    """Paddle's '@' (and ':', spaces) in node and tensor names: the copy onnx2tf converts
+    names them with letters, digits and _ . / - only, the input as `scope_safe` writes it
+    (which the calibration files and io_layout use), and computes the same outputs."""
+    import onnx
+    import onnxruntime as ort
+
+    from tests.targets.conftest import paddle_named_onnx
+
+    source = paddle_named_onnx(tmp_path / "in.onnx")
+    _onnx2tf._prepare(source, tmp_path / "out.onnx")
+    copy = onnx.load(str(tmp_path / "out.onnx"))
+    names = [n.name for n in copy.graph.node]
+    names += [t for n in copy.graph.node for t in (*n.input, *n.output)]
+    assert all(re.fullmatch(r"[A-Za-z0-9_./-]+", n) for n in names), names
+    assert [i.name for i in copy.graph.input] == [_onnx2tf.scope_safe("@x:0")] == ["n_x__0"]
+    assert [o.name for o in copy.graph.output] == ["y"]
+    assert _onnx2tf.scope_safe("/stem/Conv_output_0") == "/stem/Conv_output_0"  # torch's
+    x = np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    session = {m: ort.InferenceSession(str(tmp_path / m)) for m in ("in.onnx", "out.onnx")}
+    want = session["in.onnx"].run(None, {"@x:0": x})[0]
+    np.testing.assert_array_equal(session["out.onnx"].run(None, {"n_x__0": x})[0], want)
+    details = [{"name": "serving_default_n_x__0:0"}, {"name": "serving_default_b:0"}]
+    assert _onnx2tf._input_order(["b", "@x:0"], details) == ["@x:0", "b"]

@@ -14,8 +14,9 @@ from edgeflow.rules.onnx.cut import Cut
 from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.equalize import EqualizeChannels
 from edgeflow.rules.onnx.fold_if import FoldIf
-from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank, SplitSlice
+from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank, SplitSlice, TileToConcat
 from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton
+from edgeflow.rules.onnx.loop import UnrollLoop
 from edgeflow.rules.onnx.norm import ChannelLayerNorm
 from edgeflow.rules.onnx.opset import ConvertOpset
 from edgeflow.rules.onnx.optimize import Optimize
@@ -31,6 +32,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     EqualizeChannels,
     ChannelLayerNorm,
     Decompose,
+    UnrollLoop,
     UnrollRecurrent,
     SqrtNewton,
     MaxPoolEdgePad,
@@ -42,6 +44,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     GatherToSlice,
     SliceRank,
     SplitSlice,
+    TileToConcat,
     FixShapes,
     ConvertOpset,
     FoldIf,

@@ -10,6 +10,8 @@ runtimes take.
   StridedSlice take at most 4-D.
 - A Slice over several axes becomes one Slice per axis: onnx2tf 1.28.8 converts a Slice of
   the channel axis and another axis to a tensor of the wrong shape.
+- A Tile by constant repeats is a Concat of copies along each repeated axis (a constant
+  input: the tiled constant). TFLite Micro and Arm NN 22 have no TILE.
 
 All are exact: they move the same values.
 """
@@ -253,3 +255,56 @@ def _split_slice(node: Any, e: Edit) -> str | None:
             inputs.append(e.ints([step]))
         x = e.op("Slice", x, *inputs, out=node.output[0] if i == len(parts) - 1 else "")
     return None
+
+
+MAX_TILED = 1 << 20  # elements: a larger tiled constant stays Concats of the constant
+
+
+class TileToConcat(NodeRule):
+    """Exact (the same values, copied). TFLite Micro and Arm NN 22 have no TILE (torch's
+    `x.repeat(...)` exports as Tile): a Tile by constant repeats becomes, for each axis
+    repeated r > 1 times, a Concat of r copies along it; of a constant input (an initializer
+    or a Constant), the tiled constant itself (the optimize stage's constant folding does
+    that too, but after the target's rewrites). A default rewrite of tflite_micro and armnn.
+    Keeps a Tile whose repeats are not a constant, or hold a 0."""
+
+    name = "onnx.tile_to_concat"
+    description = "Turn a Tile by constant repeats into a Concat of copies per repeated axis."
+    fixes = (Fix.op("Tile"),)
+
+    class Options(RuleOptions):
+        pass
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = Tile(x[1, 3, 4], repeats=[1, 2, 3])",
+        "t = Concat(x, x, axis=1); y = Concat(t, t, t, axis=2)",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 0.0
+
+    op_types = frozenset({"Tile"})
+    what = "Tile"
+
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        import numpy as np
+
+        repeats = e.constants.get(node.input[1])
+        if repeats is None:
+            return "the repeats are not a constant"
+        counts = [int(r) for r in repeats.reshape(-1)]
+        if any(r < 1 for r in counts):
+            return f"repeats {counts} hold a 0: the output is empty"
+        data, out = e.constants.get(node.input[0]), node.output[0]
+        if data is not None and data.size * math.prod(counts) <= MAX_TILED:
+            tiled = e.array(np.tile(data, counts), "tiled")
+            e.op("Identity", tiled, out=out)
+            return None
+        x = node.input[0]
+        last = max((axis for axis, r in enumerate(counts) if r > 1), default=-1)
+        if last < 0:  # all ones: the input as it is
+            e.op("Identity", x, out=out)
+        for axis, r in enumerate(counts):
+            if r > 1:
+                x = e.op("Concat", *[x] * r, axis=axis, out=out if axis == last else "")
+        return None
