@@ -91,7 +91,7 @@ def _find_static_loop(
     """The first Loop that can be unrolled as (graph, node index, trip count); the Loops
     that cannot are noted in `sites` (once each)."""
     from edgeflow.core.onnxgraph import tensor_types
-    from edgeflow.rules.onnx.fold_if import _evaluate
+    from edgeflow.rules.onnx.fold_if import evaluate_constant
 
     values = _constants(model)
     types: dict[str, Any] | None = None
@@ -100,7 +100,7 @@ def _find_static_loop(
             count = node.input[0] if node.op_type == "Loop" and node.input else ""
             if count and count not in values:  # computed: from static shapes, perhaps
                 types = types if types is not None else tensor_types(model)
-                value = _evaluate(model, count, values, types)
+                value = evaluate_constant(model, count, values, types)
                 if value is not None:
                     values[count] = value
         for index, node in enumerate(graph.node):
