@@ -79,14 +79,15 @@ def require(module: str, target: str) -> ModuleType:
         ) from exc
 
 
-def convert(job: ConvertJob, target: str, mix: Any = None) -> dict[str, Any]:
+def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None) -> dict[str, Any]:
     """Convert job.onnx with onnx2tf into job.out_dir/model.tflite; return the convert info.
 
     `mix(out folder, io layout) -> (model bytes or None, record)` (quantization.fallback,
-    edgeflow.targets._tflite_fallback) may replace the int8 file with a mixed one."""
+    edgeflow.targets._tflite_fallback) may replace the int8 file with a mixed one; `quantize`
+    (see `outputs`) makes it where onnx2tf cannot calibrate."""
     mode, q = job.quantization.mode, job.quantization
     mixed = None
-    with outputs(job, target) as (out, seconds):
+    with outputs(job, target, quantize) as (out, seconds):
         produced = out / f"model_{suffix(q)}.tflite"
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
         float32 = out / "model_float32.tflite"
@@ -126,10 +127,15 @@ def convert(job: ConvertJob, target: str, mix: Any = None) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def outputs(job: ConvertJob, target: str) -> Iterator[tuple[Path, float]]:
+def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tuple[Path, float]]:
     """Run onnx2tf on a copy of job.onnx; yield (its output folder, seconds) while the folder
     exists. It holds model_float32.tflite and the file the quantization asks for
-    (`suffix`; checked: onnx2tf only warns when an int8 conversion fails)."""
+    (`suffix`; checked: onnx2tf only warns when an int8 conversion fails).
+
+    onnx2tf calibrates every input in windows of axis 0: where an input is batched on another
+    axis (a state [layers, batch, features]), onnx2tf writes the float model only and
+    `quantize(job, out folder, target) -> bytes` (edgeflow.targets._tflite_quant.own_int8)
+    makes the int8 file from its SavedModel."""
     mode, q = job.quantization.mode, job.quantization
     if mode == "int8" and q.method != "minmax":
         raise EdgeflowError(
@@ -145,9 +151,8 @@ def outputs(job: ConvertJob, target: str) -> Iterator[tuple[Path, float]]:
         _prepare(job.onnx, source)  # a copy: onnx2tf rewrites the file it reads
         _write_sample_file(work / SAMPLE_FILE)
         options: dict[str, Any] = {}
-        # onnx2tf calibrates every input in windows of axis 0: an input batched on another
-        # axis (a state [layers, batch, features]) is calibrated by edgeflow instead
-        own_calibration = mode == "int8" and any(s.batch_axis != 0 for s in job.inputs)
+        own_calibration = quantize is not None and mode == "int8"
+        own_calibration = own_calibration and any(s.batch_axis != 0 for s in job.inputs)
         if mode == "int8" and not own_calibration:
             options = {
                 "output_integer_quantized_tflite": True,
@@ -159,7 +164,7 @@ def outputs(job: ConvertJob, target: str) -> Iterator[tuple[Path, float]]:
         seconds, log = _run_onnx2tf(source, work / "out", options, target)
         produced = work / "out" / f"model_{suffix(q)}.tflite"
         if own_calibration:
-            produced.write_bytes(_own_int8(job, work / "out", target))
+            produced.write_bytes(quantize(job, work / "out", target))
         if not produced.is_file():
             raise EdgeflowError(
                 f"onnx2tf wrote no {produced.name} (quantization mode {mode}); "
@@ -327,64 +332,6 @@ def _contained() -> Iterator[None]:
         os.environ.update(environ)
         random.setstate(py_state)
         np.random.set_state(np_state)
-
-
-def _own_int8(job: ConvertJob, out: Path, target: str) -> bytes:
-    """The int8 model of the SavedModel onnx2tf wrote, calibrated on batches cut on each
-    input's own batch axis: TensorFlow's converter and MLIR quantizer as the fallback uses
-    them, or for int16 activations its 16x8 mode, with the I/O types onnx2tf would give."""
-    from edgeflow.targets import _tflite_fallback
-
-    why = "an input batched on an axis other than 0"
-    if job.quantization.activations != "int16":
-        return _tflite_fallback.quantize(_tflite_fallback.calibrate(job, out, why), job, [])
-    tf = require("tensorflow", target)
-
-    def batches() -> Iterator[dict[str, Any]]:
-        for batch in representative(job):
-            yield {name: tf.constant(data) for name, data in batch.items()}
-
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = batches
-    converter.target_spec.supported_ops = [
-        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
-    ]
-    converter.inference_input_type = converter.inference_output_type = tf.int16
-    converter._experimental_disable_per_channel = not job.quantization.per_channel
-    try:
-        with _contained():
-            return bytes(converter.convert())
-    except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
-        raise EdgeflowError(
-            f"{why}: TensorFlow's converter could not quantize the SavedModel onnx2tf wrote "
-            f"to 16x8: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-            "build int8 activations, or see docs/debugging.md",
-        ) from None
-
-
-def representative(job: ConvertJob) -> Iterator[dict[str, np.ndarray]]:
-    """Calibration batches as the SavedModel onnx2tf wrote takes them: whole batches of the
-    model's batch size, each input cut on its own batch axis and laid out channel-last,
-    under onnx2tf's names."""
-    if job.calibration is None:
-        raise AssertionError("int8 conversion without calibration samples")
-    batch = batch_size(job.inputs)
-    if _usable(job) == 0:
-        raise EdgeflowError(
-            f"int8 calibration needs at least {batch} samples (the model's batch size); "
-            f"got {len(job.calibration)}",
-            "raise calibration.samples",
-        )
-    for feeds, size in job.calibration.batches(batch, fixed=True):
-        if size < batch:
-            return
-        yield {
-            tf_name(s.name): np.asarray(feeds[s.name], np.float32).transpose(
-                channel_last(len(s.shape))
-            )
-            for s in job.inputs
-        }
 
 
 def tf_name(name: str) -> str:

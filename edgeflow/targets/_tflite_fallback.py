@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import batch_size
-from edgeflow.targets import _onnx2tf
+from edgeflow.targets import _onnx2tf, _tflite_quant
 from edgeflow.targets.base import ConvertJob
 from edgeflow.verify import fallback
 
@@ -70,7 +69,9 @@ def search(
         if names in done:
             return done[names]
         if names not in models:
-            models[names] = quantize(calibrated, job, [e for n in names for e in excludes[n]])
+            models[names] = _tflite_quant.quantize(
+                calibrated, job, [e for n in names for e in excludes[n]]
+            )
         path = work / f"trial-{len(done)}.tflite"
         path.write_bytes(models[names])
         runner = open_runner(path, layouts["mlir" if names else ()])
@@ -89,8 +90,8 @@ def search(
         return None, fallback.summary(
             fallback.Outcome(full, full, [full]), budget, [], where, ".tflite"
         )
-    calibrated = calibrate(job, out)
-    int8 = quantize(calibrated, job, [])
+    calibrated = _tflite_quant.calibrate(job, out)
+    int8 = _tflite_quant.quantize(calibrated, job, [])
     (work / "int8.tflite").write_bytes(int8)
     layouts["mlir"] = _onnx2tf.io_layout(
         job.onnx, work / "int8.tflite", out / "model_float32.tflite", target
@@ -101,51 +102,6 @@ def search(
     outcome = fallback.search([s.layer.name for s in ranking], evaluate)
     chosen = models[outcome.chosen.float_layers] if outcome.chosen.float_layers else None
     return chosen, fallback.summary(outcome, budget, ranking, where, ".tflite")
-
-
-def calibrate(job: ConvertJob, out: Path, why: str = "quantization.fallback") -> bytes:
-    """The SavedModel onnx2tf wrote, converted with calibration statistics recorded (`why`:
-    what needed edgeflow's own calibration, for the error)."""
-    tf = _onnx2tf.require("tensorflow", "tflite")
-
-    def representative() -> Any:
-        for batch in _onnx2tf.representative(job):
-            yield {name: tf.constant(data) for name, data in batch.items()}
-
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = representative
-    converter._experimental_disable_per_channel = not job.quantization.per_channel
-    converter._experimental_calibrate_only = True
-    try:
-        with _onnx2tf._contained():
-            return bytes(converter.convert())
-    except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
-        raise EdgeflowError(
-            f"{why}: TensorFlow's converter could not calibrate the SavedModel onnx2tf "
-            f"wrote: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-            "build without quantization.fallback to keep onnx2tf's own int8 file"
-            if why == "quantization.fallback"
-            else "see docs/debugging.md",
-        ) from None
-
-
-def quantize(calibrated: bytes, job: ConvertJob, float_nodes: list[str]) -> bytes:
-    """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
-    names) kept float."""
-    tf = _onnx2tf.require("tensorflow", "tflite")
-    from tensorflow.lite.python import convert
-
-    return bytes(
-        convert.mlir_quantize(
-            calibrated,
-            disable_per_channel=not job.quantization.per_channel,
-            fully_quantize=True,
-            input_data_type=tf.int8,
-            output_data_type=tf.int8,
-            denylisted_nodes=float_nodes or None,
-        )
-    )
 
 
 def sensitivity(

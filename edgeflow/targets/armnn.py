@@ -30,6 +30,7 @@ import numpy as np
 from edgeflow.core.errors import EdgeflowError, ToolCrashed
 from edgeflow.targets import _onnx2tf, _tflite_fallback
 from edgeflow.targets._tflite_io import Quant, TfliteRunner
+from edgeflow.targets._tflite_quant import own_int8
 from edgeflow.targets.base import ConvertJob
 
 TARGET = "armnn"
@@ -42,7 +43,7 @@ INSTALL = f"install Arm NN with: apt-get update && apt-get install -y {PACKAGES}
 
 def convert(job: ConvertJob) -> dict[str, Any]:
     """Write model.tflite, as the tflite target does, with Arm NN's int8 settings."""
-    return _onnx2tf.convert(job, TARGET, _tflite_fallback.hook(job, TARGET, ArmnnRunner))
+    return _onnx2tf.convert(job, TARGET, _tflite_fallback.hook(job, TARGET, ArmnnRunner), own_int8)
 
 
 def open_runner(artifact_dir: Path, info: dict[str, Any]) -> ArmnnRunner:

@@ -15,6 +15,7 @@ import numpy as np
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets import _onnx2tf, _tflite_fallback
 from edgeflow.targets._tflite_io import CStderr, Quant, TfliteRunner
+from edgeflow.targets._tflite_quant import own_int8
 from edgeflow.targets.base import ConvertJob
 
 TARGET = "tflite"
@@ -23,7 +24,7 @@ QUANTIZES_ITSELF = True  # onnx2tf calibrates int8 itself from the recipe's samp
 
 def convert(job: ConvertJob) -> dict[str, Any]:
     """Write model.tflite (float32, float16 or full-integer int8) into the job's folder."""
-    return _onnx2tf.convert(job, TARGET, _tflite_fallback.hook(job, TARGET, LiteRtRunner))
+    return _onnx2tf.convert(job, TARGET, _tflite_fallback.hook(job, TARGET, LiteRtRunner), own_int8)
 
 
 def open_runner(artifact_dir: Path, info: dict[str, Any]) -> LiteRtRunner:

@@ -18,6 +18,7 @@ import numpy as np
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets import _onnx2tf, _tflite_fallback
 from edgeflow.targets._tflite_io import CStderr, Quant, TfliteRunner
+from edgeflow.targets._tflite_quant import own_int8
 from edgeflow.targets.base import ConvertJob
 
 TARGET = "tflite_micro"
@@ -34,7 +35,9 @@ def convert(job: ConvertJob) -> dict[str, Any]:
             f"target {TARGET} has no {job.quantization.mode} kernels",
             "use quantization.mode int8 (or none)",
         )
-    info = _onnx2tf.convert(job, TARGET, _tflite_fallback.hook(job, TARGET, _trial_runner))
+    info = _onnx2tf.convert(
+        job, TARGET, _tflite_fallback.hook(job, TARGET, _trial_runner), own_int8
+    )
     minimum, recorded = measure_arena((job.out_dir / info["artifact"]).read_bytes())
     info["arena_bytes"] = minimum
     info["arena_recorded_bytes"] = recorded  # RecordingMicroAllocator's total, for reference

@@ -1,0 +1,121 @@
+"""TensorFlow's own converter on the SavedModel onnx2tf wrote, where edgeflow calibrates
+instead of onnx2tf: the fallback's calibration and MLIR quantization
+(edgeflow.targets._tflite_fallback), and the int8 / 16x8 builds of models with an input
+batched on another axis than 0 (onnx2tf cuts every input's calibration data in windows of
+axis 0: a [layers, batch, hidden] state cannot be calibrated through it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.specs import batch_size
+from edgeflow.targets import _onnx2tf
+from edgeflow.targets.base import ConvertJob
+
+
+def own_int8(job: ConvertJob, out: Path, target: str) -> bytes:
+    """The int8 model of the SavedModel onnx2tf wrote, calibrated on batches cut on each
+    input's own batch axis: TensorFlow's converter and MLIR quantizer as the fallback uses
+    them, or for int16 activations its 16x8 mode, with the I/O types onnx2tf would give."""
+    why = "an input batched on an axis other than 0"
+    if job.quantization.activations != "int16":
+        return quantize(calibrate(job, out, why), job, [])
+    tf = _onnx2tf.require("tensorflow", target)
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = _dataset(job, tf)
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+    ]
+    converter.inference_input_type = converter.inference_output_type = tf.int16
+    converter._experimental_disable_per_channel = not job.quantization.per_channel
+    try:
+        with _onnx2tf._contained():
+            return bytes(converter.convert())
+    except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
+        raise EdgeflowError(
+            f"{why}: TensorFlow's converter could not quantize the SavedModel onnx2tf wrote "
+            f"to 16x8: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            "build int8 activations, or see docs/debugging.md",
+        ) from None
+
+
+def representative(job: ConvertJob) -> Iterator[dict[str, np.ndarray]]:
+    """Calibration batches as the SavedModel onnx2tf wrote takes them: whole batches of the
+    model's batch size, each input cut on its own batch axis and laid out channel-last,
+    under onnx2tf's names."""
+    if job.calibration is None:
+        raise AssertionError("int8 conversion without calibration samples")
+    batch = batch_size(job.inputs)
+    if _onnx2tf._usable(job) == 0:
+        raise EdgeflowError(
+            f"int8 calibration needs at least {batch} samples (the model's batch size); "
+            f"got {len(job.calibration)}",
+            "raise calibration.samples",
+        )
+    for feeds, size in job.calibration.batches(batch, fixed=True):
+        if size < batch:
+            return
+        yield {
+            _onnx2tf.tf_name(s.name): np.asarray(feeds[s.name], np.float32).transpose(
+                _onnx2tf.channel_last(len(s.shape))
+            )
+            for s in job.inputs
+        }
+
+
+def _dataset(job: ConvertJob, tf: Any) -> Any:
+    """TensorFlow's representative_dataset: the calibration batches as tensors."""
+
+    def batches() -> Iterator[dict[str, Any]]:
+        for batch in representative(job):
+            yield {name: tf.constant(data) for name, data in batch.items()}
+
+    return batches
+
+
+def calibrate(job: ConvertJob, out: Path, why: str = "quantization.fallback") -> bytes:
+    """The SavedModel onnx2tf wrote, converted with calibration statistics recorded (`why`:
+    what needed edgeflow's own calibration, for the error)."""
+    tf = _onnx2tf.require("tensorflow", "tflite")
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = _dataset(job, tf)
+    converter._experimental_disable_per_channel = not job.quantization.per_channel
+    converter._experimental_calibrate_only = True
+    try:
+        with _onnx2tf._contained():
+            return bytes(converter.convert())
+    except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
+        raise EdgeflowError(
+            f"{why}: TensorFlow's converter could not calibrate the SavedModel onnx2tf "
+            f"wrote: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            "build without quantization.fallback to keep onnx2tf's own int8 file"
+            if why == "quantization.fallback"
+            else "see docs/debugging.md",
+        ) from None
+
+
+def quantize(calibrated: bytes, job: ConvertJob, float_nodes: list[str]) -> bytes:
+    """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
+    names) kept float."""
+    tf = _onnx2tf.require("tensorflow", "tflite")
+    from tensorflow.lite.python import convert
+
+    return bytes(
+        convert.mlir_quantize(
+            calibrated,
+            disable_per_channel=not job.quantization.per_channel,
+            fully_quantize=True,
+            input_data_type=tf.int8,
+            output_data_type=tf.int8,
+            denylisted_nodes=float_nodes or None,
+        )
+    )
