@@ -212,6 +212,18 @@ def probes() -> list[Case]:
         single("LogSoftmax", "LogSoftmax", seq, attrs={"axis": -1}),
         single("Einsum", "Einsum", seq, {"w": np.ones((12, 3))}, {"equation": "bij,jk->bik"}),
     ]
+    # recurrent layers as exported: [steps, batch, features], weights constant, Y and Y_h
+    steps = [("x", T.FLOAT, [5, 1, 8])]
+    for op, gates, outs in (("LSTM", 4, 3), ("GRU", 3, 2)):
+        weights = {
+            "W": rng.standard_normal((1, gates * 16, 8)).astype(np.float32) * 0.3,
+            "R": rng.standard_normal((1, gates * 16, 16)).astype(np.float32) * 0.3,
+            "B": rng.standard_normal((1, 2 * gates * 16)).astype(np.float32) * 0.1,
+        }
+        attrs: dict[str, Any] = {"hidden_size": 16}
+        if op == "GRU":
+            attrs["linear_before_reset"] = 1  # as torch.nn.GRU exports it
+        found.append(single(op, op, steps, weights, attrs, outputs=outs))
     # shapes and layouts
     found += [
         single("Reshape", "Reshape", x, {"shape": const("shape", [1, 6, -1], i64)}),
