@@ -190,3 +190,48 @@ def test_sequences_without_a_step_axis_are_refused_at_load(models: Path, write_r
     messages = [p.message for p in caught.value.problems]
     assert len(messages) == 2  # calibration and evaluation, in one run
     assert all("the steps on axis 1" in m for m in messages), messages
+
+
+def test_a_dataset_may_yield_one_sequence_at_a_time(models: Path, write_recipe) -> None:
+    """A callable yielding {x: [steps, 16], label} per sequence: stacked into sequences, the
+    steps on the axis after the batch axis; labels per sequence repeat over the steps when
+    the steps become samples."""
+    from edgeflow.data import load_samples
+    from edgeflow.verify.stream import Streamed, step_samples
+
+    (models / "seqdata.py").write_text(
+        "import numpy as np\n"
+        "def sequences(n=3, steps=7):\n"
+        "    for i in range(n):\n"
+        "        yield {'x': np.full((steps, 16), i, np.float32), 'label': i}\n"
+    )
+    text = STREAM.replace("dataset: seq.npz", 'dataset: "seqdata.py:sequences"')
+    recipe = load_recipe(write_recipe(text)).recipe
+    samples = load_samples(
+        recipe.evaluation, recipe.source.inputs, "evaluation", recipe.source.state
+    )
+    assert samples.steps == 7 and samples.inputs["x"].shape == (3, 7, 16) and len(samples) == 3
+    states = {"state": np.zeros((2, 21, 16), np.float32)}
+    flat = step_samples(samples, Streamed([], states, 3, 7), recipe.source)
+    assert flat.inputs["x"].shape == (21, 16) and flat.axes["state"] == 1
+    assert list(flat.labels[:8]) == [0] * 7 + [1]  # sequence-major
+    assert flat.inputs["x"][7, 0] == 1
+
+
+def test_sequences_of_unequal_length_are_refused(models: Path, write_recipe) -> None:
+    from edgeflow.core.errors import EdgeflowError
+    from edgeflow.data import load_samples
+
+    (models / "ragged.py").write_text(
+        "import numpy as np\n"
+        "def data():\n"
+        "    return {'x': np.zeros((2, 5, 16), np.float32), 'y': np.zeros((2, 6, 4), np.float32)}\n"
+    )
+    text = STREAM.replace(
+        "    - {name: x, shape: [1, 16]}",
+        "    - {name: x, shape: [1, 16]}\n    - {name: y, shape: [1, 4]}",
+    )
+    text = text.replace("dataset: seq.npz", 'dataset: "ragged.py:data"')
+    recipe = load_recipe(write_recipe(text)).recipe
+    with pytest.raises(EdgeflowError, match="differ in length"):
+        load_samples(recipe.evaluation, recipe.source.inputs, "evaluation", recipe.source.state)
