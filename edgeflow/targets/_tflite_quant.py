@@ -26,23 +26,47 @@ def own_int8(job: ConvertJob, out: Path, target: str) -> bytes:
     if job.quantization.activations != "int16":
         return quantize(calibrate(job, out, why), job, [])
     tf = _onnx2tf.require("tensorflow", target)
-
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = _dataset(job, tf)
+    converter = _converter(job, out, tf)
     converter.target_spec.supported_ops = [
         tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
     ]
     converter.inference_input_type = converter.inference_output_type = tf.int16
+    return _run(converter, f"{why}: TensorFlow's converter could not quantize it to 16x8", "")
+
+
+def calibrate(job: ConvertJob, out: Path, why: str = "quantization.fallback") -> bytes:
+    """The SavedModel onnx2tf wrote, converted with calibration statistics recorded (`why`:
+    what needed edgeflow's own calibration, for the error)."""
+    converter = _converter(job, out, _onnx2tf.require("tensorflow", "tflite"))
+    converter._experimental_calibrate_only = True
+    hint = "build without quantization.fallback to keep onnx2tf's own int8 file"
+    return _run(
+        converter,
+        f"{why}: TensorFlow's converter could not calibrate it",
+        hint if why == "quantization.fallback" else "",
+    )
+
+
+def _converter(job: ConvertJob, out: Path, tf: Any) -> Any:
+    """TensorFlow's converter of the SavedModel in `out`, optimizing with the calibration
+    batches, per channel as the recipe says."""
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = _dataset(job, tf)
     converter._experimental_disable_per_channel = not job.quantization.per_channel
+    return converter
+
+
+def _run(converter: Any, what: str, hint: str) -> bytes:
+    """The converter's model, or an EdgeflowError: `what`, and the converter's first line."""
     try:
         with _onnx2tf._contained():
             return bytes(converter.convert())
     except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
         raise EdgeflowError(
-            f"{why}: TensorFlow's converter could not quantize the SavedModel onnx2tf wrote "
-            f"to 16x8: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-            "build int8 activations, or see docs/debugging.md",
+            f"{what} (the SavedModel onnx2tf wrote): {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0]}",
+            hint or "see docs/debugging.md",
         ) from None
 
 
@@ -78,29 +102,6 @@ def _dataset(job: ConvertJob, tf: Any) -> Any:
             yield {name: tf.constant(data) for name, data in batch.items()}
 
     return batches
-
-
-def calibrate(job: ConvertJob, out: Path, why: str = "quantization.fallback") -> bytes:
-    """The SavedModel onnx2tf wrote, converted with calibration statistics recorded (`why`:
-    what needed edgeflow's own calibration, for the error)."""
-    tf = _onnx2tf.require("tensorflow", "tflite")
-
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = _dataset(job, tf)
-    converter._experimental_disable_per_channel = not job.quantization.per_channel
-    converter._experimental_calibrate_only = True
-    try:
-        with _onnx2tf._contained():
-            return bytes(converter.convert())
-    except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
-        raise EdgeflowError(
-            f"{why}: TensorFlow's converter could not calibrate the SavedModel onnx2tf "
-            f"wrote: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-            "build without quantization.fallback to keep onnx2tf's own int8 file"
-            if why == "quantization.fallback"
-            else "see docs/debugging.md",
-        ) from None
 
 
 def quantize(calibrated: bytes, job: ConvertJob, float_nodes: list[str]) -> bytes:

@@ -229,11 +229,16 @@ def compare(
     values: Sequence[dict[str, np.ndarray]],
     pairing: dict[str, tuple[str, str]],
 ) -> list[Pair]:
-    """The figures of every paired tensor, in the source graph's order."""
+    """The figures of every paired tensor, in the source graph's order. A pair whose artifact
+    tensor does not hold as many values as the source's is left out: the operator alignment
+    paired tensors of different ops (an artifact TensorFlow's own converter wrote, whose
+    graph differs from onnx2tf's float32 one)."""
     by_name = source.by_name()
     pairs = []
     for artifact_name, (source_name, layout) in pairing.items():
         ref = source.values[source_name]
+        if any(batch[artifact_name].size != ref[b].size for b, batch in enumerate(values)):
+            continue
         pair = Pair(by_name[source_name], artifact[artifact_name], layout, tuple(ref[0].shape))
         for b, batch in enumerate(values):
             pair.add(ref[b], batch[artifact_name])

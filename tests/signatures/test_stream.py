@@ -120,20 +120,27 @@ def test_int8_calibrates_on_the_states_sequences_reach(models: Path, write_recip
 
 
 @pytest.mark.slow
-def test_tflite_int8_of_a_state_batched_on_axis_1(models: Path, write_recipe) -> None:
+@pytest.mark.parametrize(("activations", "floor"), [("int8", 25), ("int16", 45)])
+def test_tflite_int8_of_a_state_batched_on_axis_1(
+    models: Path, write_recipe, activations: str, floor: float
+) -> None:
     """onnx2tf calibrates inputs in windows of axis 0; edgeflow calibrates this one itself
-    (TensorFlow's converter on onnx2tf's SavedModel). Measured: SQNR 35.8 and 36.2 dB."""
+    (TensorFlow's converter on onnx2tf's SavedModel). Measured SQNR of the state: 36.2 dB
+    (int8), 48.9 dB (16x8). In 16x8 the head's input, a ReduceSum, loses 50 -> 11 dB in
+    LiteRT's int16 SUM (the per-layer diff's first divergence): y is held to 10 dB there."""
     pytest.importorskip("onnx2tf")
+    head = floor if activations == "int8" else 10
     text = STREAM.replace("target: onnxruntime_micro", "target: tflite").replace(
-        "verify: {max_abs_diff: 1.0e-5}", "verify: {min_sqnr_db: 25}"
+        "verify: {max_abs_diff: 1.0e-5}", f"verify: {{min_sqnr_db: {head}}}"
     )
-    result, _ = build(write_recipe(text + "quantization: {mode: int8}\n"), models)
+    quantization = f"quantization: {{mode: int8, activations: {activations}}}\n"
+    result, _ = build(write_recipe(text + quantization), models)
     assert result.failed_checks == [], result.failed_checks
     outputs = result.metrics["agreement"]["outputs"]
     assert set(outputs) == {"y", "new_state"}  # matched by name, not by position
-    assert min(o["sqnr_db"] for o in outputs.values()) >= 25
+    assert outputs["new_state"]["sqnr_db"] >= floor and outputs["y"]["sqnr_db"] >= head
     growth = [o["growth"] for o in result.metrics["stream"]["outputs"].values()]
-    assert all(g is not None and g < 3 for g in growth)  # int8 error does not run away
+    assert all(g is not None and g < 3 for g in growth)  # the error does not run away
 
 
 @pytest.mark.slow
