@@ -227,3 +227,25 @@ def test_an_operator_no_probe_has_is_not_measured_rather_than_unsupported(
     by_op = {f["operator"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
     assert by_op["Shape"]["reason"].startswith("not measured for armnn: no probe graph has it")
     assert by_op["Erf"]["reason"] == "not supported by armnn"  # probed, and it failed
+
+
+def test_a_rule_that_breaks_int8_builds_is_not_suggested_for_them() -> None:
+    """onnx.sqrt_newton removes Sqrt for armnn, but its Heron DIV stops int8 runtimes
+    (tests/targets/test_sqrt_int8.py measures it): suggested for float builds only."""
+    from onnx import TensorProto
+
+    from edgeflow.rules.onnx.linear import SqrtNewton
+    from edgeflow.targets import load_profile
+    from edgeflow.targets.precheck import check, render_table, to_json
+    from edgeflow.targets.probes import single
+
+    assert "int8" in SqrtNewton.breaks
+    sqrt = single("s", "Sqrt", [("x", TensorProto.FLOAT, [1, 6, 10, 10])], positive=True).model
+    armnn = load_profile("armnn")
+    [float_build] = check(sqrt, armnn, "none")
+    assert float_build.rule == "onnx.sqrt_newton" and float_build.tried == []
+    [int8_build] = check(sqrt, armnn, "int8")
+    assert int8_build.operator == "Sqrt" and int8_build.rule == ""
+    assert int8_build.tried == ["onnx.sqrt_newton (breaks int8 builds)"]
+    assert "onnx.sqrt_newton (breaks int8 builds) tried" in render_table(to_json([int8_build]))
+
