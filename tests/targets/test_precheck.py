@@ -248,4 +248,3 @@ def test_a_rule_that_breaks_int8_builds_is_not_suggested_for_them() -> None:
     assert int8_build.operator == "Sqrt" and int8_build.rule == ""
     assert int8_build.tried == ["onnx.sqrt_newton (breaks int8 builds)"]
     assert "onnx.sqrt_newton (breaks int8 builds) tried" in render_table(to_json([int8_build]))
-
