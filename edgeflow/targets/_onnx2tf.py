@@ -195,6 +195,9 @@ def _prepare(onnx_path: Path, copy: Path) -> None:
       `/head/Concat_output_0`, after onnx.cut or postprocess.cut) are renamed
       `edgeflow_output_K` behind an Identity ("Generation of saved_model failed because the
       OP name does not match the following pattern").
+    - A ConvTranspose without `kernel_shape` (optional in ONNX: the weight's shape says it)
+      gets it from its constant weight: onnx2tf 1.28.8 reads the kernel's rank from that
+      attribute alone and fails without it ("axes don't match array"; torch's exports set it).
     """
     import onnx
     from onnx import helper
@@ -204,7 +207,8 @@ def _prepare(onnx_path: Path, copy: Path) -> None:
     model = onnx.load(str(onnx_path))
     graph = model.graph
     renamed = [k for k, o in enumerate(graph.output) if not TF_OP_NAME.fullmatch(o.name)]
-    if not constants_to_initializers(graph) and not renamed:
+    hoisted = constants_to_initializers(graph)
+    if not hoisted + _kernel_shapes(graph) and not renamed:
         shutil.copyfile(onnx_path, copy)
         return
     for k in renamed:
@@ -212,6 +216,22 @@ def _prepare(onnx_path: Path, copy: Path) -> None:
         graph.node.append(helper.make_node("Identity", [output.name], [f"edgeflow_output_{k}"]))
         output.name = f"edgeflow_output_{k}"
     onnx.save(model, str(copy))
+
+
+def _kernel_shapes(graph: Any) -> int:
+    """Set `kernel_shape` on the ConvTranspose nodes that lack it, from their constant
+    weights ([C_in, C_out / group, k1, k2, ...]); returns how many nodes changed."""
+    from onnx import helper
+
+    dims = {t.name: list(t.dims) for t in graph.initializer}
+    changed = 0
+    for node in graph.node:
+        weight = dims.get(node.input[1]) if len(node.input) > 1 else None
+        named = {a.name for a in node.attribute}
+        if node.op_type == "ConvTranspose" and "kernel_shape" not in named and weight:
+            node.attribute.append(helper.make_attribute("kernel_shape", weight[2:]))
+            changed += 1
+    return changed
 
 
 @contextlib.contextmanager

@@ -248,3 +248,27 @@ def test_a_rule_that_breaks_int8_builds_is_not_suggested_for_them() -> None:
     assert int8_build.operator == "Sqrt" and int8_build.rule == ""
     assert int8_build.tried == ["onnx.sqrt_newton (breaks int8 builds)"]
     assert "onnx.sqrt_newton (breaks int8 builds) tried" in render_table(to_json([int8_build]))
+
+
+def test_conv_transpose_passes_the_tflite_family_precheck_measured() -> None:
+    """Re-measured (derive tflite_family): onnx2tf writes TRANSPOSE_CONV once its weight's
+    rank is known (targets/_onnx2tf.py sets kernel_shape); Arm NN's parser takes it without
+    a bias only."""
+    import numpy as np
+    from onnx import TensorProto
+
+    from edgeflow.targets import load_profile
+    from edgeflow.targets.precheck import check
+    from edgeflow.targets.probes import single
+
+    x = [("x", TensorProto.FLOAT, [1, 6, 10, 10])]
+    w = np.ones((6, 4, 2, 2), np.float32)
+    plain = single("t", "ConvTranspose", x, {"w": w}, {"strides": [2, 2]}).model
+    biased = single("t", "ConvTranspose", x, {"w": w, "b": np.ones(4)}, {"strides": [2, 2]}).model
+    for target in ("tflite", "tflite_micro"):
+        for mode in ("none", "int8"):
+            assert check(plain, load_profile(target), mode) == []
+            assert check(biased, load_profile(target), mode) == []
+    assert check(plain, load_profile("armnn"), "none") == []
+    [finding] = check(biased, load_profile("armnn"), "none")
+    assert finding.reason == "no_bias: a bias input (B)"

@@ -157,3 +157,25 @@ def test_onnx2tf_gets_constants_as_initializers_and_usable_output_names(tmp_path
     onnx.save(copy, str(tmp_path / "clean.onnx"))
     _onnx2tf._prepare(tmp_path / "clean.onnx", tmp_path / "again.onnx")
     assert (tmp_path / "again.onnx").read_bytes() == (tmp_path / "clean.onnx").read_bytes()
+
+
+def test_conv_transpose_gets_its_kernel_shape_for_onnx2tf(tmp_path: Path) -> None:
+    """onnx2tf 1.28.8 reads a ConvTranspose's kernel rank from `kernel_shape` alone ("axes
+    don't match array" without it): the copy it converts gets it from the weight."""
+    import onnx
+    from onnx import TensorProto
+
+    from edgeflow.targets.probes import single
+
+    w = np.ones((6, 4, 3, 2), np.float32)
+    x = [("x", TensorProto.FLOAT, [1, 6, 10, 10])]
+    model = single("t", "ConvTranspose", x, {"w": w}, {"strides": [2, 2]}).model
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    _onnx2tf._prepare(tmp_path / "m.onnx", tmp_path / "copy.onnx")
+    [node] = onnx.load(str(tmp_path / "copy.onnx")).graph.node
+    assert onnx.helper.get_node_attr_value(node, "kernel_shape") == [3, 2]
+    assert not [
+        a
+        for a in onnx.load(str(tmp_path / "m.onnx")).graph.node[0].attribute
+        if a.name == "kernel_shape"
+    ]
