@@ -213,3 +213,29 @@ def test_a_retry_that_converts_keeps_the_json_and_says_so(
     assert info["operators"] == ["CONV_2D"]
     [line] = retry_lines(info["retry"])
     assert "onnx2tf failed (ValueError: made up)" in line and "-prf onnx2tf_auto.json" in line
+
+
+@pytest.mark.parametrize("shape", [[1, 3, 4, 4], [1, 6, 10, 10]])
+def test_sqrt_newton_output_breaks_int8_builds(shape: list[int]) -> None:
+    """Why onnx.sqrt_newton declares `breaks: int8` (the precheck then does not suggest it
+    for int8 builds): the TFLite converter aborts the process quantizing its Heron chain, or,
+    where it converts, LiteRT's int8 DIV stops on a divisor at its zero point. float32 runs.
+    In worker processes (edgeflow.targets.trial), as a crash must be."""
+    from onnx import TensorProto
+
+    from edgeflow.rules.base import RewriteContext
+    from edgeflow.rules.onnx.linear import SqrtNewton
+    from edgeflow.targets.probes import single
+    from edgeflow.targets.trial import Trial, run_trials
+
+    case = single("s", "Sqrt", [("x", TensorProto.FLOAT, shape)], positive=True)
+    specs = [TensorSpec(name="x", shape=shape)]
+    rewritten = SqrtNewton().apply(case.model, SqrtNewton.Options(), RewriteContext(specs))
+    trial = Trial("newton", rewritten.model.SerializeToString(), case.feeds)
+    verdicts = run_trials([trial], ["tflite"], ["none", "int8"])["newton"]
+    int8 = verdicts["tflite/int8"]
+    assert not int8.runs
+    assert int8.stage == "crash" or "zero_point" in int8.reason, int8
+    if int8.stage != "crash":  # LiteRT's own run of the int8 file failed, float32 with it
+        return
+    assert verdicts["tflite/none"].runs, verdicts["tflite/none"]

@@ -231,7 +231,7 @@ def test_an_operator_no_probe_has_is_not_measured_rather_than_unsupported(
 
 def test_a_rule_that_breaks_int8_builds_is_not_suggested_for_them() -> None:
     """onnx.sqrt_newton removes Sqrt for armnn, but its Heron DIV stops int8 runtimes
-    (tests/targets/test_sqrt_int8.py measures it): suggested for float builds only."""
+    (tests/targets/test_onnx2tf.py measures it): suggested for float builds only."""
     from onnx import TensorProto
 
     from edgeflow.rules.onnx.linear import SqrtNewton
