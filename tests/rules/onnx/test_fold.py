@@ -71,10 +71,17 @@ def test_random_ops_large_outputs_and_graph_outputs_stay() -> None:
         helper.make_node("ConstantOfShape", ["n"], ["big"]),
         helper.make_node("ReduceSum", ["big"], ["s"], keepdims=0),
         helper.make_node("Add", ["x", "r"], ["a"]),
-        helper.make_node("Add", ["a", "s"], ["y"]),
+        helper.make_node("Add", ["a", "s"], ["y0"]),
         helper.make_node("Neg", ["c"], ["z"]),  # a graph output: kept as the node it is
+        helper.make_node("DequantizeLinear", ["q", "scale"], ["w"]),  # a QAT weight
+        helper.make_node("Add", ["y0", "w"], ["y"]),
     ]
-    inits = {"n": np.array([64], np.int64), "c": np.ones(2, np.float32)}
+    inits = {
+        "n": np.array([64], np.int64),
+        "c": np.ones(2, np.float32),
+        "q": np.array([3, -5], np.int8),
+        "scale": np.array(0.25, np.float32),
+    }
     m = model(
         nodes,
         [("x", T.FLOAT, [2])],
@@ -85,4 +92,4 @@ def test_random_ops_large_outputs_and_graph_outputs_stay() -> None:
     assert not small.changed and wheres(small, Status.KEPT) == ["big"]
     folded = apply(FoldConstants, m)
     assert wheres(folded, Status.CHANGED) == ["big", "s"]
-    assert ops(folded.model) == {"RandomNormal": 1, "Add": 2, "Neg": 1}
+    assert ops(folded.model) == {"RandomNormal": 1, "Add": 3, "Neg": 1, "DequantizeLinear": 1}
