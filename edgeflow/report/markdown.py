@@ -350,6 +350,7 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
         by_target = f" (set by the target: {imposed})" if imposed else ""
         scheme = f"; {conv['int8']['scheme']}" if conv["int8"].get("scheme") else ""
         lines.append(f"  - int8 by the converter: {settings}{by_target}{scheme}")
+    lines += retry_lines(conv.get("retry"))
     if conv.get("operators"):
         lines.append(f"  - operators in the artifact: {', '.join(conv['operators'])}")
     host = conv.get("host")
@@ -363,6 +364,18 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
             "the artifact"
         )
     return lines
+
+
+def retry_lines(retry: dict[str, Any] | None) -> list[str]:
+    """onnx2tf failed, wrote its parameter replacement JSON, and the retry with it converted."""
+    if not retry:
+        return []
+    ops = ", ".join(retry["operations"]) or "no operations"
+    return [
+        f"  - retried: onnx2tf failed ({retry['reason']}) and generated a parameter replacement "
+        f"JSON; converted again with it (-prf {retry['param_replacement_file']}, kept in the "
+        f"build folder; it changes {ops})"
+    ]
 
 
 def fallback_lines(record: dict[str, Any] | None) -> list[str]:

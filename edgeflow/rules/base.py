@@ -153,6 +153,9 @@ class Rule(ABC, Generic[M]):
     # What the rule removes, in the precheck's and `edgeflow explain`'s words: they suggest
     # the built-in rules that declare what they report (see edgeflow.rules.fixes).
     fixes: ClassVar[tuple[Fix, ...]] = ()
+    # Quantization modes whose build the rule's output breaks, with what was measured: the
+    # precheck does not suggest the rule for a build in such a mode.
+    breaks: ClassVar[dict[str, str]] = {}
 
     @abstractmethod
     def apply(self, model: M, opts: Any, ctx: RewriteContext) -> RuleResult[M]: ...

@@ -150,6 +150,8 @@ def _render_rule(rule: type[Any]) -> str:
         lines += [doc, ""]
     if rule.fixes:
         lines += [f"Fixes: {fixes_text(rule.fixes)}.", ""]
+    for mode, why in rule.breaks.items():  # the precheck does not suggest it for these
+        lines += [f"Breaks {mode} builds (not suggested for them): {why}.", ""]
     rows = options_rows(rule.Options)
     if rows and any(m for *_, m in rows):
         lines += ["| option | type | default | meaning |", "|---|---|---|---|"]

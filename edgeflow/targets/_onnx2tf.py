@@ -6,7 +6,10 @@ file from GitHub even for float conversion (we place a file of that name in its 
 folder, which it reads instead); int8 calibration comes only from NHWC .npy files; a failed
 int8 conversion is only a warning in its log (we check that the file exists and quote the log);
 Constant nodes, outputs named like internal tensors and a constant TopK K make it fail
-(`_prepare`, `_scalar_topk_k`).
+(`_prepare`, `_scalar_topk_k`). When a conversion fails and onnx2tf writes its automatic
+parameter-replacement JSON ("Conversion failed. An automatic replacement JSON has been
+generated: ... try running the conversion again with: -prf ..."), the conversion is retried
+once with that file (`param_replacement_file`), and the file is kept beside the artifact.
 Inputs of rank 3-5 become channel-last; the recorded layout lets runners feed NCHW data.
 """
 
@@ -16,6 +19,7 @@ import contextlib
 import importlib
 import io
 import itertools
+import json
 import os
 import random
 import re
@@ -25,13 +29,14 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from edgeflow.core.errors import EdgeflowError, MissingDependency
+from edgeflow.core.errors import EdgeflowError, MissingDependency, first_line
 from edgeflow.core.specs import batch_size
 from edgeflow.targets._tflite_io import CStderr
 from edgeflow.targets.base import ConvertJob
@@ -53,6 +58,11 @@ PACKAGES = {
     "tflite_micro": "tflite-micro",
 }
 LOG_TAIL = 25
+# The build's copy of the parameter-replacement JSON onnx2tf generated on a failed conversion.
+AUTO_JSON = "onnx2tf_auto.json"
+# onnx2tf 1.28.8 (onnx2tf.py, after a conversion error): the file it wrote,
+# <output folder>/<model stem>_auto.json, in its warning.
+AUTO_MESSAGE = re.compile(r"An automatic replacement JSON has been generated: (\S+)")
 # The names TensorFlow takes for ops; onnx2tf names each output's op after the tensor.
 TF_OP_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*")
 # What TensorFlow refuses in a scope name (onnx2tf opens one per node, named after the node
@@ -87,9 +97,11 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     (see `outputs`) makes it where onnx2tf cannot calibrate."""
     mode, q = job.quantization.mode, job.quantization
     mixed = None
-    with outputs(job, target, quantize) as (out, seconds):
+    with outputs(job, target, quantize) as (out, run):
         produced = out / f"model_{suffix(q)}.tflite"
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
+        if run.replacement is not None:  # a build artifact: what made the conversion work
+            shutil.copyfile(run.replacement, job.out_dir / AUTO_JSON)
         float32 = out / "model_float32.tflite"
         layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target)
         if mix is not None:
@@ -99,12 +111,14 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
                 layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target)
     info: dict[str, Any] = {
         "artifact": ARTIFACT,
-        "files": [ARTIFACT],
+        "files": [ARTIFACT, *([AUTO_JSON] if run.replacement is not None else [])],
         "converter": f"onnx2tf {_version('onnx2tf')}, tensorflow {_version('tensorflow')}",
-        "convert_seconds": round(seconds, 3),
+        "convert_seconds": round(run.seconds, 3),
         "operators": operators(job.out_dir / ARTIFACT, target),
         "io": layout,
     }
+    if run.retry is not None:
+        info["retry"] = run.retry
     if mode == "int8":
         info["int8"] = {
             "per_channel": q.per_channel,
@@ -126,10 +140,29 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     return info
 
 
+@dataclass
+class Run:
+    """How onnx2tf converted: seconds (both attempts), the retry with its replacement JSON
+    (a record for convert.json) and that file, while the output folder exists."""
+
+    seconds: float
+    retry: dict[str, Any] | None = None
+    replacement: Path | None = None
+
+
+class _Failed(EdgeflowError):
+    """onnx2tf.convert raised: the error, its first line (`reason`), its whole log and how
+    long it ran."""
+
+    def __init__(self, message: str, hint: str, reason: str, log: str, seconds: float) -> None:
+        super().__init__(message, hint)
+        self.reason, self.log, self.seconds = reason, log, seconds
+
+
 @contextlib.contextmanager
-def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tuple[Path, float]]:
-    """Run onnx2tf on a copy of job.onnx; yield (its output folder, seconds) while the folder
-    exists. It holds model_float32.tflite and the file the quantization asks for
+def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tuple[Path, Run]]:
+    """Run onnx2tf on a copy of job.onnx; yield (its output folder, how it ran) while the
+    folder exists. It holds model_float32.tflite and the file the quantization asks for
     (`suffix`; checked: onnx2tf only warns when an int8 conversion fails).
 
     onnx2tf calibrates every input in windows of axis 0: where an input is batched on another
@@ -161,7 +194,7 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 "input_quant_dtype": "int8",
                 "output_quant_dtype": "int8",
             }
-        seconds, log = _run_onnx2tf(source, work / "out", options, target)
+        run, log = _convert_or_retry(source, work, options, target)
         produced = work / "out" / f"model_{suffix(q)}.tflite"
         if own_calibration:
             produced.write_bytes(quantize(job, work / "out", target))
@@ -171,7 +204,58 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 f"its log ends:\n{_tail(log)}",
                 "int8 fails when an operator has no int8 kernel; see docs/debugging.md",
             )
-        yield work / "out", seconds
+        yield work / "out", run
+
+
+def _convert_or_retry(
+    source: Path, work: Path, options: dict[str, Any], target: str
+) -> tuple[Run, str]:
+    """onnx2tf into work/out; where it fails and writes its automatic replacement JSON, once
+    more with that file (what its message asks for), on the model file as it left it (it
+    names nodes in place, and the JSON names them so). Returns (how it ran, the last log).
+    Nothing else is retried: the same inputs give the same JSON, so the cache key (the ONNX
+    model, onnx2tf's version, edgeflow's code) holds both attempts."""
+    out = work / "out"
+    try:
+        seconds, log = _run_onnx2tf(source, out, options, target)
+        return Run(seconds), log
+    except _Failed as failed:
+        generated = _generated_json(failed.log, out)
+        if generated is None:
+            raise EdgeflowError(failed.message, failed.hint) from None
+        first = failed
+    kept = work / AUTO_JSON
+    shutil.copyfile(generated, kept)
+    shutil.rmtree(out, ignore_errors=True)  # the retry writes a fresh folder
+    replacement = json.loads(kept.read_text(encoding="utf-8"))
+    retry: dict[str, Any] = {
+        "reason": first.reason,
+        "param_replacement_file": AUTO_JSON,
+        "operations": [str(op.get("op_name", "")) for op in replacement.get("operations", [])],
+    }
+    options = {**options, "param_replacement_file": str(kept)}
+    try:
+        seconds, log = _run_onnx2tf(source, out, options, target)
+    except _Failed as again:
+        ops = ", ".join(retry["operations"]) or "none"
+        raise EdgeflowError(
+            f"onnx2tf failed to convert the model ({retry['reason']}), wrote a parameter "
+            f"replacement JSON (operations on: {ops}), and failed again when retried with it "
+            f"({again.reason}); its log ends:\n{_tail(again.log)}\n"
+            f"the JSON it generated:\n{kept.read_text(encoding='utf-8').strip()}",
+            "see docs/debugging.md; rewrite rules can replace operators onnx2tf lacks",
+        ) from None
+    retry["converted"] = True
+    return Run(first.seconds + seconds, retry, kept), log
+
+
+def _generated_json(log: str, out: Path) -> Path | None:
+    """The replacement JSON a failed onnx2tf run says it wrote (or left in its output
+    folder), if it is there."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log)
+    named = [Path(m) for m in AUTO_MESSAGE.findall(plain)]
+    found = [p for p in (*named, *sorted(out.glob("*_auto.json"))) if p.is_file()]
+    return found[0] if found else None
 
 
 def _run_onnx2tf(
@@ -191,10 +275,13 @@ def _run_onnx2tf(
                     **options,
                 )
             except (Exception, SystemExit) as exc:  # onnx2tf calls sys.exit(1) on errors
-                raise EdgeflowError(
+                raise _Failed(
                     f"onnx2tf failed to convert the model ({type(exc).__name__}: {exc}); "
                     f"its log ends:\n{_tail(log.getvalue())}",
                     "see docs/debugging.md; rewrite rules can replace operators onnx2tf lacks",
+                    f"{type(exc).__name__}: {first_line(exc)}",
+                    log.getvalue(),
+                    time.perf_counter() - start,
                 ) from None
         return time.perf_counter() - start, log.getvalue()
 
@@ -214,6 +301,9 @@ def _prepare(onnx_path: Path, copy: Path) -> None:
       (Paddle's `softmax_0.tmp_0@...`: "'...' is not a valid scope name") have them replaced
       (`_scope_safe_names`); an input's is `scope_safe(name)`, which the calibration files
       and `io_layout` map back to the name the recipe declares.
+    - A ConvTranspose without `kernel_shape` (optional in ONNX: the weight's shape says it)
+      gets it from its constant weight: onnx2tf 1.28.8 reads the kernel's rank from that
+      attribute alone and fails without it ("axes don't match array"; torch's exports set it).
     """
     import onnx
     from onnx import helper
@@ -224,11 +314,12 @@ def _prepare(onnx_path: Path, copy: Path) -> None:
     graph = model.graph
     renamed = [k for k, o in enumerate(graph.output) if not TF_OP_NAME.fullmatch(o.name)]
     hoisted = constants_to_initializers(graph)
+    shaped = _kernel_shapes(graph)
     for k in renamed:
         output = graph.output[k]
         graph.node.append(helper.make_node("Identity", [output.name], [f"edgeflow_output_{k}"]))
         output.name = f"edgeflow_output_{k}"
-    if not (_scope_safe_names(model) or hoisted or renamed):
+    if not (_scope_safe_names(model) or hoisted or renamed or shaped):
         shutil.copyfile(onnx_path, copy)
         return
     onnx.save(model, str(copy))
@@ -293,6 +384,22 @@ def _scope_safe_names(model: Any) -> int:
         for item in (*g.input, *g.output, *g.value_info, *g.initializer):
             item.name = mapping.get(item.name, item.name)
     return count
+
+
+def _kernel_shapes(graph: Any) -> int:
+    """Set `kernel_shape` on the ConvTranspose nodes that lack it, from their constant
+    weights ([C_in, C_out / group, k1, k2, ...]); returns how many nodes changed."""
+    from onnx import helper
+
+    dims = {t.name: list(t.dims) for t in graph.initializer}
+    changed = 0
+    for node in graph.node:
+        weight = dims.get(node.input[1]) if len(node.input) > 1 else None
+        named = {a.name for a in node.attribute}
+        if node.op_type == "ConvTranspose" and "kernel_shape" not in named and weight:
+            node.attribute.append(helper.make_attribute("kernel_shape", weight[2:]))
+            changed += 1
+    return changed
 
 
 @contextlib.contextmanager

@@ -57,6 +57,12 @@ def has_bias(node: Node) -> str | None:
     return None if node.input(2) else "no bias input (C)"
 
 
+def no_bias(node: Node) -> str | None:
+    """A ConvTranspose without its bias input (Arm NN's TfLite parser rejects the 4-input
+    TRANSPOSE_CONV that onnx2tf writes for one with a bias)."""
+    return "a bias input (B)" if node.input(2) else None
+
+
 def constant_inputs(node: Node) -> str | None:
     """Every input after the data input is a constant (pads, axes, scales, shapes, ...)."""
     dynamic = [name for name in node.proto.input[1:] if name and name not in node.constants]
@@ -149,6 +155,7 @@ CHECKERS: dict[str, Callable[[Node], str | None]] = {
     "groups_one": groups_one,
     "not_grouped": not_grouped,
     "has_bias": has_bias,
+    "no_bias": no_bias,
     "constant_inputs": constant_inputs,
     "constant_axes": constant_axes,
     "axis_last": axis_last,

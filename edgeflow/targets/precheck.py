@@ -108,8 +108,14 @@ def _confirm(
         candidates = [r for fix in finding.fixes for r in rules_fixing(fix) if r.level == "onnx"]
         if finding.severity != "error" or finding.rule not in {r.name for r in candidates}:
             continue  # a warning, a recipe setting, or a rule of another level
-        tried = []
-        for rule in dict.fromkeys(candidates):
+        # a rule whose output breaks a build in this mode is not tried (rule.breaks)
+        tried = [
+            f"{r.name} (breaks {quantization} builds)"
+            for r in dict.fromkeys(candidates)
+            if quantization in r.breaks
+        ]
+        usable = [r for r in candidates if quantization not in r.breaks]
+        for rule in dict.fromkeys(usable):
             left = errors_after(rule)
             if left is None:  # could not be applied here: keep the suggestion unjudged
                 break

@@ -321,6 +321,14 @@ def probes() -> list[Case]:
         single("Conv depthwise", "Conv", x, {"w": dw}, {"group": 6}, checker="not_depthwise"),
         single("Conv grouped", "Conv", x, {"w": grouped}, {"group": 3}, checker="not_grouped"),
         single(
+            "ConvTranspose with bias",
+            "ConvTranspose",
+            x,
+            {"w": rng.standard_normal((6, 4, 2, 2)).astype(np.float32), "b": np.ones(4)},
+            {"strides": [2, 2], "kernel_shape": [2, 2]},
+            checker="no_bias",
+        ),
+        single(
             "Gemm without bias",
             "Gemm",
             [("x", T.FLOAT, [2, 12])],

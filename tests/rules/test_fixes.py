@@ -133,11 +133,33 @@ def _static_loop() -> onnx.ModelProto:
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
 
 
+def _constant_padding() -> onnx.ModelProto:
+    """Pad(x, Concat(ConstantOfShape([6]), [1, 1])): pads from constants, as TorchScript
+    exports F.pad."""
+    h = onnx.helper
+    nodes = [
+        h.make_node(
+            "ConstantOfShape", ["n"], ["zeros"], value=h.make_tensor("v", T.INT64, [1], [0])
+        ),
+        h.make_node("Concat", ["zeros", "ends"], ["pads"], axis=0),
+        h.make_node("Pad", ["x", "pads"], ["y"]),
+    ]
+    inits = [
+        onnx.numpy_helper.from_array(np.array([6], np.int64), "n"),
+        onnx.numpy_helper.from_array(np.array([1, 1], np.int64), "ends"),
+    ]
+    io = [h.make_tensor_value_info("x", T.FLOAT, [1, 6, 10, 10])]
+    out = [h.make_tensor_value_info("y", T.FLOAT, [1, 6, 11, 11])]
+    graph = h.make_graph(nodes, "pad", io, out, inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
 # An operator a one-node probe does not represent: the precheck keeps only a suggested rule
 # that removes it from the very model, so the case must be one the rule can fix.
 OP_CASES = {
     "If": _constant_if(),
     "Loop": _static_loop(),
+    "ConstantOfShape": _constant_padding(),
     "Pad": single("p", "Pad", X, {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}).model,
     **{
         op: single(
@@ -313,6 +335,7 @@ PRECHECK_NEW = {
     Fix.op("Dropout"): "fx.remove_dropout",
     Fix.finding("int64"): "onnx.int64_to_int32",
     Fix.op("Pad"): "onnx.pad_with_concat",
+    Fix.op("ConstantOfShape"): "onnx.fold_constants",
     Fix.finding("memory"): "onnx.fix_shapes",
     **dict.fromkeys(
         (Fix.op(op) for op in ("PRelu", "ReduceL2", "LpNormalization")), "onnx.decompose"

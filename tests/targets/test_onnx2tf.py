@@ -165,3 +165,129 @@ def test_without_renaming_onnx2tf_refuses_paddle_names(
     )
     with pytest.raises(EdgeflowError, match="is not a valid scope name"):
         tflite.convert(convert)
+
+
+def _positional_layernorm(path: Path) -> Path:
+    """LayerNorm after a sinusoidal position encoding computed in the graph (TorchScript,
+    constants not folded): onnx2tf 1.28.8 fails on it and writes its replacement JSON."""
+    import math
+
+    import torch
+
+    class Positional(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            t, d = x.shape[1], x.shape[2]
+            pos = torch.arange(t, dtype=torch.float32).unsqueeze(1)
+            scale = -math.log(10000.0) / d
+            div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * scale)
+            pe = torch.stack([torch.sin(pos * div), torch.cos(pos * div)], dim=-1)
+            return torch.layer_norm(x + pe.reshape(t, d), (d,))
+
+    torch.onnx.export(
+        Positional(),
+        (torch.randn(1, 16, 32),),
+        str(path),
+        dynamo=False,
+        opset_version=17,
+        do_constant_folding=False,
+        input_names=["x"],
+    )
+    return path
+
+
+def test_a_failure_with_a_replacement_json_is_retried_once_with_it(tmp_path: Path) -> None:
+    """onnx2tf's own behaviour: it fails, writes <stem>_auto.json and says to rerun with
+    -prf; edgeflow does, once. Here the JSON onnx2tf generates (a transpose of one Mul
+    input) does not help, and the error says both attempts and shows the JSON. (In a build,
+    onnx.fold_constants folds this position encoding first and the model converts.)"""
+    onnx = _positional_layernorm(tmp_path / "pe.onnx")
+    spec = job(onnx, tmp_path / "out", "tflite", mode="none")
+    spec.inputs[:] = [TensorSpec(name="x", shape=[1, 16, 32])]
+    with pytest.raises(EdgeflowError) as caught:
+        tflite.convert(spec)
+    text = str(caught.value)
+    assert text.startswith("onnx2tf failed to convert the model (AttributeError: ")
+    assert "wrote a parameter replacement JSON (operations on: /Mul_2)" in text
+    assert "and failed again when retried with it (AttributeError: " in text
+    assert '"format_version": 1' in text and '"pre_process_transpose_perm"' in text
+
+
+def test_a_retry_that_converts_keeps_the_json_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first attempt that fails as onnx2tf does when it writes its JSON (its message, its
+    file name), then the real onnx2tf with that file as -prf (param_replacement_file): the
+    artifact, the kept JSON, the record for convert.json and the report."""
+    import json
+
+    import onnx as onnx_lib
+
+    from edgeflow.report.markdown import retry_lines
+
+    real, calls = _onnx2tf._run_onnx2tf, []
+    replacement = {
+        "format_version": 1,
+        "operations": [
+            {"op_name": "conv", "param_target": "attributes", "param_name": "dilations",
+             "values": [1, 1]}
+        ],
+    }  # fmt: skip
+
+    def first_fails(source: Path, out: Path, options: dict, target: str) -> tuple[float, str]:
+        calls.append(dict(options))
+        if len(calls) > 1:
+            return real(source, out, options, target)
+        out.mkdir(parents=True)
+        (out / "model_auto.json").write_text(json.dumps(replacement))
+        log = (
+            "\x1b[33mWARNING:\x1b[0m Conversion failed. An automatic replacement JSON has been "
+            f"generated: {out / 'model_auto.json'}\nPlease try running the conversion again "
+            f"with: -prf {out / 'model_auto.json'}\n"
+        )
+        raise _onnx2tf._Failed("onnx2tf failed (...)", "hint", "ValueError: made up", log, 0.5)
+
+    monkeypatch.setattr(_onnx2tf, "_run_onnx2tf", first_fails)
+    onnx = tiny_conv_onnx(tmp_path / "tiny.onnx")
+    model = onnx_lib.load(str(onnx))
+    model.graph.node[0].name = "conv"  # the node the JSON names
+    onnx_lib.save(model, str(onnx))
+    info = tflite.convert(job(onnx, tmp_path / "out", "tflite", mode="none"))
+    assert "param_replacement_file" not in calls[0]
+    assert calls[1]["param_replacement_file"].endswith(_onnx2tf.AUTO_JSON)
+    assert info["retry"] == {
+        "reason": "ValueError: made up",
+        "param_replacement_file": "onnx2tf_auto.json",
+        "operations": ["conv"],
+        "converted": True,
+    }
+    assert info["files"] == ["model.tflite", "onnx2tf_auto.json"]
+    assert json.loads((tmp_path / "out" / "onnx2tf_auto.json").read_text()) == replacement
+    assert info["operators"] == ["CONV_2D"]
+    [line] = retry_lines(info["retry"])
+    assert "onnx2tf failed (ValueError: made up)" in line and "-prf onnx2tf_auto.json" in line
+
+
+@pytest.mark.parametrize("shape", [[1, 3, 4, 4], [1, 6, 10, 10]])
+def test_sqrt_newton_output_breaks_int8_builds(shape: list[int]) -> None:
+    """Why onnx.sqrt_newton declares `breaks: int8` (the precheck then does not suggest it
+    for int8 builds): the TFLite converter aborts the process quantizing its Heron chain, or,
+    where it converts, LiteRT's int8 DIV stops on a divisor at its zero point. float32 runs.
+    In worker processes (edgeflow.targets.trial), as a crash must be."""
+    from onnx import TensorProto
+
+    from edgeflow.rules.base import RewriteContext
+    from edgeflow.rules.onnx.linear import SqrtNewton
+    from edgeflow.targets.probes import single
+    from edgeflow.targets.trial import Trial, run_trials
+
+    case = single("s", "Sqrt", [("x", TensorProto.FLOAT, shape)], positive=True)
+    specs = [TensorSpec(name="x", shape=shape)]
+    rewritten = SqrtNewton().apply(case.model, SqrtNewton.Options(), RewriteContext(specs))
+    trial = Trial("newton", rewritten.model.SerializeToString(), case.feeds)
+    verdicts = run_trials([trial], ["tflite"], ["none", "int8"])["newton"]
+    int8 = verdicts["tflite/int8"]
+    assert not int8.runs
+    assert int8.stage == "crash" or "zero_point" in int8.reason, int8
+    if int8.stage != "crash":  # LiteRT's own run of the int8 file failed, float32 with it
+        return
+    assert verdicts["tflite/none"].runs, verdicts["tflite/none"]

@@ -227,3 +227,48 @@ def test_an_operator_no_probe_has_is_not_measured_rather_than_unsupported(
     by_op = {f["operator"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
     assert by_op["Shape"]["reason"].startswith("not measured for armnn: no probe graph has it")
     assert by_op["Erf"]["reason"] == "not supported by armnn"  # probed, and it failed
+
+
+def test_a_rule_that_breaks_int8_builds_is_not_suggested_for_them() -> None:
+    """onnx.sqrt_newton removes Sqrt for armnn, but its Heron DIV stops int8 runtimes
+    (tests/targets/test_onnx2tf.py measures it): suggested for float builds only."""
+    from onnx import TensorProto
+
+    from edgeflow.rules.onnx.linear import SqrtNewton
+    from edgeflow.targets import load_profile
+    from edgeflow.targets.precheck import check, render_table, to_json
+    from edgeflow.targets.probes import single
+
+    assert "int8" in SqrtNewton.breaks
+    sqrt = single("s", "Sqrt", [("x", TensorProto.FLOAT, [1, 6, 10, 10])], positive=True).model
+    armnn = load_profile("armnn")
+    [float_build] = check(sqrt, armnn, "none")
+    assert float_build.rule == "onnx.sqrt_newton" and float_build.tried == []
+    [int8_build] = check(sqrt, armnn, "int8")
+    assert int8_build.operator == "Sqrt" and int8_build.rule == ""
+    assert int8_build.tried == ["onnx.sqrt_newton (breaks int8 builds)"]
+    assert "onnx.sqrt_newton (breaks int8 builds) tried" in render_table(to_json([int8_build]))
+
+
+def test_conv_transpose_passes_the_tflite_family_precheck_measured() -> None:
+    """Re-measured (derive tflite_family): onnx2tf writes TRANSPOSE_CONV once its weight's
+    rank is known (targets/_onnx2tf.py sets kernel_shape); Arm NN's parser takes it without
+    a bias only."""
+    import numpy as np
+    from onnx import TensorProto
+
+    from edgeflow.targets import load_profile
+    from edgeflow.targets.precheck import check
+    from edgeflow.targets.probes import single
+
+    x = [("x", TensorProto.FLOAT, [1, 6, 10, 10])]
+    w = np.ones((6, 4, 2, 2), np.float32)
+    plain = single("t", "ConvTranspose", x, {"w": w}, {"strides": [2, 2]}).model
+    biased = single("t", "ConvTranspose", x, {"w": w, "b": np.ones(4)}, {"strides": [2, 2]}).model
+    for target in ("tflite", "tflite_micro"):
+        for mode in ("none", "int8"):
+            assert check(plain, load_profile(target), mode) == []
+            assert check(biased, load_profile(target), mode) == []
+    assert check(plain, load_profile("armnn"), "none") == []
+    [finding] = check(biased, load_profile("armnn"), "none")
+    assert finding.reason == "no_bias: a bias input (B)"

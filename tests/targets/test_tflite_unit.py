@@ -184,3 +184,53 @@ def test_names_tensorflow_refuses_as_scopes_are_replaced_on_the_copy(tmp_path: P
     np.testing.assert_array_equal(session["out.onnx"].run(None, {"n_x__0": x})[0], want)
     details = [{"name": "serving_default_n_x__0:0"}, {"name": "serving_default_b:0"}]
     assert _onnx2tf._input_order(["b", "@x:0"], details) == ["@x:0", "b"]
+
+
+def test_conv_transpose_gets_its_kernel_shape_for_onnx2tf(tmp_path: Path) -> None:
+    """onnx2tf 1.28.8 reads a ConvTranspose's kernel rank from `kernel_shape` alone ("axes
+    don't match array" without it): the copy it converts gets it from the weight."""
+    import onnx
+    from onnx import TensorProto
+
+    from edgeflow.targets.probes import single
+
+    w = np.ones((6, 4, 3, 2), np.float32)
+    x = [("x", TensorProto.FLOAT, [1, 6, 10, 10])]
+    model = single("t", "ConvTranspose", x, {"w": w}, {"strides": [2, 2]}).model
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    _onnx2tf._prepare(tmp_path / "m.onnx", tmp_path / "copy.onnx")
+    [node] = onnx.load(str(tmp_path / "copy.onnx")).graph.node
+    assert onnx.helper.get_node_attr_value(node, "kernel_shape") == [3, 2]
+    assert not [
+        a
+        for a in onnx.load(str(tmp_path / "m.onnx")).graph.node[0].attribute
+        if a.name == "kernel_shape"
+    ]
+
+
+def test_the_replacement_json_is_found_by_onnx2tf_s_message_or_name(tmp_path: Path) -> None:
+    """onnx2tf 1.28.8 writes <output folder>/<model stem>_auto.json and names it in its
+    warning; a failure without one is not retried."""
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _onnx2tf._generated_json("ERROR: The trace log is below.", out) is None
+    elsewhere = tmp_path / "named.json"
+    elsewhere.write_text("{}")
+    log = (
+        "\x1b[33mWARNING:\x1b[0m Conversion failed. An automatic replacement JSON has been "
+        f"generated: {elsewhere}\nPlease try running the conversion again with: -prf {elsewhere}"
+    )
+    assert _onnx2tf._generated_json(log, out) == elsewhere
+    (out / "model_auto.json").write_text("{}")
+    assert _onnx2tf._generated_json("no message", out) == out / "model_auto.json"
+
+
+def test_what_decides_the_retry_is_in_the_convert_key() -> None:
+    """The replacement JSON is onnx2tf's function of the model: a cached artifact made with
+    a retry is reused only for the same ONNX model, onnx2tf and TensorFlow versions and
+    edgeflow code (the retry's own), all in the convert stage's key."""
+    from edgeflow.stages.convert import STAGE
+
+    assert STAGE.consumes == ("onnx",)
+    assert {"onnx2tf", "tensorflow"} <= set(STAGE.tools)
+    assert STAGE.reads[:2] == ("target", "quantization")

@@ -13,6 +13,7 @@ from edgeflow.rules.onnx.conv_pool import (
 from edgeflow.rules.onnx.cut import Cut
 from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.equalize import EqualizeChannels
+from edgeflow.rules.onnx.fold import FoldConstants
 from edgeflow.rules.onnx.fold_if import FoldIf
 from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank, SplitSlice, TileToConcat
 from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton
@@ -29,6 +30,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     Int64ToInt32,
     Optimize,
     Simplify,
+    FoldConstants,
     EqualizeChannels,
     ChannelLayerNorm,
     Decompose,

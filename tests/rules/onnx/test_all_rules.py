@@ -21,6 +21,7 @@ def test_catalogue_entries_are_complete() -> None:
         "onnx.int64_to_int32",
         "onnx.optimize",
         "onnx.simplify",
+        "onnx.fold_constants",
         "onnx.equalize_channels",
         "onnx.channel_layernorm",
         "onnx.decompose",
