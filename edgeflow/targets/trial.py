@@ -94,7 +94,7 @@ def run_trials(
                 reason = f"the process died (exit code {worker.exitcode}) here"
                 keys = [f"{t}/{m}" for t in targets for m in _modes(trials[start], modes)]
                 crashed = {k: Verdict(False, "crash", f"{reason} ({step})") for k in keys}
-                if step != "convert":
+                if step not in ("", "convert"):  # "": it died before its first step
                     crashed = {step: crashed[step]}
                 if start == first:
                     crashed = {**known, **crashed}
