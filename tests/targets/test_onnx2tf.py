@@ -13,7 +13,7 @@ import pytest
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import Quantization, TensorSpec
 from edgeflow.data import Samples
-from edgeflow.targets import _onnx2tf, load_profile, tflite, tflite_micro
+from edgeflow.targets import _onnx2tf, _onnx2tf_copy, load_profile, tflite, tflite_micro
 from edgeflow.targets.base import ConvertJob
 from tests.targets.conftest import needs_tflite, tiny_conv_onnx
 
@@ -152,7 +152,7 @@ def test_without_renaming_onnx2tf_refuses_paddle_names(
     """The negative control: the names themselves make onnx2tf fail."""
     from tests.targets.conftest import paddle_named_onnx
 
-    monkeypatch.setattr(_onnx2tf, "_scope_safe_names", lambda model: 0)
+    monkeypatch.setattr(_onnx2tf_copy, "_scope_safe_names", lambda model: 0)
     onnx = paddle_named_onnx(tmp_path / "m.onnx")
     (tmp_path / "out").mkdir()
     convert = ConvertJob(

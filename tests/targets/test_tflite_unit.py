@@ -13,7 +13,7 @@ import pytest
 from edgeflow.core.errors import EdgeflowError, MissingDependency, RecipeError
 from edgeflow.core.specs import Quantization, TensorSpec
 from edgeflow.recipe import load_recipe
-from edgeflow.targets import _onnx2tf, backend, load_profile, tflite, tflite_micro
+from edgeflow.targets import _onnx2tf, _onnx2tf_copy, backend, load_profile, tflite, tflite_micro
 from edgeflow.targets._tflite_io import Quant
 from edgeflow.targets.base import ConvertJob
 from tests.conftest import DEMO_RECIPE, REPO
@@ -142,7 +142,7 @@ def test_onnx2tf_gets_constants_as_initializers_and_usable_output_names(tmp_path
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, str(tmp_path / "in.onnx"))
-    _onnx2tf._prepare(tmp_path / "in.onnx", tmp_path / "out.onnx")
+    _onnx2tf_copy.prepare(tmp_path / "in.onnx", tmp_path / "out.onnx")
     copy = onnx.load(str(tmp_path / "out.onnx"))
     assert [n.op_type for n in copy.graph.node] == ["Sub", "Relu", "Identity"]
     assert [t.name for t in copy.graph.initializer] == ["mean"]
@@ -156,7 +156,7 @@ def test_onnx2tf_gets_constants_as_initializers_and_usable_output_names(tmp_path
         np.testing.assert_array_equal(a, b)
     # nothing to change: the file is copied as it is
     onnx.save(copy, str(tmp_path / "clean.onnx"))
-    _onnx2tf._prepare(tmp_path / "clean.onnx", tmp_path / "again.onnx")
+    _onnx2tf_copy.prepare(tmp_path / "clean.onnx", tmp_path / "again.onnx")
     assert (tmp_path / "again.onnx").read_bytes() == (tmp_path / "clean.onnx").read_bytes()
 
 
@@ -170,14 +170,14 @@ def test_names_tensorflow_refuses_as_scopes_are_replaced_on_the_copy(tmp_path: P
     from tests.targets.conftest import paddle_named_onnx
 
     source = paddle_named_onnx(tmp_path / "in.onnx")
-    _onnx2tf._prepare(source, tmp_path / "out.onnx")
+    _onnx2tf_copy.prepare(source, tmp_path / "out.onnx")
     copy = onnx.load(str(tmp_path / "out.onnx"))
     names = [n.name for n in copy.graph.node]
     names += [t for n in copy.graph.node for t in (*n.input, *n.output)]
     assert all(re.fullmatch(r"[A-Za-z0-9_./-]+", n) for n in names), names
-    assert [i.name for i in copy.graph.input] == [_onnx2tf.scope_safe("@x:0")] == ["n_x__0"]
+    assert [i.name for i in copy.graph.input] == [_onnx2tf_copy.scope_safe("@x:0")] == ["n_x__0"]
     assert [o.name for o in copy.graph.output] == ["y"]
-    assert _onnx2tf.scope_safe("/stem/Conv_output_0") == "/stem/Conv_output_0"  # torch's
+    assert _onnx2tf_copy.scope_safe("/stem/Conv_output_0") == "/stem/Conv_output_0"  # torch's
     x = np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32)
     session = {m: ort.InferenceSession(str(tmp_path / m)) for m in ("in.onnx", "out.onnx")}
     want = session["in.onnx"].run(None, {"@x:0": x})[0]
@@ -198,7 +198,7 @@ def test_conv_transpose_gets_its_kernel_shape_for_onnx2tf(tmp_path: Path) -> Non
     x = [("x", TensorProto.FLOAT, [1, 6, 10, 10])]
     model = single("t", "ConvTranspose", x, {"w": w}, {"strides": [2, 2]}).model
     onnx.save(model, str(tmp_path / "m.onnx"))
-    _onnx2tf._prepare(tmp_path / "m.onnx", tmp_path / "copy.onnx")
+    _onnx2tf_copy.prepare(tmp_path / "m.onnx", tmp_path / "copy.onnx")
     [node] = onnx.load(str(tmp_path / "copy.onnx")).graph.node
     assert onnx.helper.get_node_attr_value(node, "kernel_shape") == [3, 2]
     assert not [
