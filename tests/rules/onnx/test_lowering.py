@@ -245,6 +245,36 @@ def test_a_whole_axis_gather_after_a_reshape_is_no_change() -> None:
     same_outputs(m, result.model, {"x": RNG.standard_normal((1, 6, 1, 1)).astype(np.float32)})
 
 
+@pytest.mark.parametrize(("index", "want"), [(-1, "b"), (0, "a")])
+def test_a_gather_from_one_input_of_a_concat_reads_that_input(index: int, want: str) -> None:
+    """torch's stacked LSTM: h_n = Concat(h_0, h_1) [2, 1, 32], then h_n[-1]; onnx2tf 1.28.8
+    converted that Gather to the wrong shape. The Concat goes, the Gather reads the input."""
+    nodes = [
+        helper.make_node("Concat", ["a", "b"], ["c"], axis=0),
+        helper.make_node("Gather", ["c", "i"], ["y"], axis=0),
+    ]
+    inputs = [("a", T.FLOAT, [1, 1, 32]), ("b", T.FLOAT, [1, 1, 32])]
+    m = model(nodes, inputs, [("y", T.FLOAT, None)], {"i": np.array(index)})
+    result = apply(GatherToSlice, m)
+    assert result.changed and ops(result.model) == {"Reshape": 1}
+    assert result.model.graph.node[0].input[0] == want
+    feeds = {k: RNG.standard_normal((1, 1, 32)).astype(np.float32) for k in "ab"}
+    same_outputs(m, result.model, feeds)
+    assert not apply(GatherToSlice, result.model).changed  # idempotent
+
+
+def test_a_gather_across_concat_inputs_keeps_the_concat() -> None:
+    nodes = [
+        helper.make_node("Concat", ["a", "b"], ["c"], axis=0),
+        helper.make_node("Gather", ["c", "i"], ["y"], axis=0),
+    ]
+    inputs = [("a", T.FLOAT, [2, 3]), ("b", T.FLOAT, [2, 3])]
+    m = model(nodes, inputs, [("y", T.FLOAT, None)], {"i": np.array([1, 2])})
+    result = apply(GatherToSlice, m)
+    assert ops(result.model) == {"Concat": 1, "Slice": 1, "Reshape": 1}
+    same_outputs(m, result.model, {k: RNG.standard_normal((2, 3)).astype(np.float32) for k in "ab"})
+
+
 def test_gather_of_scattered_indices_is_kept() -> None:
     node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
     m = model([node], [("x", T.FLOAT, [4, 3])], [("y", T.FLOAT, None)], {"i": np.array([0, 2, 3])})
