@@ -26,6 +26,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -303,7 +304,8 @@ def _save(path: Path, features: dict[str, np.ndarray], labels: np.ndarray) -> No
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, labels=labels, **features)
+            arrays: dict[str, Any] = {"labels": labels, **features}
+            np.savez(f, **arrays)
         os.replace(tmp, path)
     except OSError as exc:
         if tmp is not None:
