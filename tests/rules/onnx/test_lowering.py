@@ -332,6 +332,24 @@ def test_matmul_by_a_weight_becomes_gemm_with_the_following_bias() -> None:
     same_outputs(m, result.model, {"x": x}, atol=1e-5)
 
 
+def test_matmul_of_a_dynamic_batch_2d_input_becomes_gemm() -> None:
+    """Paddle-style: x [-1, 6] (a Reshape to [batch, -1]) @ W + b. Before, kept ("the input
+    shape is not static"), and the armnn precheck refused the MatMul that onnx2tf and Arm NN
+    then ran as a FULLY_CONNECTED with a bias."""
+    w = RNG.standard_normal((6, 5)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Add", ["h", "bias"], ["y"]),
+    ]
+    inits = {"w": w, "bias": RNG.standard_normal(5).astype(np.float32)}
+    m = model(nodes, [("x", T.FLOAT, ["batch", 6])], [("y", T.FLOAT, None)], inits)
+    result = apply(LowerMatMul, m)
+    assert result.matches == 1 and ops(result.model) == {"Gemm": 1}
+    same_outputs(m, result.model, {"x": RNG.standard_normal((3, 6)).astype(np.float32)}, atol=1e-5)
+    three_d = model(nodes, [("x", T.FLOAT, ["batch", 2, 6])], [("y", T.FLOAT, None)], inits)
+    assert outcomes(apply(LowerMatMul, three_d)) == [("kept", "h")]
+
+
 def test_attention_matmuls_become_mul_and_mean() -> None:
     nodes = [
         helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
