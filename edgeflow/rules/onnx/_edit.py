@@ -60,6 +60,10 @@ class Edit(Builder):
         for name, array in self.constants.items():
             self.shapes[name] = list(array.shape)
             self.ranks[name] = array.ndim
+        for node in graph.node:  # a Reshape to a computed shape of static length k: rank k
+            target = self.shapes.get(node.input[1]) if node.op_type == "Reshape" else None
+            if target is not None and len(target) == 1 and node.output[0] not in self.ranks:
+                self.ranks[node.output[0]] = target[0]
         self.producers = {name: node for node in graph.node for name in node.output}
         self.consumers: dict[str, list[Any]] = {}
         for node in graph.node:

@@ -348,6 +348,24 @@ def test_matmul_of_a_dynamic_batch_2d_input_becomes_gemm() -> None:
     same_outputs(m, result.model, {"x": RNG.standard_normal((3, 6)).astype(np.float32)}, atol=1e-5)
     three_d = model(nodes, [("x", T.FLOAT, ["batch", 2, 6])], [("y", T.FLOAT, None)], inits)
     assert outcomes(apply(LowerMatMul, three_d)) == [("kept", "h")]
+    # the rank of a Reshape to a computed shape (Shape -> Gather -> Concat([b, -1])), which
+    # shape inference leaves unknown, is the length of that shape
+    reshaped = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]),
+        helper.make_node("Concat", ["b1", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w"], ["h"]),
+        helper.make_node("Add", ["h", "bias"], ["y"]),
+    ]
+    extra = {"zero": np.array(0), "axes": np.array([0]), "rest": np.array([-1])}
+    m = model(reshaped, [("x", T.FLOAT, [1, 2, 3])], [("y", T.FLOAT, None)], inits | extra)
+    result = apply(LowerMatMul, m)
+    assert result.matches == 1 and "Gemm" in ops(result.model)
+    same_outputs(
+        m, result.model, {"x": RNG.standard_normal((1, 2, 3)).astype(np.float32)}, atol=1e-5
+    )
 
 
 def test_attention_matmuls_become_mul_and_mean() -> None:
