@@ -163,7 +163,7 @@ def _coverage_recipe(model: str, folder: Path) -> Path:
 def _findings(text: str) -> list[str]:
     """The operators of the precheck's table in a build's warning."""
     rows = [line.split("|") for line in text.splitlines() if line.strip().startswith("| ")]
-    return [r[1].strip() for r in rows[2:] if len(r) > 2 and "---" not in r[1]]
+    return [r[1].strip() for r in rows if len(r) > 2 and r[1].strip() != "Operator"]
 
 
 # Measured 2026-12-01 (docs/coverage.md, `python benchmarks/coverage.py --dev`): every
