@@ -18,6 +18,14 @@ that changed a prediction gives how close a call each was: the float model's top
 margin on that crop, in standard deviations of its logits, against the median over all
 crops (random weights leave some crops at near ties). `--calibration N` sets the number of
 calibration crops (default 16; the test split stays 16).
+
+`--dev` builds the second table instead: edgeflow's development models (DEV_RECIPES, shipped
+recipes in recipes/; needs no torchvision) on every CPU target in float32 and int8, each
+forced past the precheck (`precheck.continue_on_failure`) so that every cell says what the
+real converter and runtime do, and what the precheck had said. Add a model by adding its
+recipe's name to DEV_RECIPES.
+
+    python benchmarks/coverage.py --dev [--models speech_lstm_encoder] [--configs armnn:int8]
 """
 
 from __future__ import annotations
@@ -53,6 +61,11 @@ boards:
     ram_bytes: 8388608
 default_board: coverage_8m
 """
+# The development models' table (--dev): shipped recipes, by file stem in recipes/.
+DEV_RECIPES = ("speech_lstm_encoder", "digits_prelu", "digits_paddle_style")
+DEV_TARGETS = ("tflite", "tflite_micro", "armnn", "onnxruntime_micro")
+DEV_CONFIGS = tuple((t, m) for t in DEV_TARGETS for m in ("none", "int8"))
+REPO = Path(__file__).resolve().parent.parent
 FLOAT_TOLERANCE = 1e-3  # max |artifact - source| / max |source|, per output
 # --configs T:int8_fallback: int8 with quantization.fallback=auto and this agreement as budget
 FALLBACK_AGREEMENT = 0.99
@@ -86,12 +99,18 @@ verify:                           # metric agreement: no labels, random weights
 """
 
 
-def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) -> dict[str, Any]:
+def run_one(
+    recipe: Path, target: str, mode: str, cache: Any, build_root: Path, forced: bool = False
+) -> dict[str, Any]:
+    """One build as a table row; `forced`: past a failed precheck, whose verdict the row keeps
+    (`precheck`: passed or refused, None where the build stopped before it)."""
     from edgeflow.core.errors import EdgeflowError
     from edgeflow.engine.runner import run_build
     from edgeflow.recipe import load_recipe
 
     overrides: dict[str, Any] = {"target": target, "quantization.mode": mode}
+    if forced:
+        overrides["precheck.continue_on_failure"] = True
     if mode in ("int8", "int8_fallback"):
         overrides["verify.max_relative_diff"] = None  # reported, not a threshold
         overrides["verify.min_sqnr_db"] = None  # nor the int8 SQNR floor: benchmarks/int8.py
@@ -111,6 +130,7 @@ def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) 
         result = run_build(loaded, cache, build_root, echo=lines.append)
     except EdgeflowError as exc:
         row.update(status="failed", reason=_reason(exc.render()), detail=exc.render())
+        metrics = {}
     else:
         metrics = result.metrics
         agreement = metrics.get("agreement") or {}
@@ -122,7 +142,9 @@ def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) 
             size_bytes=metrics.get("size_bytes"),
             arena_bytes=metrics.get("arena_bytes"),
         )
-        if mode != "none" and agreement.get("top1") is not None:
+        accuracy = metrics.get("accuracy") or {}
+        row.update(accuracy=accuracy.get("artifact"), source_accuracy=accuracy.get("source"))
+        if mode != "none" and agreement.get("top1") is not None and not forced:
             row["flip_margins"] = flip_margins(loaded, result, cache)
         if metrics.get("not_verified"):
             row.update(
@@ -132,8 +154,19 @@ def run_one(recipe: Path, target: str, mode: str, cache: Any, build_root: Path) 
             row.update(status="failed", reason=_one_line(result.failed_checks[0]))
         else:
             row.update(status="verified", reason="")
+    row["precheck"] = precheck_verdict(lines, target)
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
+
+
+def precheck_verdict(lines: list[str], target: str) -> str | None:
+    """'passed' or 'refused' from a build's printed lines (a refusal is a warning when the
+    build is forced, replayed from the cache too); None when the precheck did not run."""
+    text = "\n".join(lines)
+    if f"does not pass the {target} precheck" in text:
+        return "refused"
+    ran = any(line.split()[:1] == ["precheck"] for line in lines)
+    return "passed" if ran else None
 
 
 def flip_margins(loaded: Any, result: Any, cache: Any) -> dict[str, Any]:
@@ -225,6 +258,41 @@ def render(rows: list[dict[str, Any]], configs: list[tuple[str, str]]) -> str:
     return "\n".join(out)
 
 
+def render_dev(rows: list[dict[str, Any]]) -> str:
+    """The development models' table: target x model, float32 (verified / max relative diff)
+    and int8 (its figures), each with the precheck's verdict where it refused."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    out = ["| target | " + " | ".join(models) + " |", "|---" * (len(models) + 1) + "|"]
+    for target in dict.fromkeys(r["target"] for r in rows):
+        cells = []
+        for model in models:
+            parts = []
+            for r in rows:
+                if (r["model"], r["target"]) != (model, target):
+                    continue
+                parts.append(_dev_cell(r))
+            cells.append("<br>".join(parts).replace("|", "/"))
+        out.append(f"| {target} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def _dev_cell(r: dict[str, Any]) -> str:
+    mode = "f32" if r["quantization"] == "none" else r["quantization"]
+    if r["status"] == "verified" or r.get("relative_diff") is not None:
+        text = f"{mode}: {r['status']}, rel {r['relative_diff']:.2g}"
+        if r["quantization"] != "none":
+            text += f", {r['sqnr_db']:.1f} dB" if r.get("sqnr_db") is not None else ""
+            text += f", top-1 {r['top1']:.3f}" if r.get("top1") is not None else ""
+            text += f", accuracy {r['accuracy']:.4f}" if r.get("accuracy") is not None else ""
+        if r["status"] != "verified":
+            text += f" ({r['reason']})"
+    else:
+        text = f"{mode}: failed: {r['reason']}"
+    if r.get("precheck") == "refused":
+        text += " [precheck refused]"
+    return text
+
+
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
     for dist in TOOLS:
@@ -237,8 +305,9 @@ def versions() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--configs", default=",".join(f"{t}:{m}" for t, m in CONFIGS))
+    parser.add_argument("--dev", action="store_true", help="the development models' table")
+    parser.add_argument("--models", default=None)
+    parser.add_argument("--configs", default=None)
     parser.add_argument("--size", type=int, default=128)
     # calibration crops (the test split stays 16): int8_fallback's search measures its budget
     # on them, and a budget of agreement >= 0.99 needs more samples than 16 to mean it
@@ -248,9 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from edgeflow.engine.cache import Cache
 
-    models = [m for m in args.models.split(",") if m]
-    configs = [tuple(c.split(":", 1)) for c in args.configs.split(",") if c]
+    default_models, default_configs = (DEV_RECIPES, DEV_CONFIGS) if args.dev else (MODELS, CONFIGS)
+    models = [m for m in (args.models or ",".join(default_models)).split(",") if m]
+    configs_text = args.configs or ",".join(f"{t}:{m}" for t, m in default_configs)
+    configs = [tuple(c.split(":", 1)) for c in configs_text.split(",") if c]
     work, out = args.work.resolve(), args.out.resolve()
+    if args.dev:
+        return dev_table(models, configs, work, out)
     (work / "targets").mkdir(parents=True, exist_ok=True)
     (work / "targets" / "tflite_micro.yaml").write_text(BOARD, encoding="utf-8")
     os.chdir(work)  # so that edgeflow finds targets/tflite_micro.yaml
@@ -276,6 +349,27 @@ def main(argv: list[str] | None = None) -> int:
         "versions": versions(),
         "rows": rows,
     }
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"\ncoverage.json: {out}")
+    return 0
+
+
+def dev_table(models: list[str], configs: list[tuple[str, str]], work: Path, out: Path) -> int:
+    """--dev: the shipped development recipes, forced past the precheck, one table."""
+    from edgeflow.engine.cache import Cache
+
+    work.mkdir(parents=True, exist_ok=True)
+    cache = Cache(work / "cache")
+    rows = []
+    for model in models:
+        for target, mode in configs:
+            recipe = REPO / "recipes" / f"{model}.yaml"
+            row = run_one(recipe, target, mode, cache, work / "build", forced=True)
+            rows.append(row)
+            status = f"{row['status']:<9} {row['seconds']:6.1f} s  {row['reason']}"
+            print(f"{model:<24} {target:<18} {mode:<5} {status}", flush=True)
+    print("\n" + render_dev(rows))
+    report = {"date": time.strftime("%Y-%m-%d"), "versions": versions(), "rows": rows}
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"\ncoverage.json: {out}")
     return 0

@@ -48,6 +48,7 @@ class Edit(Builder):
         except onnx.shape_inference.InferenceError:  # advisory: rules then skip the node
             inferred = model
         self.shapes: dict[str, list[int] | None] = {}
+        self.ranks: dict[str, int] = {}  # also where some dims are unknown
         self.dtypes: dict[str, int] = {}
         for value in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output):
             t = value.type.tensor_type
@@ -55,8 +56,15 @@ class Edit(Builder):
             dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
             static = t.HasField("shape") and all(d >= 0 for d in dims)
             self.shapes[value.name] = dims if static else None
+            if t.HasField("shape"):
+                self.ranks[value.name] = len(dims)
         for name, array in self.constants.items():
             self.shapes[name] = list(array.shape)
+            self.ranks[name] = array.ndim
+        for node in graph.node:  # a Reshape to a computed shape of static length k: rank k
+            target = self.shapes.get(node.input[1]) if node.op_type == "Reshape" else None
+            if target is not None and len(target) == 1 and node.output[0] not in self.ranks:
+                self.ranks[node.output[0]] = target[0]
         self.producers = {name: node for node in graph.node for name in node.output}
         self.consumers: dict[str, list[Any]] = {}
         for node in graph.node:
@@ -82,6 +90,10 @@ class Edit(Builder):
     def shape(self, name: str) -> list[int] | None:
         """The tensor's static shape, None when shape inference does not know every dim."""
         return self.shapes.get(name)
+
+    def rank(self, name: str) -> int | None:
+        """The tensor's rank where shape inference knows it, static or not."""
+        return self.ranks.get(name)
 
     def only_consumer(self, name: str) -> Any | None:
         """The single node reading a tensor that is not a graph output, else None."""

@@ -76,7 +76,7 @@ def _gather_to_slice(node: Any, e: Edit) -> str | None:
         return "the indices are not an increasing, evenly spaced run"
     start, count = int(flat[0]), int(flat.size)
     out_shape = [*shape[:axis], *indices.shape, *shape[axis + 1 :]]
-    x = node.input[0]
+    x, start, n = _concat_part(e, node.input[0], axis, start, start + step * (count - 1), n)
     if not (start == 0 and count == n and step == 1):
         x = e.slice(x, axis, start, start + step * (count - 1) + 1, step)
     else:
@@ -92,6 +92,30 @@ def _gather_to_slice(node: Any, e: Edit) -> str | None:
             return None
     e.reshape(x, out_shape, out=node.output[0])
     return None
+
+
+def _concat_part(e: Edit, x: str, axis: int, first: int, last: int, n: int) -> tuple[str, int, int]:
+    """Where `x` is a Concat on `axis` and the positions first..last lie in one of its inputs
+    (torch's stacked LSTM: h_n = Concat(h_0, h_1), then h_n[-1]), that input, the start within
+    it and its size on the axis; else `x` as it is. onnx2tf 1.28.8 converts such a Gather of a
+    3-D Concat to a tensor of the wrong shape."""
+    producer = e.producers.get(x)
+    if producer is None or producer.op_type != "Concat" or int(attr(producer, "axis", 0)) < 0:
+        return x, first, n
+    if int(attr(producer, "axis", 0)) != axis:
+        return x, first, n
+    offset = 0
+    for part in producer.input:
+        part_shape = e.shape(part)
+        if part_shape is None or len(part_shape) <= axis:
+            return x, first, n
+        size = part_shape[axis]
+        if offset <= first and last < offset + size:
+            if e.only_consumer(x) is not None:
+                e.removed.add(x)
+            return part, first - offset, size
+        offset += size
+    return x, first, n
 
 
 class SliceRank(NodeRule):

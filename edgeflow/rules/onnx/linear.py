@@ -35,7 +35,8 @@ class LowerMatMul(NodeRule):
     """Arm NN 22's TfLite parser rejects a FULLY_CONNECTED without a bias, which onnx2tf
     writes for a MatMul by a weight, and has no BATCH_MATMUL. A MatMul by a constant 2-D
     weight takes the bias of the Add that follows it (or 2^-126, which changes no sum above
-    2e-31) and becomes Gemm for a 2-D input, else a 1x1 Conv over the input viewed as
+    2e-31) and becomes Gemm for a 2-D input (static or not: a Paddle-style Reshape to
+    [batch, -1] before the classifier), else a 1x1 Conv over the input viewed as
     [B, K, rest, 1] (TensorFlow's converter would fuse Reshape/Gemm/Reshape into a
     FULLY_CONNECTED with keep_num_dims, which Arm NN 22 refuses): exact. A MatMul of
     two computed tensors (attention's Q K^T and A V), with static shapes and equal batch dims,
@@ -79,8 +80,11 @@ class LowerMatMul(NodeRule):
 
 def _matmul_gemm(node: Any, e: Edit, weight: np.ndarray) -> str | None:
     shape = e.shape(node.input[0])
-    if shape is None or len(shape) < 2:
-        return "the input shape is not static (or is 1-D)"
+    rank = len(shape) if shape is not None else e.rank(node.input[0])
+    if rank is None or rank < 2:
+        return "the input's rank is not known (or it is 1-D)"
+    if shape is None and rank > 2:  # a 2-D input becomes a Gemm whatever its dims
+        return "the input shape is not static (and it is above 2-D)"
     n = weight.shape[1]
     out, bias = node.output[0], None
     reader = e.only_consumer(out)
@@ -89,12 +93,13 @@ def _matmul_gemm(node: Any, e: Edit, weight: np.ndarray) -> str | None:
         value = e.constants.get(other)
         # a bias of shape [N] (or [1, .., N] adding no dims), not one that broadcasts wider
         fits = value is not None and value.shape[-1:] == (n,) and value.size == n
-        if fits and value is not None and value.ndim <= len(shape):
+        if fits and value is not None and value.ndim <= rank:
             bias, out = value.reshape(n).astype(weight.dtype), reader.output[0]
             e.removed.add(out)
-    if len(shape) == 2:
+    if rank == 2:
         e.gemm(node.input[0], weight, bias, out=out)
     else:
+        assert shape is not None
         e.linear(node.input[0], shape, len(shape) - 1, weight, bias, out=out)
     return None
 

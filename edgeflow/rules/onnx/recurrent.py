@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 # The activations each op's equations name, in the attribute's order (per direction).
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
 GATES = {"LSTM": 4, "GRU": 3}  # W's row blocks: LSTM i, o, f, c; GRU z, r, h
+# TFLite Micro's CONCATENATION takes at most 10 inputs (kernels/concatenation.cc kMaxInputNum:
+# an 13-step Y failed to prepare): Y of a longer sequence is a Concat of Concats.
+MAX_CONCAT_INPUTS = 10
 
 
 class UnrollRecurrent(NodeRule):
@@ -165,6 +168,12 @@ def _unroll(node: Any, e: Edit, max_steps: int) -> str | None:
 
 
 def _concat(e: Edit, pieces: list[str], axis: int) -> str:
+    """Concat of the pieces, nested so that no Concat takes more than MAX_CONCAT_INPUTS."""
+    while len(pieces) > MAX_CONCAT_INPUTS:
+        groups = [
+            pieces[i : i + MAX_CONCAT_INPUTS] for i in range(0, len(pieces), MAX_CONCAT_INPUTS)
+        ]
+        pieces = [g[0] if len(g) == 1 else e.op("Concat", *g, axis=axis) for g in groups]
     return pieces[0] if len(pieces) == 1 else e.op("Concat", *pieces, axis=axis)
 
 

@@ -245,6 +245,36 @@ def test_a_whole_axis_gather_after_a_reshape_is_no_change() -> None:
     same_outputs(m, result.model, {"x": RNG.standard_normal((1, 6, 1, 1)).astype(np.float32)})
 
 
+@pytest.mark.parametrize(("index", "want"), [(-1, "b"), (0, "a")])
+def test_a_gather_from_one_input_of_a_concat_reads_that_input(index: int, want: str) -> None:
+    """torch's stacked LSTM: h_n = Concat(h_0, h_1) [2, 1, 32], then h_n[-1]; onnx2tf 1.28.8
+    converted that Gather to the wrong shape. The Concat goes, the Gather reads the input."""
+    nodes = [
+        helper.make_node("Concat", ["a", "b"], ["c"], axis=0),
+        helper.make_node("Gather", ["c", "i"], ["y"], axis=0),
+    ]
+    inputs = [("a", T.FLOAT, [1, 1, 32]), ("b", T.FLOAT, [1, 1, 32])]
+    m = model(nodes, inputs, [("y", T.FLOAT, None)], {"i": np.array(index)})
+    result = apply(GatherToSlice, m)
+    assert result.changed and ops(result.model) == {"Reshape": 1}
+    assert result.model.graph.node[0].input[0] == want
+    feeds = {k: RNG.standard_normal((1, 1, 32)).astype(np.float32) for k in "ab"}
+    same_outputs(m, result.model, feeds)
+    assert not apply(GatherToSlice, result.model).changed  # idempotent
+
+
+def test_a_gather_across_concat_inputs_keeps_the_concat() -> None:
+    nodes = [
+        helper.make_node("Concat", ["a", "b"], ["c"], axis=0),
+        helper.make_node("Gather", ["c", "i"], ["y"], axis=0),
+    ]
+    inputs = [("a", T.FLOAT, [2, 3]), ("b", T.FLOAT, [2, 3])]
+    m = model(nodes, inputs, [("y", T.FLOAT, None)], {"i": np.array([1, 2])})
+    result = apply(GatherToSlice, m)
+    assert ops(result.model) == {"Concat": 1, "Slice": 1, "Reshape": 1}
+    same_outputs(m, result.model, {k: RNG.standard_normal((2, 3)).astype(np.float32) for k in "ab"})
+
+
 def test_gather_of_scattered_indices_is_kept() -> None:
     node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
     m = model([node], [("x", T.FLOAT, [4, 3])], [("y", T.FLOAT, None)], {"i": np.array([0, 2, 3])})
@@ -300,6 +330,42 @@ def test_matmul_by_a_weight_becomes_gemm_with_the_following_bias() -> None:
         assert len(gemm.input) == 3 and numpy_helper.to_array(biases[gemm.input[2]]).all()
     x = RNG.standard_normal((2, 4, 6)).astype(np.float32)
     same_outputs(m, result.model, {"x": x}, atol=1e-5)
+
+
+def test_matmul_of_a_dynamic_batch_2d_input_becomes_gemm() -> None:
+    """Paddle-style: x [-1, 6] (a Reshape to [batch, -1]) @ W + b. Before, kept ("the input
+    shape is not static"), and the armnn precheck refused the MatMul that onnx2tf and Arm NN
+    then ran as a FULLY_CONNECTED with a bias."""
+    w = RNG.standard_normal((6, 5)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Add", ["h", "bias"], ["y"]),
+    ]
+    inits = {"w": w, "bias": RNG.standard_normal(5).astype(np.float32)}
+    m = model(nodes, [("x", T.FLOAT, ["batch", 6])], [("y", T.FLOAT, None)], inits)
+    result = apply(LowerMatMul, m)
+    assert result.matches == 1 and ops(result.model) == {"Gemm": 1}
+    same_outputs(m, result.model, {"x": RNG.standard_normal((3, 6)).astype(np.float32)}, atol=1e-5)
+    three_d = model(nodes, [("x", T.FLOAT, ["batch", 2, 6])], [("y", T.FLOAT, None)], inits)
+    assert outcomes(apply(LowerMatMul, three_d)) == [("kept", "h")]
+    # the rank of a Reshape to a computed shape (Shape -> Gather -> Concat([b, -1])), which
+    # shape inference leaves unknown, is the length of that shape
+    reshaped = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]),
+        helper.make_node("Concat", ["b1", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w"], ["h"]),
+        helper.make_node("Add", ["h", "bias"], ["y"]),
+    ]
+    extra = {"zero": np.array(0), "axes": np.array([0]), "rest": np.array([-1])}
+    m = model(reshaped, [("x", T.FLOAT, [1, 2, 3])], [("y", T.FLOAT, None)], inits | extra)
+    result = apply(LowerMatMul, m)
+    assert result.matches == 1 and "Gemm" in ops(result.model)
+    same_outputs(
+        m, result.model, {"x": RNG.standard_normal((1, 2, 3)).astype(np.float32)}, atol=1e-5
+    )
 
 
 def test_attention_matmuls_become_mul_and_mean() -> None:

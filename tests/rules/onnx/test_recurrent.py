@@ -154,3 +154,15 @@ def test_torch_export_zero_state_is_dropped(cell: type) -> None:
         )
     unrolled = check(onnx.load_from_string(buffer.getvalue()))
     assert not {"Expand", "Shape"} & set(ops(unrolled))
+
+
+def test_a_long_sequence_is_assembled_by_concats_of_at_most_ten_inputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TFLite Micro's CONCATENATION takes at most 10 inputs: a 13-step Y failed to prepare."""
+    import tests.rules.onnx.test_recurrent as this
+
+    monkeypatch.setattr(this, "STEPS", 23)
+    unrolled = check(recurrent("LSTM", "bidirectional"))
+    widths = [len(n.input) for n in unrolled.graph.node if n.op_type == "Concat"]
+    assert max(widths) <= 10 and len(widths) > 3
