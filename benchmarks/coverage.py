@@ -62,7 +62,7 @@ boards:
 default_board: coverage_8m
 """
 # The development models' table (--dev): shipped recipes, by file stem in recipes/.
-DEV_RECIPES = ("speech_lstm_encoder", "digits_prelu", "digits_paddle_style")
+DEV_RECIPES = ("speech_lstm_encoder", "digits_prelu", "digits_paddle_style", "streaming_keywords")
 DEV_TARGETS = ("tflite", "tflite_micro", "armnn", "onnxruntime_micro")
 DEV_CONFIGS = tuple((t, m) for t in DEV_TARGETS for m in ("none", "int8"))
 REPO = Path(__file__).resolve().parent.parent
