@@ -99,6 +99,10 @@ def fold(model: onnx.ModelProto, max_elements: int) -> list[Site]:
             kept_nodes.append(node)
             continue
         results = _evaluate(node, values, opsets.get("", 0))
+        if results is None:  # SequenceEmpty, SequenceConstruct, Optional: no tensor to store
+            sites.append(Site.kept(name, f"{node.op_type} makes a sequence or optional"))
+            kept_nodes.append(node)
+            continue
         too_big = [r.size for r in results if r.size > max_elements]
         if too_big:
             sites.append(Site.kept(name, f"{max(too_big)} elements (max_elements {max_elements})"))
@@ -127,8 +131,9 @@ def fold(model: onnx.ModelProto, max_elements: int) -> list[Site]:
     return sites
 
 
-def _evaluate(node: Any, values: dict[str, Any], opset: int) -> list[Any]:
-    """The node's outputs on its constant inputs, by onnx's reference evaluator."""
+def _evaluate(node: Any, values: dict[str, Any], opset: int) -> list[Any] | None:
+    """The node's outputs on its constant inputs, by onnx's reference evaluator; None where
+    one is not a tensor (a sequence: an initializer cannot hold it)."""
     import numpy as np
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
@@ -145,4 +150,6 @@ def _evaluate(node: Any, values: dict[str, Any], opset: int) -> list[Any]:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     results = ReferenceEvaluator(model).run(None, feeds)
+    if not all(isinstance(r, np.ndarray | np.generic) for r in results):
+        return None
     return [np.asarray(r) for r in results]

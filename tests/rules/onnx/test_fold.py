@@ -93,3 +93,29 @@ def test_random_ops_large_outputs_and_graph_outputs_stay() -> None:
     folded = apply(FoldConstants, m)
     assert wheres(folded, Status.CHANGED) == ["big", "s"]
     assert ops(folded.model) == {"RandomNormal": 1, "Add": 3, "Neg": 1, "DequantizeLinear": 1}
+
+
+def test_a_sequence_is_not_folded_into_a_tensor() -> None:
+    """SequenceEmpty has no inputs, so all its inputs are constant, but its value is a
+    sequence, which no initializer holds: kept (TorchScript's list feeding a Loop)."""
+    from onnx import TensorProto, helper
+
+    from edgeflow.rules.onnx.fold import fold
+
+    nodes = [
+        helper.make_node("SequenceEmpty", [], ["seq"], dtype=TensorProto.FLOAT),
+        helper.make_node("SequenceInsert", ["seq", "x"], ["seq2"]),
+        helper.make_node("ConcatFromSequence", ["seq2"], ["y"], axis=0),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    model = helper.make_model(
+        helper.make_graph(nodes, "seq", [x], [y]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    sites = fold(model, 1 << 18)
+    assert [n.op_type for n in model.graph.node] == [
+        "SequenceEmpty",
+        "SequenceInsert",
+        "ConcatFromSequence",
+    ]
+    assert [s.message for s in sites] == ["SequenceEmpty makes a sequence or optional"]
