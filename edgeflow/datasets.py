@@ -82,15 +82,3 @@ def synthetic_keywords(
 
     features, labels = speech.keywords(split, per_class)
     return {input_name: np.ascontiguousarray(features[:, None]), "label": labels}
-
-
-def keyword_log_mel(
-    split: str = "train", input_name: str = "log_mel", per_class: int | None = None
-) -> dict[str, np.ndarray]:
-    """The keyword spotter's speech (synthetic_keywords: the same clips and labels) as log mel
-    frames {input_name: (N, 49, 40) float32, frames x mel bands, 'label': (N,) int64}: the
-    input of a recurrent encoder (edgeflow.zoo.devmodels.SpeechLSTMEncoder)."""
-    from edgeflow import speech
-
-    features, labels = speech.keywords(split, per_class, features="log_mel")
-    return {input_name: np.ascontiguousarray(features), "label": labels}

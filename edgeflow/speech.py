@@ -26,7 +26,6 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -72,7 +71,6 @@ FRAME, HOP, NFFT, MEL_BANDS, COEFFS = 640, 320, 1024, 40, 10
 FRAMES = 1 + (CLIP - FRAME) // HOP
 MEL_RANGE = (20.0, 4000.0)
 LOG_FLOOR = 1e-6
-FEATURES = ("mfcc", "log_mel")  # what keywords() serves; the cache holds both
 
 
 def split_variants(split: str) -> tuple[str, ...]:
@@ -128,14 +126,8 @@ def plan(split: str, per_class: int) -> list[Utterance]:
     return [items[i] for i in order]
 
 
-def keywords(
-    split: str, per_class: int | None = None, features: str = "mfcc"
-) -> tuple[np.ndarray, np.ndarray]:
-    """(features, labels (N,) int64) of a split, from the cache or made now: `features` "mfcc"
-    (N, 49, 10) float32, or "log_mel" (N, 49, 40) float32, the log mel energies the MFCC are
-    the DCT of."""
-    if features not in FEATURES:
-        raise ValueError(f"unknown features '{features}' (choose {', '.join(FEATURES)})")
+def keywords(split: str, per_class: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(features (N, 49, 10) float32, labels (N,) int64) of a split, from the cache or made now."""
     _check_split(split)
     per_class = SPLIT_PER_CLASS[split] if per_class is None else per_class
     if per_class < 1:
@@ -149,15 +141,14 @@ def keywords(
     path = cache_dir() / f"{split}-{per_class}-{key.hexdigest()[:16]}.npz"
     if path.exists():
         with np.load(path, allow_pickle=False) as npz:
-            return npz[features], npz["labels"]
+            return npz["features"], npz["labels"]
     items = plan(split, per_class)
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         audio = np.stack(list(pool.map(lambda u: render(u, espeak), items)))
-    mel = log_mel(audio)
-    made = {"mfcc": mfcc_of(mel), "log_mel": mel.astype(np.float32)}
+    features = mfcc(audio)
     labels = np.array([u.label for u in items], dtype=np.int64)
-    _save(path, made, labels)
-    return made[features], labels
+    _save(path, features, labels)
+    return features, labels
 
 
 def cache_dir() -> Path:
@@ -217,20 +208,10 @@ def colored_noise(kind: str, rng: np.random.Generator) -> np.ndarray:
 def mfcc(audio: np.ndarray) -> np.ndarray:
     """(N, 16000) audio -> (N, 49, 10) float32 MFCC: Hann-windowed 40 ms frames every 20 ms,
     power spectrum, 40 mel bands (20 Hz-4 kHz), natural log, orthonormal DCT-II."""
-    return mfcc_of(log_mel(audio))
-
-
-def log_mel(audio: np.ndarray) -> np.ndarray:
-    """(N, 16000) audio -> (N, 49, 40) float64 log mel energies: Hann-windowed 40 ms frames
-    every 20 ms, power spectrum, 40 mel bands (20 Hz-4 kHz), natural log."""
     idx = np.arange(FRAME)[None, :] + HOP * np.arange(FRAMES)[:, None]
     frames = audio[:, idx] * np.hanning(FRAME)  # (N, 49, 640)
     power = np.abs(np.fft.rfft(frames, NFFT)) ** 2
-    return np.log(power @ mel_filterbank().T + LOG_FLOOR)
-
-
-def mfcc_of(mel: np.ndarray) -> np.ndarray:
-    """(N, 49, 40) log mel energies -> (N, 49, 10) float32 MFCC (orthonormal DCT-II)."""
+    mel = np.log(power @ mel_filterbank().T + LOG_FLOOR)  # (N, 49, 40)
     return (mel @ dct_matrix().T).astype(np.float32)
 
 
@@ -296,7 +277,7 @@ def _check_split(split: str) -> None:
         raise ValueError(f"unknown split '{split}' (choose {', '.join(SPLIT_SEEDS)})")
 
 
-def _save(path: Path, features: dict[str, np.ndarray], labels: np.ndarray) -> None:
+def _save(path: Path, features: np.ndarray, labels: np.ndarray) -> None:
     """Write atomically, so concurrent builds never read a half-written file. A cache that
     cannot be written costs time, not correctness: it warns and goes on."""
     tmp = None
@@ -304,8 +285,7 @@ def _save(path: Path, features: dict[str, np.ndarray], labels: np.ndarray) -> No
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
         with os.fdopen(fd, "wb") as f:
-            arrays: dict[str, Any] = {"labels": labels, **features}
-            np.savez(f, **arrays)
+            np.savez(f, features=features, labels=labels)
         os.replace(tmp, path)
     except OSError as exc:
         if tmp is not None:

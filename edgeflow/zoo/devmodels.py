@@ -93,6 +93,58 @@ class DigitsPReLU(nn.Module):
         return self.classifier(self.hidden(x))
 
 
+def keyword_log_mel(
+    split: str = "train", input_name: str = "log_mel", per_class: int | None = None
+) -> dict[str, np.ndarray]:
+    """The keyword spotter's speech (edgeflow.speech: the same clips and labels as
+    edgeflow.datasets:synthetic_keywords) as log mel frames {input_name: (N, 49, 40) float32,
+    frames x mel bands, 'label': (N,) int64}: the input of SpeechLSTMEncoder. Made here, not in
+    edgeflow.speech, which the demo weights' training depends on; cached beside its splits."""
+    import hashlib
+    import os
+    import subprocess
+    import tempfile
+
+    from edgeflow import speech
+
+    speech._check_split(split)
+    per_class = speech.SPLIT_PER_CLASS[split] if per_class is None else per_class
+    espeak = speech._espeak()
+    version = subprocess.run([espeak, "--version"], capture_output=True, text=True, check=True)
+    key = hashlib.sha256(Path(speech.__file__).read_bytes() + Path(__file__).read_bytes())
+    key.update(f"{version.stdout.strip()}|{split}|{per_class}|log_mel".encode())
+    path = speech.cache_dir() / f"log_mel-{split}-{per_class}-{key.hexdigest()[:16]}.npz"
+    if path.exists():
+        with np.load(path, allow_pickle=False) as npz:
+            mel, labels = npz["log_mel"], npz["labels"]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        items = speech.plan(split, per_class)
+        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+            audio = np.stack(list(pool.map(lambda u: speech.render(u, espeak), items)))
+        mel = log_mel(audio)
+        labels = np.array([u.label for u in items], dtype=np.int64)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, log_mel=mel, labels=labels)
+        os.replace(tmp, path)  # whole, or not there: concurrent builds never read half a file
+    return {input_name: np.ascontiguousarray(mel), "label": labels}
+
+
+def log_mel(audio: np.ndarray) -> np.ndarray:
+    """(N, 16000) audio -> (N, 49, 40) float32 log mel energies, as edgeflow.speech.mfcc
+    computes them before its DCT: Hann-windowed 40 ms frames every 20 ms, power spectrum, 40
+    mel bands (20 Hz-4 kHz), natural log."""
+    from edgeflow import speech
+
+    idx = np.arange(speech.FRAME)[None, :] + speech.HOP * np.arange(speech.FRAMES)[:, None]
+    frames = audio[:, idx] * np.hanning(speech.FRAME)
+    power = np.abs(np.fft.rfft(frames, speech.NFFT)) ** 2
+    return np.log(power @ speech.mel_filterbank().T + speech.LOG_FLOOR).astype(np.float32)
+
+
 def paddle_style_onnx(seed: int = 0, channels: int = 8) -> Any:
     """image [-1, 1, 8, 8] -> Conv 3x3 + Relu -> Conv 3x3 stride 2 + Relu -> [-1, 2c, 4, 4],
     flattened as Paddle2ONNX writes it (Shape -> Gather(0) -> Unsqueeze -> Concat with [-1] ->
