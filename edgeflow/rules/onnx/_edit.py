@@ -33,6 +33,7 @@ class Edit(Builder):
 
         super().__init__(model)
         self.model = model
+        self._types: dict[str, Any] | None = None  # tensor_types(model), for `folded`
         self.removed: set[str] = set()  # node outputs whose nodes a replacement took over
         graph = model.graph
         self.constants: dict[str, np.ndarray] = {
@@ -80,7 +81,9 @@ class Edit(Builder):
             from edgeflow.core.onnxgraph import tensor_types
             from edgeflow.rules.onnx.fold_if import evaluate_constant
 
-            value = evaluate_constant(self.model, name, self.constants, tensor_types(self.model))
+            if self._types is None:  # shape inference once per edit, on the first call
+                self._types = tensor_types(self.model)
+            value = evaluate_constant(self.model, name, self.constants, self._types)
             if value is None:
                 return None
             self.constants[name] = value
