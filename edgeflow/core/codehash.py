@@ -32,6 +32,14 @@ def file_sha256(path: Path) -> str:
     return _sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
 
 
+def tree_sha256(folder: Path) -> str:
+    """Content hash of a folder (a SavedModel): every file's path inside it and its hash."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f"{path.relative_to(folder).as_posix()}\0{file_sha256(path)}\n".encode())
+    return h.hexdigest()
+
+
 @lru_cache(maxsize=4096)
 def _sha256(path: str, size: int, mtime_ns: int) -> str:
     h = hashlib.sha256()

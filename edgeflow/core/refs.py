@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeflow.core.codehash import closure_files, digest, file_sha256, find_spec
+from edgeflow.core.codehash import closure_files, digest, file_sha256, find_spec, tree_sha256
 from edgeflow.core.errors import EdgeflowError
 
-__all__ = ["ImportRef", "file_sha256", "top_level_names"]
+__all__ = ["ImportRef", "file_sha256", "top_level_names", "tree_sha256"]
 
 
 # reference -> the hashes of its closure's files when this process last loaded it

@@ -30,6 +30,7 @@ from edgeflow.core.specbase import (
     CodeRef,
     RecipeFile,
     Strict,
+    _base_dir,
     _existing_file,
     _import_ref,
     user_error,
@@ -79,6 +80,102 @@ class OnnxSource(Strict):
 
     @model_validator(mode="after")
     def _signatures(self) -> OnnxSource:
+        return _check_signatures(self)
+
+
+# A SavedModel folder holds one of these; a .keras file is Keras 3's whole-model format
+# (.h5 its legacy one).
+SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+KERAS_SUFFIXES = (".keras", ".h5")
+
+
+def _tf_model(value: Any, info: ValidationInfo) -> Path | ImportRef:
+    """A SavedModel folder, a .keras file, or a builder `file.py:fn` / `pkg.module:fn`."""
+    if not isinstance(value, str):
+        raise user_error(
+            f"expected a SavedModel folder, a .keras file or 'module:function' (got {value!r:.80})"
+        )
+    path = (_base_dir(info) / value).resolve()
+    if ":" in value and not path.exists():
+        return _import_ref(value, info)
+    if path.is_dir():
+        if not any((path / name).is_file() for name in SAVED_MODEL_FILES):
+            raise user_error(
+                f"{value} is a folder without saved_model.pb: not a SavedModel",
+                "name the folder tf.saved_model.save / model.export wrote, a .keras file, or "
+                "a 'module:function' that builds the model",
+            )
+        return path
+    if path.suffix not in KERAS_SUFFIXES:
+        raise user_error(
+            f"{value}: a tensorflow source is a SavedModel folder, a .keras (or .h5) file or "
+            "a 'module:function' returning a Keras model",
+            "save the model with model.save('model.keras') or model.export('saved_model')",
+        )
+    return _existing_file(value, info)
+
+
+class TensorFlowSource(Strict):
+    """A Keras model or SavedModel: loaded with TensorFlow, converted by TensorFlow's own TFLite
+    converter (convert.via: native) or through tf2onnx into the ONNX pipeline (via: onnx)."""
+
+    kind: Literal["tensorflow"]
+    model: Annotated[Path | ImportRef, BeforeValidator(_tf_model)]
+    init: dict[str, Any] = Field(default_factory=dict)  # the builder function's arguments
+    weights: RecipeFile | None = None  # a Keras weights file (.weights.h5), loaded by name
+    inputs: list[TensorSpec] = Field(min_length=1)
+    outputs: list[str] | None = None
+    state: list[StateLink] = Field(default_factory=list, max_length=16)
+    dynamic_batch: DynamicBatch | None = None
+
+    @property
+    def builder(self) -> ImportRef | None:
+        return self.model if isinstance(self.model, ImportRef) else None
+
+    @model_validator(mode="after")
+    def _signatures(self) -> TensorFlowSource:
+        saved_model = isinstance(self.model, Path) and self.model.is_dir()
+        if self.init and self.builder is None:
+            raise user_error(
+                "init: passes arguments to a builder function; this source is a saved file",
+                "remove init:, or name a 'module:function' that builds the model",
+                at="init",
+            )
+        if self.weights is not None and saved_model:
+            raise user_error(
+                "a SavedModel holds its own weights: weights: would not be used",
+                "remove weights:, or build the model with a 'module:function' and load them",
+                at="weights",
+            )
+        if self.dynamic_batch is not None:
+            raise user_error(
+                "dynamic_batch is not supported for tensorflow sources yet",
+                "remove it: the build takes the declared batch size",
+                at="dynamic_batch",
+            )
+        return _check_signatures(self)
+
+
+class JaxSource(Strict):
+    """A JAX function and its parameters (a Flax module's apply and variables), exported to
+    ONNX with jax2onnx, then the ONNX pipeline."""
+
+    kind: Literal["jax"]
+    model: CodeRef  # a function returning (apply_fn, params); apply_fn(params, *inputs)
+    init: dict[str, Any] = Field(default_factory=dict)  # its arguments
+    inputs: list[TensorSpec] = Field(min_length=1)
+    outputs: list[str] | None = None
+    state: list[StateLink] = Field(default_factory=list, max_length=16)
+    dynamic_batch: DynamicBatch | None = None
+
+    @model_validator(mode="after")
+    def _signatures(self) -> JaxSource:
+        if self.dynamic_batch is not None:
+            raise user_error(
+                "dynamic_batch is not supported for jax sources yet",
+                "remove it: the export takes the declared batch size",
+                at="dynamic_batch",
+            )
         return _check_signatures(self)
 
 
@@ -169,7 +266,31 @@ def batch_size(specs: list[TensorSpec]) -> int:
     return spec.shape[spec.batch_axis]
 
 
-Source = Annotated[PyTorchSource | OnnxSource, Field(discriminator="kind")]
+Source = Annotated[
+    PyTorchSource | OnnxSource | TensorFlowSource | JaxSource, Field(discriminator="kind")
+]
+SOURCE_KINDS = ("pytorch", "onnx", "tensorflow", "jax")
+
+
+class ConvertOptions(Strict):
+    """How a TensorFlow source reaches the target: TensorFlow's own TFLite converter
+    (native: the TFLite family only) or tf2onnx and the ONNX pipeline (onnx). Unset: native
+    for the TFLite family, onnx for the other targets."""
+
+    via: Literal["native", "onnx"] | None = None
+
+
+# The backends TensorFlow's TFLite converter builds for (their artifact is a .tflite).
+NATIVE_BACKENDS = ("tflite", "tflite_micro", "armnn")
+
+
+def conversion_path(kind: str, via: str | None, backend: str) -> str:
+    """The pipeline a source of this kind takes to a target of this backend: its kind, or
+    for a tensorflow source `tensorflow` (through ONNX) or `tensorflow_native`."""
+    if kind != "tensorflow":
+        return kind
+    native = via == "native" or (via is None and backend in NATIVE_BACKENDS)
+    return "tensorflow_native" if native else "tensorflow"
 
 
 def _dataset_ref(value: Any, info: ValidationInfo) -> ImportRef | Path:

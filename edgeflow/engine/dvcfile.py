@@ -64,23 +64,23 @@ class PlannedStage:
         return bool(self.published)
 
 
-def plan(
-    recipe_path: Path, builds: list[str], loaded: LoadedRecipe, root: Path
-) -> list[PlannedStage]:
-    """The DVC stages of one recipe: shared stages once, then each build's own, in run order."""
-    from edgeflow.engine.pipeline import load_pipeline
+def plan(recipe_path: Path, builds: dict[str, LoadedRecipe], root: Path) -> list[PlannedStage]:
+    """The DVC stages of one recipe: shared stages once, then each build's own, in run order.
+    `builds`: each build's recipe (its pipeline may differ: a tensorflow source converts
+    natively for the TFLite family and through ONNX for the other targets)."""
+    from edgeflow.engine.pipeline import load_pipeline, pipeline_name
     from edgeflow.engine.runner import PUBLISHED_SLOTS, seed_slots
 
-    pipeline = load_pipeline(loaded.recipe.source.kind, root)
     stem = recipe_path.stem
-    seeds = {
-        slot: _relative(s.path, root) for slot, s in seed_slots(loaded, pipeline.seeds).items()
-    }
-    per_build_stage = {
-        s.name: any(r.split(".")[0] in BUILD_READS for r in s.reads) for s in pipeline.stages
-    }
     planned: dict[str, PlannedStage] = {}
-    for build in builds:
+    for build, loaded in builds.items():
+        pipeline = load_pipeline(pipeline_name(loaded), root)
+        seeds = {
+            slot: _relative(s.path, root) for slot, s in seed_slots(loaded, pipeline.seeds).items()
+        }
+        per_build_stage = {
+            s.name: any(r.split(".")[0] in BUILD_READS for r in s.reads) for s in pipeline.stages
+        }
         # slot -> (path, producing stage's out folder or None, made per build)
         slots: dict[str, tuple[Path, Path | None, bool]] = {
             slot: (path, None, False) for slot, path in seeds.items()
@@ -161,10 +161,9 @@ def init(
             if spec.recipes is None or recipe_path.stem in spec.recipes
         ]
         # every build must load (a build its target cannot make is an error here, not later)
-        for build in builds:
-            load_recipe(recipe_path, params.overrides(build), root)
+        loaded_builds = {b: load_recipe(recipe_path, params.overrides(b), root) for b in builds}
         loaded = load_recipe(recipe_path, None, root)
-        for planned in plan(recipe_path, builds, loaded, root):
+        for planned in plan(recipe_path, loaded_builds, root):
             stages[planned.name] = _dvc_stage(planned, recipe_path, loaded, root)
             if planned.last:
                 metrics.append((planned.out / "metrics.json").as_posix())
@@ -296,7 +295,9 @@ def _referenced_files(loaded: LoadedRecipe, planned: PlannedStage, root: Path) -
                 value = getattr(value, part)
             walk(value)
     resolved = (p.resolve() for p in files)
-    return {p.relative_to(root) for p in resolved if p.is_file() and p.is_relative_to(root)}
+    return {  # a folder (a SavedModel) is one DVC dependency
+        p.relative_to(root) for p in resolved if p.exists() and p.is_relative_to(root)
+    }
 
 
 def _plots(build_dir: Path) -> list[dict[str, Any]]:

@@ -36,11 +36,12 @@ def run_stage(
     recipe_path = (root / recipe).resolve()
     params = read_params(root) or Params()
     builds = [build] if build else list(params.builds)
-    loaded = load_recipe(recipe_path, params.overrides(builds[0]), root)
+    loaded_builds = {b: load_recipe(recipe_path, params.overrides(b), root) for b in builds}
+    loaded = loaded_builds[builds[0]]
     wanted = (
         f"{recipe_path.stem}.{build}.{stage_name}" if build else f"{recipe_path.stem}.{stage_name}"
     )
-    planned = {p.name: p for p in plan(recipe_path, builds, loaded, root)}
+    planned = {p.name: p for p in plan(recipe_path, loaded_builds, root)}
     if wanted not in planned:
         raise EdgeflowError(
             f"no stage {wanted} in the plan of {recipe}",

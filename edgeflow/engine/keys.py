@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import edgeflow
-from edgeflow.core.refs import ImportRef, file_sha256
+from edgeflow.core.refs import ImportRef, file_sha256, tree_sha256
 from edgeflow.recipe import LoadedRecipe
 from edgeflow.stages.base import rules_of
 
@@ -24,6 +24,8 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return {name: jsonable(getattr(value, name)) for name in type(value).model_fields}
     if isinstance(value, Path):
+        if value.is_dir():  # a SavedModel folder: every file in it
+            return {"folder": value.name, "sha256": tree_sha256(value)}
         return {"file": value.name, "sha256": file_sha256(value)}
     if isinstance(value, ImportRef) or hasattr(value, "fingerprint"):
         return value.fingerprint()

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from edgeflow.core import resources
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.loader import read_yaml, validate
+from edgeflow.recipe import LoadedRecipe
 from edgeflow.stages.base import Stage
 
 
@@ -53,3 +54,12 @@ def load_pipeline(kind: str, cwd: Path | None = None) -> Pipeline:
         slots.update(stage.produces)
         stages.append(stage)
     return Pipeline(kind, path, dict(spec.seeds), stages)
+
+
+def pipeline_name(loaded: LoadedRecipe) -> str:
+    """The pipeline a loaded recipe's build runs: its source kind's, or for a tensorflow
+    source the native or the ONNX path (convert.via, or the target's default)."""
+    from edgeflow.core.specs import conversion_path
+
+    recipe = loaded.recipe
+    return conversion_path(recipe.source.kind, recipe.convert.via, loaded.profile.backend)

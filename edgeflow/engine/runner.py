@@ -13,7 +13,7 @@ from edgeflow.core.errors import EdgeflowError, InternalError, StageFailed
 from edgeflow.core.refs import file_sha256
 from edgeflow.engine import keys
 from edgeflow.engine.cache import Cache, slot_digest
-from edgeflow.engine.pipeline import load_pipeline
+from edgeflow.engine.pipeline import load_pipeline, pipeline_name
 from edgeflow.engine.publish import check_owner, publish
 from edgeflow.engine.tracebacks import summary, write_traceback
 from edgeflow.engine.worker import Worker, for_build, run_isolated
@@ -136,7 +136,7 @@ def _run_build(
     worker: Worker,
     diff: str | None,
 ) -> BuildResult:
-    pipeline = load_pipeline(loaded.recipe.source.kind)
+    pipeline = load_pipeline(pipeline_name(loaded))
     result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
     build = _Build(loaded, cache, seed_slots(loaded, pipeline.seeds), worker, echo, result)
     slots = build.slots

@@ -293,6 +293,89 @@ def datasets_fit_the_inputs(s: dict[str, Any], profile: TargetProfile | None) ->
     return found
 
 
+def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    """What runs for this source: convert.via only for tensorflow sources, and native only to
+    the TFLite family; ast/fx rules only for PyTorch code; onnx rules, export and state only
+    where an ONNX graph is made."""
+    from edgeflow.core.specs import NATIVE_BACKENDS, conversion_path
+
+    source = s.get("source")
+    if source is None:
+        return []
+    kind, found = source.kind, []
+    convert = s.get("convert")
+    via = convert.via if convert is not None else None
+    if via is not None and kind != "tensorflow":
+        found.append(
+            (
+                "convert.via",
+                f"convert.via picks the path of a tensorflow source; this is a {kind} source",
+                "remove convert.via",
+            )
+        )
+    if kind == "tensorflow" and via == "native" and profile is not None:
+        if profile.backend not in NATIVE_BACKENDS:
+            found.append(
+                (
+                    "convert.via",
+                    f"TensorFlow's TFLite converter builds for {', '.join(NATIVE_BACKENDS)}; "
+                    f"target '{profile.name}' is {profile.backend}",
+                    "set convert.via: onnx (tf2onnx, then the ONNX pipeline), or leave it unset",
+                )
+            )
+    native = profile is not None and conversion_path(kind, via, profile.backend).endswith("native")
+    for i, spec in enumerate(s.get("rewrites") or ()):
+        level, name = spec.rule.level, spec.rule.name
+        if level in ("ast", "fx") and kind != "pytorch":
+            found.append(
+                (
+                    f"rewrites[{i}]",
+                    f"'{name}' is an {level} rule: it rewrites PyTorch code before export, and "
+                    f"this is a {kind} source",
+                    "remove it; onnx.* rules rewrite the ONNX graph every source reaches",
+                )
+            )
+        elif level == "onnx" and native:
+            found.append(
+                (
+                    f"rewrites[{i}]",
+                    f"'{name}' rewrites the ONNX graph, and this build converts the TensorFlow "
+                    "model with TensorFlow's own TFLite converter: there is no ONNX graph",
+                    "set convert.via: onnx (tf2onnx, then the ONNX pipeline with its rules), "
+                    "or remove the rule",
+                )
+            )
+    export = s.get("export")
+    if export is not None:
+        if kind != "pytorch" and "exporter" in export.model_fields_set:
+            found.append(
+                (
+                    "export.exporter",
+                    f"export.exporter picks PyTorch's ONNX exporter; this is a {kind} source",
+                    "remove it (a tensorflow source is exported by tf2onnx, a jax one by jax2onnx)",
+                )
+            )
+        if (native or kind == "onnx") and "opset" in export.model_fields_set:
+            what = "the model is ONNX already" if kind == "onnx" else "no ONNX is written"
+            found.append(
+                (
+                    "export.opset",
+                    f"export.opset is the opset of the exported ONNX graph, and {what}",
+                    "remove it" + ("" if kind == "onnx" else ", or set convert.via: onnx"),
+                )
+            )
+    if native and source.state:
+        found.append(
+            (
+                "source.state",
+                "a stateful TensorFlow model is streamed through the ONNX path only (its "
+                "calibration follows the state in the ONNX model)",
+                "set convert.via: onnx",
+            )
+        )
+    return found
+
+
 CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...] = (
     calibration_for_int8,
     thresholds_fit_the_metric,
@@ -303,6 +386,7 @@ CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...
     board_of_the_target,
     inputs_fit_the_model,
     datasets_fit_the_inputs,
+    paths_fit_the_source,
 )
 # The sections the checks read: validated on their own when the whole recipe does not.
 SECTIONS = (
@@ -313,4 +397,7 @@ SECTIONS = (
     "precheck",
     "target",
     "source",
+    "convert",
+    "export",
+    "rewrites",
 )

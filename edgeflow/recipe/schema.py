@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from edgeflow.core.specs import (
+    ConvertOptions,
     DatasetSpec,
     Diff,
     Evaluation,
@@ -75,6 +76,7 @@ class Recipe(Strict):
     description: str = ""
     source: Source
     export: ExportOptions = ExportOptions()
+    convert: ConvertOptions = ConvertOptions()
     # the entries' rules, resolved and their options validated by load_recipe
     rewrites: Annotated[tuple[RuleSpec, ...], BeforeValidator(_resolved_rules)] = ()
     postprocess: HostPostprocess | None = None

@@ -294,7 +294,9 @@ def rule_lines(record: dict[str, Any]) -> list[str]:
 
 def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
     lines = ["", "## Stages", ""]
-    rules = details.get("rewrite", {}).get("rules", []) + details["rewrite_onnx"]["rules"]
+    lines += path_lines(details)
+    rules = details.get("rewrite", {}).get("rules", [])
+    rules += details.get("rewrite_onnx", {}).get("rules", [])
     if rules:
         lines.append("- rewrite rules, in order:")
         for r in rules:
@@ -317,9 +319,42 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
             )
     if pre["findings"]:
         lines += ["", render_table(pre["findings"]), ""]
-    opt = details["optimize"]
-    lines.append(f"- optimize: {opt['nodes_before']} -> {opt['nodes_after']} nodes")
-    q = details["quantize"]
+    if "optimize" in details:
+        opt = details["optimize"]
+        lines.append(f"- optimize: {opt['nodes_before']} -> {opt['nodes_after']} nodes")
+    lines += _quantize_lines(details.get("quantize"))
+    lines += fallback_lines(
+        details.get("quantize", {}).get("fallback") or details["convert"].get("fallback")
+    )
+    conv = details["convert"]
+    lines.append(f"- convert: {', '.join(conv['files'])}")
+    if conv.get("int8"):  # a converter that quantizes itself (onnx2tf)
+        settings = ", ".join(f"{k}={v}" for k, v in conv["int8"].items() if k == "per_channel")
+        imposed = ", ".join(f"{k}={v}" for k, v in conv.get("imposed_by_target", {}).items())
+        by_target = f" (set by the target: {imposed})" if imposed else ""
+        scheme = f"; {conv['int8']['scheme']}" if conv["int8"].get("scheme") else ""
+        lines.append(f"  - int8 by the converter: {settings}{by_target}{scheme}")
+    lines += retry_lines(conv.get("retry"))
+    if conv.get("operators"):
+        lines.append(f"  - operators in the artifact: {', '.join(conv['operators'])}")
+    host = conv.get("host")
+    if host:  # postprocess.cut: the tail of the graph runs on the host
+        timing = details["verify"].get("extra", {}).get("host_postprocess_ms_p50")
+        took = f", {timing:.1f} ms per batch (p50)" if timing is not None else ""
+        lines.append(
+            f"  - post-processing on the host, not in the artifact: {host['nodes']:,} nodes from "
+            f"{', '.join(host['inputs'])} in {', '.join(host['files'])} "
+            f"({host['size_bytes']:,} bytes, ONNX Runtime{took}); verified together with "
+            "the artifact"
+        )
+    return lines
+
+
+def _quantize_lines(q: dict[str, Any] | None) -> list[str]:
+    """The quantize stage (the ONNX path's; the native path quantizes in its converter)."""
+    if q is None:
+        return []
+    lines: list[str] = []
     extra = ", ".join(
         f"{k}={q[k]}" for k in ("per_channel", "symmetric", "method", "reduce_range") if k in q
     )
@@ -341,27 +376,46 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
         lines.append(f"  - reduce_range auto: {q['reduce_range_auto']}")
     if q.get("shape_inference", {}).get("symbolic") is False:
         lines.append(f"  - {q['shape_inference']['symbolic_failed']}; onnx's shape inference used")
-    lines += fallback_lines(q.get("fallback") or details["convert"].get("fallback"))
-    conv = details["convert"]
-    lines.append(f"- convert: {', '.join(conv['files'])}")
-    if conv.get("int8"):  # a converter that quantizes itself (onnx2tf)
-        settings = ", ".join(f"{k}={v}" for k, v in conv["int8"].items() if k == "per_channel")
-        imposed = ", ".join(f"{k}={v}" for k, v in conv.get("imposed_by_target", {}).items())
-        by_target = f" (set by the target: {imposed})" if imposed else ""
-        scheme = f"; {conv['int8']['scheme']}" if conv["int8"].get("scheme") else ""
-        lines.append(f"  - int8 by the converter: {settings}{by_target}{scheme}")
-    lines += retry_lines(conv.get("retry"))
-    if conv.get("operators"):
-        lines.append(f"  - operators in the artifact: {', '.join(conv['operators'])}")
-    host = conv.get("host")
-    if host:  # postprocess.cut: the tail of the graph runs on the host
-        timing = details["verify"].get("extra", {}).get("host_postprocess_ms_p50")
-        took = f", {timing:.1f} ms per batch (p50)" if timing is not None else ""
+    return lines
+
+
+def path_lines(details: dict[str, Any]) -> list[str]:
+    """A TensorFlow source: which path ran, and the error each step added (max |delta|
+    relative to the output's range on the evaluation split, the worst output)."""
+    source = details.get("source", {})
+    if not source.get("framework"):
+        return []
+    conv, verify = details["convert"], details["verify"]
+
+    def worst(errors: list[dict[str, Any]]) -> str:
+        rel = [e["max_rel_to_range"] for e in errors if e["max_rel_to_range"] is not None]
+        diff = max(e["max_abs_diff"] for e in errors)
+        return f"{diff:.3g} abs" + (f", {max(rel):.3g} of the range" if rel else "")
+
+    if conv.get("path") == "native":
+        lines = [
+            f"- path: native, {source['framework']} model {source['model']} -> "
+            f"{conv['converter']} (no ONNX, no layout change)"
+        ]
+        outputs = verify.get("agreement", {}).get("outputs") or []
+        if outputs:
+            errors = [
+                {"max_abs_diff": o["max_abs_diff"], "max_rel_to_range": o["max_rel_to_range"]}
+                for o in outputs
+            ]
+            lines.append(f"  - error added: source -> target {worst(errors)}")
+        return lines
+    export = details.get("export", {})
+    lines = [
+        f"- path: via ONNX, {source['framework']} model {source['model']} -> "
+        f"{export.get('converter', 'tf2onnx')} (opset {export.get('opset')}) -> {conv['converter']}"
+    ]
+    steps = verify.get("steps")
+    if export.get("error_vs_source") and steps:
         lines.append(
-            f"  - post-processing on the host, not in the artifact: {host['nodes']:,} nodes from "
-            f"{', '.join(host['inputs'])} in {', '.join(host['files'])} "
-            f"({host['size_bytes']:,} bytes, ONNX Runtime{took}); verified together with "
-            "the artifact"
+            f"  - error added: source -> ONNX {worst(export['error_vs_source'])}; "
+            f"ONNX -> target {worst(steps['onnx_to_artifact'])}; "
+            f"source -> target {worst(steps['source_to_artifact'])}"
         )
     return lines
 

@@ -16,6 +16,9 @@ from edgeflow.stages import (
     rewrite,
     rewrite_onnx,
     rewrite_target,
+    tf_convert,
+    tf_export,
+    tf_load,
     verify,
 )
 from edgeflow.stages.base import Stage
@@ -25,6 +28,9 @@ STAGES: dict[str, Stage] = {
     for module in (
         load,
         ingest,
+        tf_load,
+        tf_export,
+        tf_convert,
         rewrite,
         export,
         rewrite_onnx,

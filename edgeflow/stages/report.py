@@ -18,6 +18,7 @@ AGREEMENT = {
         "max_score_diff",
     ),
 }
+REQUIRED = ("verify", "precheck", "convert", "source")
 DETAIL_SLOTS = (
     "verify",
     "precheck",
@@ -35,7 +36,9 @@ def run(ctx: StageContext) -> None:
     from edgeflow.report.markdown import render
 
     details = {
-        slot: ctx.read_json(slot) for slot in (*DETAIL_SLOTS, "rewrite") if slot in ctx.inputs
+        slot: ctx.read_json(slot)
+        for slot in (*DETAIL_SLOTS, "rewrite", "export")
+        if slot in ctx.inputs
     }
     v = details["verify"]
     if v.get("not_verified"):
@@ -82,7 +85,7 @@ OUTPUT_FIGURES = ("sqnr_db", "max_abs_diff", "top1", "sequence", "decision")
 
 def fallback_record(details: dict) -> dict | None:
     """The fallback search's record: the quantize stage's (onnxruntime) or the converter's."""
-    return details["quantize"].get("fallback") or details["convert"].get("fallback")
+    return details.get("quantize", {}).get("fallback") or details["convert"].get("fallback")
 
 
 def _agreement(v: dict) -> dict:
@@ -157,8 +160,9 @@ STAGE = Stage(
     name="report",
     description="Write metrics.json, the threshold checks and report.md.",
     run=run,
-    consumes=DETAIL_SLOTS,
-    optional=("rewrite",),
+    consumes=REQUIRED,
+    # the ONNX stages' records; the native TensorFlow path has none of them
+    optional=tuple(s for s in (*DETAIL_SLOTS, "rewrite", "export") if s not in REQUIRED),
     produces={
         "metrics": "metrics.json",
         "checks": "checks.json",

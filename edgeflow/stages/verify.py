@@ -78,6 +78,15 @@ def run(ctx: StageContext) -> None:
         feeds, _ = next(samples.batches(deployment_batch(source), fixed=True))
     runs = recipe.verify.latency_runs
     times = latency_ms(runner, feeds, recipe.verify.warmup_runs, runs)
+    steps = None
+    if "onnx_reference" in ctx.inputs:  # a TensorFlow source through ONNX: what each step added
+        from edgeflow.verify.compare import step_errors
+
+        via, _ = read_reference(ctx.inputs["onnx_reference"], names)
+        steps = {
+            "onnx_to_artifact": step_errors(via, outputs, names),
+            "source_to_artifact": step_errors(reference, outputs, names),
+        }
     extra = runner.extra_metrics() if hasattr(runner, "extra_metrics") else {}
     accuracy = None  # agreement, detections: compared with the source model only
     if samples.labels is not None and recipe.evaluation.metric == "top1":
@@ -107,6 +116,7 @@ def run(ctx: StageContext) -> None:
             "size_bytes": convert_info["size_bytes"],
             "extra": extra,
             "stream": stream,  # a stateful model's per-step error and its drift
+            **({"steps": steps} if steps is not None else {}),
         },
     )
 
@@ -172,6 +182,7 @@ STAGE = Stage(
     description="Run the artifact in its runtime; accuracy, agreement, latency and size.",
     run=run,
     consumes=("artifact", "convert", "reference"),
+    optional=("onnx_reference",),  # the ONNX model's outputs (tf_export): the step's error
     produces={"verify": "verify.json"},
     reads=(
         "evaluation",

@@ -46,6 +46,14 @@ def convert(job: ConvertJob) -> dict[str, Any]:
     return _onnx2tf.convert(job, TARGET, _tflite_fallback.hook(job, TARGET, ArmnnRunner), own_int8)
 
 
+def convert_native(job: Any, check: Any) -> dict[str, Any]:
+    """A TensorFlow source's .tflite by TensorFlow's own converter (convert.via: native),
+    which Arm NN's TfLite parser reads as it reads onnx2tf's."""
+    from edgeflow.targets import _tf_native
+
+    return _tf_native.convert(job, TARGET, check)
+
+
 def open_runner(artifact_dir: Path, info: dict[str, Any]) -> ArmnnRunner:
     return ArmnnRunner(artifact_dir / info["artifact"], info["io"])
 

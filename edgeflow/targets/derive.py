@@ -286,6 +286,25 @@ def family_operators(
     return ops, missing
 
 
+def family_builtins(target: str, verdicts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per measured mode, the TFLite builtins of the probe artifacts that ran, and those that
+    failed: a builtin of a probe that failed to load or run which no running probe has (the
+    only such builtin of that probe, so the failure is its own), with the runtime's words.
+    The native path's precheck (TensorFlow's own converter) reads these."""
+    found: dict[str, dict[str, Any]] = {}
+    for mode in MEASURED_MODES:
+        taken = [v.get(f"{target}/{mode}") for v in verdicts.values()]
+        results = [v for v in taken if v is not None]
+        runs = sorted({b for v in results if v.runs for b in v.builtins})
+        fails: dict[str, str] = {}
+        for v in results:
+            unexplained = set(v.builtins) - set(runs)
+            if not v.runs and v.stage in ("load", "run") and len(unexplained) == 1:
+                fails.setdefault(unexplained.pop(), _why(v))
+        found[mode] = {"runs": runs, "fails": dict(sorted(fails.items()))}
+    return found
+
+
 def _why(verdict: Any) -> str:
     """Stage, TFLite builtins and the runtime's own last words (its reason after `...`)."""
     builtins = f" [{' '.join(verdict.builtins)}]" if verdict.builtins else ""
@@ -349,7 +368,11 @@ def runtime_kernels(target: str) -> list[str]:
 
 
 def render_family(
-    target: str, ops: dict[str, dict[str, Any]], missing: dict[str, str], probes: int
+    target: str,
+    ops: dict[str, dict[str, Any]],
+    missing: dict[str, str],
+    probes: int,
+    builtins: dict[str, dict[str, Any]],
 ) -> str:
     kernels = runtime_kernels(target)
     what = {"tflite_micro": "registered kernels", "armnn": "TfLite parser functions"}
@@ -380,6 +403,15 @@ def render_family(
         lines.append(f"  {op}: {{{', '.join(parts)}}}")
     lines.append(f"# Not supported ({len(missing)}): the probe failed")
     lines += [f"#   {op}: {why}" for op, why in sorted(missing.items())]
+    lines += [
+        "# The TFLite builtins of the probes' artifacts, per mode, for the native path",
+        "# (TensorFlow's own converter): those that ran, and those a failing probe alone had.",
+        "builtins:",
+    ]
+    for mode, found in builtins.items():
+        lines += [f"  {mode}:", f"    runs: [{', '.join(found['runs'])}]"]
+        lines.append("    fails:" + ("" if found["fails"] else " {}"))
+        lines += [f"      {op}: {json.dumps(why)}" for op, why in found["fails"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -451,7 +483,8 @@ def _derive_family(write: bool, saved: Path | None) -> int:
     for target in FAMILY:
         offered = [str(m) for m in load_profile(target).quantization]
         ops, missing = family_operators(target, cases, verdicts, offered)
-        section = render_family(target, ops, missing, len(cases))
+        builtins = family_builtins(target, verdicts)
+        section = render_family(target, ops, missing, len(cases), builtins)
         if not write:
             sys.stdout.write(section)
             continue

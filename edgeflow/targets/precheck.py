@@ -481,3 +481,41 @@ def memory_line(memory: dict[str, Any]) -> str:
         )
         text += f"; board {memory['board']}: RAM {ram}, flash {flash}"
     return text
+
+
+def check_builtins(
+    counts: dict[str, int], profile: TargetProfile, mode: str, activations: str = "int8"
+) -> list[Finding]:
+    """A .tflite's builtins (TensorFlow's own converter: convert.via native) against the
+    builtins the profile measured in this mode: one measured to fail is an error, one no
+    probe had is a warning (verify runs it). fp16 runs the float kernels (weights
+    dequantized); 16x8 was not measured, so nothing in it is more than a warning."""
+    if not profile.builtins:
+        return []
+    measured = profile.builtins.get("int8" if mode == "int8" else "none")
+    if measured is None:
+        return []
+    sixteen = mode == "int8" and activations == "int16"
+    findings = []
+    for name, count in sorted(counts.items()):
+        if name in measured.runs or (mode == "fp16" and name == "DEQUANTIZE"):
+            continue
+        why = measured.fails.get(name)
+        if name.startswith("CUSTOM:") and why is None:
+            why = "a custom (or Select TF) operator, which this runtime does not register"
+        where = f"{profile.name} {'16x8' if sixteen else mode}"
+        findings.append(
+            Finding(
+                operator=name,
+                reason=(
+                    f"measured to fail on {where}: {why}"
+                    if why is not None
+                    else f"not measured on {where}: no probe artifact had it"
+                ),
+                count=count,
+                rule="(convert.via: onnx)" if why is not None else "",
+                severity="error" if why is not None and not sixteen else "warning",
+                fixes=[Fix.op(name)],
+            )
+        )
+    return findings

@@ -106,6 +106,14 @@ class Board(BaseModel):
     flash_bytes: PositiveInt | None = None  # for weights; None: not limited
 
 
+class Builtins(BaseModel):
+    """The TFLite builtins measured in one quantization mode (targets/derive.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    runs: list[str] = []  # in probe artifacts that ran
+    fails: dict[str, str] = {}  # builtin -> the runtime's words where a probe with it failed
+
+
 class TargetProfile(BaseModel):
     """One edge target: which backend builds for it and what its runtime supports."""
 
@@ -137,6 +145,9 @@ class TargetProfile(BaseModel):
     # entries); a recipe turns them off with target_rewrites: false, or replaces one by
     # listing the same rule itself.
     rewrites: list[dict[str, Any]] = []
+    # TFLite targets: the builtins a .tflite may hold, by measured mode (none, int8); what
+    # the precheck of TensorFlow's own converter (convert.via: native) checks
+    builtins: dict[str, Builtins] = {}
 
     @field_validator("rewrites")
     @classmethod

@@ -30,15 +30,31 @@ _ALLOC_FAILURE = ("Failed to allocate", "Failed starting model allocation")
 
 def convert(job: ConvertJob) -> dict[str, Any]:
     """Write model.tflite; fail with TFLM's own error text when TFLM cannot load it."""
-    if job.quantization.mode not in ("none", "int8"):
-        raise EdgeflowError(
-            f"target {TARGET} has no {job.quantization.mode} kernels",
-            "use quantization.mode int8 (or none)",
-        )
+    _modes(job.quantization.mode)
     info = _onnx2tf.convert(
         job, TARGET, _tflite_fallback.hook(job, TARGET, _trial_runner), own_int8
     )
-    minimum, recorded = measure_arena((job.out_dir / info["artifact"]).read_bytes())
+    return _with_arena(job.out_dir, info)
+
+
+def convert_native(job: Any, check: Any) -> dict[str, Any]:
+    """A TensorFlow source's .tflite by TensorFlow's own converter (convert.via: native)."""
+    from edgeflow.targets import _tf_native
+
+    _modes(job.quantization.mode)
+    return _with_arena(job.out_dir, _tf_native.convert(job, TARGET, check))
+
+
+def _modes(mode: str) -> None:
+    if mode not in ("none", "int8"):
+        raise EdgeflowError(
+            f"target {TARGET} has no {mode} kernels", "use quantization.mode int8 (or none)"
+        )
+
+
+def _with_arena(out_dir: Path, info: dict[str, Any]) -> dict[str, Any]:
+    """The convert info with the smallest arena the artifact allocates in."""
+    minimum, recorded = measure_arena((out_dir / info["artifact"]).read_bytes())
     info["arena_bytes"] = minimum
     info["arena_recorded_bytes"] = recorded  # RecordingMicroAllocator's total, for reference
     return info

@@ -79,3 +79,20 @@ def top1_accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
 
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
+
+
+def step_errors(
+    reference: list[np.ndarray], outputs: list[np.ndarray], names: list[str]
+) -> list[dict[str, Any]]:
+    """What one conversion step changed, per output: the largest |after - before| and that
+    relative to the output's range over the samples (the loss matrix and the report's
+    "error each step added")."""
+    found = []
+    for name, want, got in zip(names, reference, outputs, strict=True):
+        want, got = np.asarray(want, np.float64), np.asarray(got, np.float64)
+        diff = float(np.max(np.abs(want - got))) if want.size else 0.0
+        span = float(want.max() - want.min()) if want.size else 0.0
+        found.append(
+            {"name": name, "max_abs_diff": diff, "max_rel_to_range": diff / span if span else None}
+        )
+    return found

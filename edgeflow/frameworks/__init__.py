@@ -1,0 +1,1 @@
+"""The source frameworks besides PyTorch: loading, running and exporting their models."""

@@ -1,0 +1,291 @@
+"""A recipe's TensorFlow source: a Keras model (built by a function, or a .keras file) or a
+SavedModel, loaded with TensorFlow, checked against the recipe's signature, run, and written
+as the canonical SavedModel both conversion paths start from.
+
+The canonical SavedModel has one `serving_default` signature: the recipe's fed inputs by
+name with their declared static shapes and dtypes, and a dict of the recipe's outputs (or
+the model's own output names) in their order. TensorFlow's TFLite converter (the native
+path) and tf2onnx (the ONNX path) both read it, so both convert exactly what was verified
+as the reference. TensorFlow is imported here only, inside a stage's worker process.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgeflow.core.errors import EdgeflowError, MissingDependency, first_line
+from edgeflow.core.refs import ImportRef, user_frame
+from edgeflow.core.signatures import fed_inputs
+
+if TYPE_CHECKING:
+    from edgeflow.core.specs import TensorFlowSource, TensorSpec
+
+SIGNATURE = "serving_default"
+
+
+def require(module: str = "tensorflow") -> ModuleType:
+    """TensorFlow (or Keras), or how to install it: it comes with the tflite extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency("tensorflow sources", "tensorflow", "tflite") from exc
+
+
+@dataclass
+class TfModel:
+    """The loaded source: a Keras model, or a SavedModel's serving function."""
+
+    what: str  # for messages: the file or the builder
+    keras: Any  # the keras.Model, or None for a SavedModel
+    function: Any  # a SavedModel's signature function (keyword inputs -> dict), or None
+    input_names: list[str]  # the model's own input names, in its order
+    input_shapes: dict[str, tuple[int | None, ...]]
+    input_dtypes: dict[str, str]
+    output_names: list[str]  # the model's own output names, in its order
+
+    def call(self, tensors: dict[str, Any]) -> list[Any]:
+        """The model's outputs (tensors) for inputs by name, in output order."""
+        if self.function is not None:
+            found = self.function(**tensors)
+            return [found[name] for name in self.output_names]
+        model = self.keras
+        args = [tensors[name] for name in self.input_names]
+        outputs = model(args[0] if len(args) == 1 else args, training=False)
+        if isinstance(outputs, dict):
+            return [outputs[name] for name in self.output_names]
+        return list(outputs) if isinstance(outputs, list | tuple) else [outputs]
+
+
+def load(source: TensorFlowSource) -> TfModel:
+    """The source model, its weights loaded; a problem of the user's model is an
+    EdgeflowError that names it."""
+    tf = require()
+    keras = require("keras")
+    model = source.model
+    if isinstance(model, ImportRef):
+        return _keras_model(_built(model, source.init, keras), str(model), source, keras)
+    path = Path(model)
+    if path.is_dir():
+        return _saved_model(path, tf)
+    try:
+        built = keras.saving.load_model(str(path), compile=False)
+    except Exception as exc:  # Keras raises ValueError, TypeError, OSError...
+        raise EdgeflowError(
+            f"Keras cannot load {path.name}: {type(exc).__name__}: {first_line(exc)}",
+            "save the model with model.save('model.keras'); a model with custom layers needs "
+            "a 'module:function' that builds it",
+        ) from exc
+    return _keras_model(built, path.name, source, keras)
+
+
+def _built(ref: ImportRef, init: dict[str, Any], keras: Any) -> Any:
+    function = ref.load()
+    try:
+        return function(**init)
+    except TypeError as exc:
+        raise EdgeflowError(
+            f"cannot call {ref}({', '.join(init)}): {exc}", "fix source.init"
+        ) from exc
+    except EdgeflowError:
+        raise
+    except Exception as exc:  # the user's builder: their error, said as such
+        raise EdgeflowError(
+            f"{ref}({', '.join(init)}) raised {type(exc).__name__}: {first_line(exc)} "
+            f"({user_frame(exc)})",
+            "run the function in Python with source.init's arguments to reproduce it",
+        ) from exc
+
+
+def _keras_model(model: Any, what: str, source: TensorFlowSource, keras: Any) -> TfModel:
+    if not isinstance(model, keras.Model):
+        raise EdgeflowError(
+            f"{what} gave a {type(model).__name__}, not a keras.Model",
+            "return a Keras model (keras.Model, keras.Sequential) from the function",
+        )
+    try:
+        tensors = model.inputs
+    except (AttributeError, ValueError):  # a subclassed or unbuilt Sequential model
+        tensors = None
+    if not tensors:
+        raise EdgeflowError(
+            f"{what}: the Keras model has no defined inputs (a subclassed model, or a "
+            "Sequential model without an Input)",
+            "build it with the functional API, or start the Sequential model with "
+            "keras.Input(shape, name=...)",
+        )
+    if source.weights is not None:
+        try:
+            model.load_weights(str(source.weights))
+        except Exception as exc:
+            raise EdgeflowError(
+                f"weights {source.weights.name} do not fit {what}: {type(exc).__name__}: "
+                f"{first_line(exc)}",
+                "save them with model.save_weights('name.weights.h5') from this architecture "
+                "(check source.init)",
+            ) from exc
+    names = [str(t.name) for t in tensors]
+    outputs = list(getattr(model, "output_names", None) or [])
+    if len(outputs) != len(model.outputs):
+        outputs = [f"output_{i}" for i in range(len(model.outputs))]
+    return TfModel(
+        what=what,
+        keras=model,
+        function=None,
+        input_names=names,
+        input_shapes={n: tuple(t.shape) for n, t in zip(names, tensors, strict=True)},
+        input_dtypes={n: str(t.dtype) for n, t in zip(names, tensors, strict=True)},
+        output_names=outputs,
+    )
+
+
+def _saved_model(path: Path, tf: Any) -> TfModel:
+    try:
+        loaded = tf.saved_model.load(str(path))
+    except Exception as exc:
+        raise EdgeflowError(
+            f"TensorFlow cannot load the SavedModel {path.name}: {type(exc).__name__}: "
+            f"{first_line(exc)}",
+            "save it again with tf.saved_model.save or model.export",
+        ) from exc
+    signatures = dict(loaded.signatures)
+    if not signatures:
+        raise EdgeflowError(
+            f"the SavedModel {path.name} has no signatures: nothing says what its inputs are",
+            "save it with model.export(path), or tf.saved_model.save(obj, path, "
+            "signatures=fn.get_concrete_function(tf.TensorSpec(...)))",
+        )
+    key = SIGNATURE if SIGNATURE in signatures else sorted(signatures)[0]
+    function = signatures[key]
+    args, kwargs = function.structured_input_signature
+    if args:
+        raise AssertionError(f"signature {key} of {path.name} takes positional inputs")
+    outputs = function.structured_outputs
+    if not isinstance(outputs, dict):
+        raise EdgeflowError(f"signature {key} of {path.name} does not return named outputs")
+    names = list(kwargs)
+    return _with_owner(function, loaded, path.name, names, kwargs, list(outputs))
+
+
+def _with_owner(
+    function: Any, owner: Any, what: str, names: list[str], specs: Any, outputs: list[str]
+) -> TfModel:
+    model = TfModel(
+        what=what,
+        keras=None,
+        function=function,
+        input_names=names,
+        input_shapes={n: tuple(specs[n].shape.as_list()) for n in names},
+        input_dtypes={n: specs[n].dtype.name for n in names},
+        output_names=outputs,
+    )
+    model.owner = owner  # type: ignore[attr-defined]  # keeps the variables alive
+    return model
+
+
+def signature_problems(model: TfModel, specs: list[TensorSpec]) -> list[str]:
+    """The recipe's inputs against the model's: names, dtypes, ranks and fixed sizes."""
+    from edgeflow.core.signatures import shape_clash
+
+    problems = []
+    declared = {s.name: s for s in specs}
+    for name in model.input_names:
+        if name not in declared:
+            problems.append(
+                f"{model.what} has input '{name}' ({model.input_dtypes[name]} "
+                f"{list(model.input_shapes[name])}) that source.inputs does not declare"
+            )
+    for spec in specs:
+        if spec.name not in model.input_names:
+            have = ", ".join(model.input_names)
+            problems.append(f"{model.what} has no input '{spec.name}' (its inputs: {have})")
+            continue
+        if model.input_dtypes[spec.name] != spec.dtype:
+            problems.append(
+                f"'{spec.name}' is {model.input_dtypes[spec.name]} in {model.what}, the recipe "
+                f"has {spec.dtype}"
+            )
+        dims = [-1 if d is None else int(d) for d in model.input_shapes[spec.name]]
+        clash = shape_clash(dims, spec)
+        if clash:
+            problems.append(f"'{spec.name}': {clash} in {model.what}")
+    return problems
+
+
+def output_names(model: TfModel, declared: list[str] | None) -> list[str]:
+    """The names the build gives the outputs: the recipe's, else the model's own."""
+    if declared is None:
+        return list(model.output_names)
+    if len(declared) != len(model.output_names):
+        raise EdgeflowError(
+            f"source.outputs names {len(declared)} outputs, {model.what} has "
+            f"{len(model.output_names)} ({', '.join(model.output_names)})",
+            "name each of the model's outputs, in its order",
+        )
+    return list(declared)
+
+
+class TfRunner:
+    """run(feeds) -> outputs in order, float32, for the reference and the stream."""
+
+    def __init__(self, model: TfModel, specs: list[TensorSpec]) -> None:
+        self.tf = require()
+        self.model = model
+        self.constants = {s.name: s.constant() for s in specs if s.value is not None}
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        tf = self.tf
+        tensors = {k: tf.constant(v) for k, v in {**feeds, **self.constants}.items()}
+        return [np.asarray(t) for t in self.model.call(tensors)]
+
+
+def save_canonical(model: TfModel, specs: list[TensorSpec], outputs: list[str], path: Path) -> None:
+    """The SavedModel both paths convert: `serving_default` takes the fed inputs (declared
+    static shapes; constants bound inside) and returns {output name: tensor}."""
+    tf = require()
+    constants = {s.name: s.constant() for s in specs if s.value is not None}
+    fed = list(fed_inputs(specs))
+    signature = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name) for s in fed]
+
+    def serve(*args: Any) -> dict[str, Any]:
+        tensors = {s.name: a for s, a in zip(fed, args, strict=True)}
+        tensors.update({k: tf.constant(v) for k, v in constants.items()})
+        return dict(zip(outputs, model.call(tensors), strict=True))
+
+    if model.keras is not None:
+        keras = require("keras")
+        archive = keras.export.ExportArchive()
+        archive.track(model.keras)
+        archive.add_endpoint(SIGNATURE, serve, input_signature=signature)
+        try:
+            archive.write_out(str(path), verbose=False)
+        except TypeError:  # Keras versions before `verbose`
+            archive.write_out(str(path))
+        return
+    module = tf.Module()
+    module.owner = getattr(model, "owner", None)  # the variables the function captures
+    function = tf.function(serve, input_signature=signature)
+    tf.saved_model.save(module, str(path), signatures={SIGNATURE: function})
+
+
+class SavedModelRunner:
+    """The canonical SavedModel's serving function: run(feeds) -> outputs in order."""
+
+    def __init__(self, path: Path, names: list[str]) -> None:
+        self.tf = require()
+        self.loaded = self.tf.saved_model.load(str(path))
+        self.function = self.loaded.signatures[SIGNATURE]
+        self.names = names
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        found = self.function(**{k: self.tf.constant(v) for k, v in feeds.items()})
+        return [np.asarray(found[name]) for name in self.names]
+
+
+def load_canonical(path: Path, names: list[str]) -> SavedModelRunner:
+    return SavedModelRunner(path, names)

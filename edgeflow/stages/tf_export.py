@@ -1,0 +1,65 @@
+"""tf_export: the ONNX path of a TensorFlow source; the canonical SavedModel to ONNX with
+tf2onnx, and what that step changed (the ONNX model in onnxruntime against the TensorFlow
+reference on the evaluation split)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from edgeflow.stages.base import Stage, StageContext
+
+
+def run(ctx: StageContext) -> None:
+    import numpy as np
+    import onnx
+
+    from edgeflow.core.signatures import fed_inputs
+    from edgeflow.data import load_samples
+    from edgeflow.frameworks.tf2onnx import export_onnx
+    from edgeflow.stages.verify import read_reference
+    from edgeflow.verify.compare import step_errors
+    from edgeflow.verify.runners import OnnxRunner, batching, run_all
+    from edgeflow.verify.stream import run_stream
+
+    source = ctx.recipe.source
+    reference, names = read_reference(ctx.inputs["reference"], source.outputs)
+    path = ctx.output("onnx")
+    inputs = [s.name for s in fed_inputs(source.inputs)]
+    info = export_onnx(ctx.inputs["saved_model"], inputs, names, ctx.recipe.export.opset, path)
+    model = onnx.load(str(path))
+    runner = OnnxRunner.from_file(str(path))
+    samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
+    if source.state:
+        outputs = run_stream(runner, samples, source, names).outputs
+    else:
+        outputs = run_all(runner, samples, *batching(source))
+    np.savez(ctx.output("onnx_reference"), *outputs, names=np.array(names))
+    ctx.write_json(
+        "export",
+        {
+            **info,
+            "exporter": "tf2onnx",
+            "inputs": inputs,
+            "outputs": names,
+            "nodes": len(model.graph.node),
+            "ops": dict(Counter(n.op_type for n in model.graph.node)),
+            # the error this step added: the ONNX model against the TensorFlow model
+            "error_vs_source": step_errors(reference, outputs, names),
+        },
+    )
+
+
+STAGE = Stage(
+    name="tf_export",
+    description="Convert the TensorFlow SavedModel to ONNX with tf2onnx; measure what it changed.",
+    run=run,
+    consumes=("saved_model", "reference"),
+    produces={
+        "onnx": "model.onnx",
+        "export": "export.json",
+        "onnx_reference": "onnx_reference.npz",
+    },
+    reads=("source.inputs", "source.outputs", "source.state", "export.opset", "evaluation"),
+    tools=("tensorflow", "tf2onnx", "onnx", "onnxruntime"),
+    isolated=True,
+)

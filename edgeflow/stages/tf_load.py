@@ -1,0 +1,76 @@
+"""tf_load: the head of the TensorFlow pipelines; load the Keras model or SavedModel, check
+it against the recipe's signature, record its outputs on the evaluation split (the reference),
+and write the canonical SavedModel that both conversion paths start from."""
+
+from __future__ import annotations
+
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.stages.base import Stage, StageContext
+from edgeflow.stages.load import save_reference
+
+
+def run(ctx: StageContext) -> None:
+    import numpy as np
+
+    from edgeflow.data import load_samples
+    from edgeflow.frameworks import tensorflow as tfw
+    from edgeflow.verify.runners import batching, run_all
+    from edgeflow.verify.stream import run_stream
+
+    source = ctx.recipe.source
+    model = tfw.load(source)
+    problems = tfw.signature_problems(model, source.inputs)
+    if problems:
+        raise EdgeflowError(
+            "source.inputs do not match the model:\n  " + "\n  ".join(problems),
+            "name, shape and type source.inputs after the model's inputs",
+        )
+    names = tfw.output_names(model, source.outputs)
+    samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
+    runner = tfw.TfRunner(model, source.inputs)
+    extra: dict[str, object] = {}
+    if source.state:  # step by step, the state fed back
+        streamed = run_stream(runner, samples, source, names)
+        outputs, extra["steps"] = streamed.outputs, streamed.steps
+    else:
+        outputs = run_all(runner, samples, *batching(source))
+    saved = ctx.output("saved_model")
+    tfw.save_canonical(model, source.inputs, names, saved)
+    # the canonical SavedModel computes what the source does (it is what gets converted)
+    feeds, _ = next(samples.batches(*batching(source)))
+    if source.state:
+        from edgeflow.verify.stream import first_step
+        from edgeflow.verify.runners import deployment_batch
+
+        feeds = first_step(samples, source, deployment_batch(source))
+    canonical = tfw.load_canonical(saved, names)
+    for name, want, got in zip(names, runner.run(feeds), canonical.run(feeds), strict=True):
+        if want.shape != got.shape or not np.allclose(want, got, rtol=1e-5, atol=1e-6):
+            raise AssertionError(f"the canonical SavedModel changed output '{name}'")
+    parameters = int(model.keras.count_params()) if model.keras is not None else None
+    save_reference(
+        ctx,
+        outputs,
+        model.what,
+        len(samples),
+        names,
+        framework=f"tensorflow {tfw.require().__version__}",
+        parameters=parameters,
+        **extra,
+    )
+
+
+STAGE = Stage(
+    name="tf_load",
+    description="Load the TensorFlow model, record reference outputs, and write the SavedModel "
+    "both conversion paths start from.",
+    run=run,
+    produces={
+        "reference": "reference.npz",
+        "source": "source.json",
+        "saved_model": "saved_model",
+    },
+    reads=("source", "evaluation"),  # source: the model file or folder, or the builder's code
+    tools=("tensorflow", "keras", "numpy"),
+    isolated=True,
+)

@@ -1,0 +1,193 @@
+"""The native path of a TensorFlow source: TensorFlow's own TFLite converter on the canonical
+SavedModel (edgeflow.frameworks.tensorflow), for the tflite, tflite_micro and armnn backends.
+
+No ONNX and no layout change: the .tflite takes the source's own tensors (a Keras model's
+NHWC images as they are), matched by the signature's names. float32; fp16 (float16 weights);
+int8 full-integer, calibrated on the recipe's samples (the representative dataset), int8 I/O;
+int16 activations with int8 weights (16x8), int16 I/O. TensorFlow ops without a TFLite
+builtin fail the conversion (no Select TF ops: none of these runtimes has the Flex delegate);
+the converter's message names them, and so does the error.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.specs import batch_size
+from edgeflow.targets import _onnx2tf
+
+if TYPE_CHECKING:
+    from edgeflow.core.specs import Quantization, TensorSpec
+    from edgeflow.data import Samples
+    from edgeflow.targets.profile import TargetProfile
+
+ARTIFACT = "model.tflite"
+# TensorFlow 2.21's converter, for a TF op with no builtin: "'tf.Erfinv' op is neither a
+# custom op nor a flex op"
+UNLOWERED = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex op")
+
+
+@dataclass(frozen=True)
+class NativeJob:
+    saved_model: Path  # the canonical SavedModel (tf_load)
+    out_dir: Path
+    profile: TargetProfile
+    quantization: Quantization
+    inputs: list[TensorSpec]  # the fed inputs
+    output_names: list[str]
+    calibration: Samples | None  # for int8
+
+
+class Unlowered(EdgeflowError):
+    """TensorFlow ops the converter has no TFLite builtin for (`ops`: their names)."""
+
+    def __init__(self, message: str, hint: str, ops: list[str]) -> None:
+        super().__init__(message, hint)
+        self.ops = ops
+
+
+def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
+    """Write job.out_dir/model.tflite with TensorFlow's converter; return the convert info.
+    `check(artifact)` (the precheck of its builtins) runs before any runtime loads it."""
+    tf = _onnx2tf.require("tensorflow", target)
+    q = job.quantization
+    converter = tf.lite.TFLiteConverter.from_saved_model(
+        str(job.saved_model), signature_keys=["serving_default"]
+    )
+    scheme = None
+    if q.mode == "fp16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif q.mode == "int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = _dataset(job, tf)
+        converter._experimental_disable_per_channel = not q.per_channel
+        if q.activations == "int16":
+            converter.target_spec.supported_ops = [
+                tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+            ]
+            converter.inference_input_type = converter.inference_output_type = tf.int16
+            scheme = "TFLite 16x8: symmetric int8 weights, symmetric int16 activations and I/O"
+        else:
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            converter.inference_input_type = converter.inference_output_type = tf.int8
+            scheme = "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O"
+    start = time.perf_counter()
+    model = _run(converter, q.mode)
+    seconds = time.perf_counter() - start
+    artifact = job.out_dir / ARTIFACT
+    artifact.write_bytes(model)
+    check(artifact)
+    info: dict[str, Any] = {
+        "artifact": ARTIFACT,
+        "files": [ARTIFACT],
+        "path": "native",
+        "converter": f"tensorflow {tf.__version__} TFLiteConverter (from the SavedModel)",
+        "convert_seconds": round(seconds, 3),
+        "operators": _onnx2tf.operators(artifact, target),
+        "io": io_layout(artifact, [s.name for s in job.inputs], job.output_names, target),
+    }
+    if scheme is not None:
+        info["int8"] = {
+            "per_channel": q.per_channel,
+            "calibration_samples": _usable(job),
+            "scheme": scheme,
+            "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k) is True],
+        }
+    return info
+
+
+def _run(converter: Any, mode: str) -> bytes:
+    try:
+        with _onnx2tf._contained():
+            return bytes(converter.convert())
+    except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
+        text = str(exc)
+        ops = sorted(set(UNLOWERED.findall(text)))
+        if ops:
+            raise Unlowered(
+                f"TensorFlow's TFLite converter has no builtin for {len(ops)} TensorFlow "
+                f"op(s): {', '.join(ops)} (Select TF ops would need the Flex delegate, which "
+                "these runtimes do not have)",
+                "express them with other ops in the model, or set convert.via: onnx to try "
+                "tf2onnx and the ONNX rules",
+                ops,
+            ) from None
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        found = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "")
+        raise EdgeflowError(
+            f"TensorFlow's TFLite converter failed ({mode}): {type(exc).__name__}: {found[:300]}",
+            "see docs/debugging.md; convert.via: onnx takes the other path",
+        ) from None
+
+
+def _usable(job: NativeJob) -> int:
+    assert job.calibration is not None
+    batch = batch_size(job.inputs)
+    return len(job.calibration) // batch * batch
+
+
+def representative(job: NativeJob) -> Iterator[dict[str, np.ndarray]]:
+    """Calibration batches of the model's batch size, by input name, in the source's layout."""
+    if job.calibration is None:
+        raise AssertionError("int8 conversion without calibration samples")
+    batch = batch_size(job.inputs)
+    if _usable(job) == 0:
+        raise EdgeflowError(
+            f"int8 calibration needs at least {batch} samples (the model's batch size); "
+            f"got {len(job.calibration)}",
+            "raise calibration.samples",
+        )
+    for feeds, size in job.calibration.batches(batch, fixed=True):
+        if size < batch:
+            return
+        yield {s.name: np.asarray(feeds[s.name], s.dtype) for s in job.inputs}
+
+
+def _dataset(job: NativeJob, tf: Any) -> Any:
+    def batches() -> Iterator[dict[str, Any]]:
+        for batch in representative(job):
+            yield {name: tf.constant(data) for name, data in batch.items()}
+
+    return batches
+
+
+def io_layout(artifact: Path, inputs: list[str], outputs: list[str], target: str) -> dict[str, Any]:
+    """Each input and output by its signature name: its .tflite position, no permutation."""
+    litert = _onnx2tf.require("ai_edge_litert.interpreter", target)
+    interp = litert.Interpreter(model_path=str(artifact))
+    in_details, out_details = interp.get_input_details(), interp.get_output_details()
+    order = _onnx2tf._input_order(inputs, in_details)
+    shapes = [tuple(int(d) for d in det["shape"]) for det in in_details]
+    layout_in = [
+        {"name": name, "index": pos, "perm": list(range(len(shapes[pos])))}
+        for pos, name in enumerate(order)
+    ]
+    positions = _onnx2tf._output_order(interp, out_details, outputs)
+    layout_out = [
+        {"name": name, "index": pos, "perm": list(range(len(out_details[pos]["shape"])))}
+        for name, pos in zip(outputs, positions, strict=True)
+    ]
+    return {"inputs": layout_in, "outputs": layout_out}
+
+
+def builtin_counts(artifact: Path, target: str) -> dict[str, int]:
+    """How many operators of each builtin (or CUSTOM:name) the .tflite's subgraphs hold."""
+    schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", target)
+    model = schema.Model.GetRootAs(artifact.read_bytes(), 0)
+    names = _onnx2tf.operators_by_code(model, schema)
+    counts: dict[str, int] = {}
+    for g in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(g)
+        for i in range(graph.OperatorsLength()):
+            name = names[graph.Operators(i).OpcodeIndex()]
+            counts[name] = counts.get(name, 0) + 1
+    return counts
