@@ -313,16 +313,17 @@ def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> li
                 "remove convert.via",
             )
         )
-    if kind == "tensorflow" and via == "native" and profile is not None:
-        if profile.backend not in NATIVE_BACKENDS:
-            found.append(
-                (
-                    "convert.via",
-                    f"TensorFlow's TFLite converter builds for {', '.join(NATIVE_BACKENDS)}; "
-                    f"target '{profile.name}' is {profile.backend}",
-                    "set convert.via: onnx (tf2onnx, then the ONNX pipeline), or leave it unset",
-                )
+    native_elsewhere = profile is not None and profile.backend not in NATIVE_BACKENDS
+    if kind == "tensorflow" and via == "native" and native_elsewhere:
+        assert profile is not None
+        found.append(
+            (
+                "convert.via",
+                f"TensorFlow's TFLite converter builds for {', '.join(NATIVE_BACKENDS)}; "
+                f"target '{profile.name}' is {profile.backend}",
+                "set convert.via: onnx (tf2onnx, then the ONNX pipeline), or leave it unset",
             )
+        )
     native = profile is not None and conversion_path(kind, via, profile.backend).endswith("native")
     for i, spec in enumerate(s.get("rewrites") or ()):
         level, name = spec.rule.level, spec.rule.name

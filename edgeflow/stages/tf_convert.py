@@ -20,10 +20,10 @@ from edgeflow.stages.convert import RUNTIMES
 
 def run(ctx: StageContext) -> None:
     from edgeflow.data import load_samples
+    from edgeflow.stages.verify import read_reference
     from edgeflow.targets import backend
     from edgeflow.targets._tf_native import NativeJob, Unlowered, builtin_counts
     from edgeflow.targets.precheck import check_builtins, errors, render_table, to_json
-    from edgeflow.stages.verify import read_reference
 
     recipe, profile = ctx.recipe, ctx.profile
     module = backend(profile)

@@ -39,8 +39,8 @@ def run(ctx: StageContext) -> None:
     # the canonical SavedModel computes what the source does (it is what gets converted)
     feeds, _ = next(samples.batches(*batching(source)))
     if source.state:
-        from edgeflow.verify.stream import first_step
         from edgeflow.verify.runners import deployment_batch
+        from edgeflow.verify.stream import first_step
 
         feeds = first_step(samples, source, deployment_batch(source))
     canonical = tfw.load_canonical(saved, names)
