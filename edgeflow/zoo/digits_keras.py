@@ -107,9 +107,7 @@ def train(out: Path, seed: int = 0, epochs: int = 15, lr: float = 3e-3, arch: st
         optimizer=keras.optimizers.Adam(schedule, epsilon=ADAM_EPSILON),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    model.fit(
-        train_set["image"], train_set["label"], batch_size=64, epochs=epochs, verbose=0
-    )
+    model.fit(train_set["image"], train_set["label"], batch_size=64, epochs=epochs, verbose=0)
     logits = model.predict(test_set["image"], batch_size=len(test_set["label"]), verbose=0)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Saved from an uncompiled copy: the trained model's file would hold Adam's state too.
