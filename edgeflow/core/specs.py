@@ -430,20 +430,23 @@ EXPORTER_OPSETS = {"dynamo": (18, 23), "torchscript": (13, 20)}
 
 
 class ExportOptions(Strict):
+    """The ONNX export: its opset, and for a PyTorch source the exporter (the opsets each
+    writes are checked with the source, edgeflow.recipe.checks)."""
+
     opset: int = Field(18, ge=13, le=23)
     exporter: Literal["dynamo", "torchscript"] = "dynamo"
 
-    @model_validator(mode="after")
-    def _opset_the_exporter_writes(self) -> ExportOptions:
-        low, high = EXPORTER_OPSETS[self.exporter]
-        if not low <= self.opset <= high:
-            other = "torchscript" if self.exporter == "dynamo" else "dynamo"
-            raise user_error(
-                f"the {self.exporter} exporter writes opsets {low} to {high}, not {self.opset}",
-                f"set export.opset between {low} and {high}, or export.exporter: {other}",
-                at="opset",
-            )
-        return self
+
+def exporter_opset_problem(options: ExportOptions) -> tuple[str, str] | None:
+    """(message, hint) when a PyTorch exporter cannot write the asked opset."""
+    low, high = EXPORTER_OPSETS[options.exporter]
+    if low <= options.opset <= high:
+        return None
+    other = "torchscript" if options.exporter == "dynamo" else "dynamo"
+    return (
+        f"the {options.exporter} exporter writes opsets {low} to {high}, not {options.opset}",
+        f"set export.opset between {low} and {high}, or export.exporter: {other}",
+    )
 
 
 class HostPostprocess(Strict):

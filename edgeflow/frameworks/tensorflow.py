@@ -188,32 +188,50 @@ def _with_owner(
     return model
 
 
-def signature_problems(model: TfModel, specs: list[TensorSpec]) -> list[str]:
-    """The recipe's inputs against the model's: names, dtypes, ranks and fixed sizes."""
-    from edgeflow.core.signatures import shape_clash
+def signature_problems(model: TfModel, specs: list[TensorSpec]) -> list[tuple[str, str, str]]:
+    """The recipe's inputs against the model's: names, dtypes, ranks and fixed sizes, as
+    (dotted recipe key, message, hint) for every problem."""
+    from edgeflow.core.signatures import SHAPE_HINT, shape_clash
+    from edgeflow.core.suggest import did_you_mean
 
     problems = []
-    declared = {s.name: s for s in specs}
-    for name in model.input_names:
-        if name not in declared:
-            problems.append(
-                f"{model.what} has input '{name}' ({model.input_dtypes[name]} "
-                f"{list(model.input_shapes[name])}) that source.inputs does not declare"
-            )
-    for spec in specs:
+    declared = {s.name for s in specs}
+    for i, spec in enumerate(specs):
+        key = f"source.inputs[{i}]"
         if spec.name not in model.input_names:
+            hint = did_you_mean(spec.name, model.input_names) or "name the inputs after the model's"
             have = ", ".join(model.input_names)
-            problems.append(f"{model.what} has no input '{spec.name}' (its inputs: {have})")
-            continue
-        if model.input_dtypes[spec.name] != spec.dtype:
             problems.append(
-                f"'{spec.name}' is {model.input_dtypes[spec.name]} in {model.what}, the recipe "
-                f"has {spec.dtype}"
+                (
+                    f"{key}.name",
+                    f"{model.what} has no input '{spec.name}' (its inputs: {have})",
+                    hint,
+                )
+            )
+            continue
+        dtype = model.input_dtypes[spec.name]
+        if dtype != spec.dtype:
+            problems.append(
+                (
+                    f"{key}.dtype",
+                    f"'{spec.name}' is {dtype} in {model.what}, the recipe has {spec.dtype}",
+                    f"set dtype: {dtype}",
+                )
             )
         dims = [-1 if d is None else int(d) for d in model.input_shapes[spec.name]]
         clash = shape_clash(dims, spec)
         if clash:
-            problems.append(f"'{spec.name}': {clash} in {model.what}")
+            problems.append((f"{key}.shape", f"'{spec.name}': {clash} in {model.what}", SHAPE_HINT))
+    for name in model.input_names:
+        if name not in declared:
+            problems.append(
+                (
+                    "source.inputs",
+                    f"{model.what} has input '{name}' ({model.input_dtypes[name]} "
+                    f"{list(model.input_shapes[name])}) that source.inputs does not declare",
+                    f"add {{name: {name}, shape: [...], dtype: {model.input_dtypes[name]}}}",
+                )
+            )
     return problems
 
 

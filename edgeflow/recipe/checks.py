@@ -347,6 +347,12 @@ def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> li
                 )
             )
     export = s.get("export")
+    if export is not None and kind == "pytorch":
+        from edgeflow.core.specs import exporter_opset_problem
+
+        problem = exporter_opset_problem(export)
+        if problem:
+            found.append(("export.opset", *problem))
     if export is not None:
         if kind != "pytorch" and "exporter" in export.model_fields_set:
             found.append(

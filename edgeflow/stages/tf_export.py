@@ -5,17 +5,33 @@ reference on the evaluation split)."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from edgeflow.stages.base import Stage, StageContext
 
 
 def run(ctx: StageContext) -> None:
+    from edgeflow.core.signatures import fed_inputs
+    from edgeflow.frameworks.tf2onnx import export_onnx
+    from edgeflow.stages.verify import read_reference
+
+    source = ctx.recipe.source
+    _, names = read_reference(ctx.inputs["reference"], source.outputs)
+    inputs = [s.name for s in fed_inputs(source.inputs)]
+    path = ctx.output("onnx")
+    info = export_onnx(ctx.inputs["saved_model"], inputs, names, ctx.recipe.export.opset, path)
+    record_export(ctx, {**info, "exporter": "tf2onnx"})
+
+
+def record_export(ctx: StageContext, info: dict[str, Any]) -> None:
+    """export.json for an exported ONNX model, with the error the export added (the ONNX model
+    in onnxruntime against the source's reference on the evaluation split), and the ONNX
+    model's outputs (onnx_reference.npz: verify measures the next step against them)."""
     import numpy as np
     import onnx
 
     from edgeflow.core.signatures import fed_inputs
     from edgeflow.data import load_samples
-    from edgeflow.frameworks.tf2onnx import export_onnx
     from edgeflow.stages.verify import read_reference
     from edgeflow.verify.compare import step_errors
     from edgeflow.verify.runners import OnnxRunner, batching, run_all
@@ -24,8 +40,6 @@ def run(ctx: StageContext) -> None:
     source = ctx.recipe.source
     reference, names = read_reference(ctx.inputs["reference"], source.outputs)
     path = ctx.output("onnx")
-    inputs = [s.name for s in fed_inputs(source.inputs)]
-    info = export_onnx(ctx.inputs["saved_model"], inputs, names, ctx.recipe.export.opset, path)
     model = onnx.load(str(path))
     runner = OnnxRunner.from_file(str(path))
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
@@ -38,12 +52,11 @@ def run(ctx: StageContext) -> None:
         "export",
         {
             **info,
-            "exporter": "tf2onnx",
-            "inputs": inputs,
+            "inputs": [s.name for s in fed_inputs(source.inputs)],
             "outputs": names,
             "nodes": len(model.graph.node),
             "ops": dict(Counter(n.op_type for n in model.graph.node)),
-            # the error this step added: the ONNX model against the TensorFlow model
+            # the error this step added: the ONNX model against the source model
             "error_vs_source": step_errors(reference, outputs, names),
         },
     )

@@ -21,10 +21,7 @@ def run(ctx: StageContext) -> None:
     model = tfw.load(source)
     problems = tfw.signature_problems(model, source.inputs)
     if problems:
-        raise EdgeflowError(
-            "source.inputs do not match the model:\n  " + "\n  ".join(problems),
-            "name, shape and type source.inputs after the model's inputs",
-        )
+        raise EdgeflowError(located(ctx, problems), "declare the model's own inputs")
     names = tfw.output_names(model, source.outputs)
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
     runner = tfw.TfRunner(model, source.inputs)
@@ -58,6 +55,16 @@ def run(ctx: StageContext) -> None:
         parameters=parameters,
         **extra,
     )
+
+
+def located(ctx: StageContext, problems: list[tuple[str, str, str]]) -> str:
+    """Problems the model shows (its signature) at their keys in the recipe file, every one."""
+    from edgeflow.core.loader import locate, read_yaml
+
+    path = ctx.loaded.path
+    tree = read_yaml(path)
+    found = [locate(tree, path, {}, key, message, hint) for key, message, hint in problems]
+    return "the recipe does not match the model:\n" + "\n".join(p.render() for p in found)
 
 
 STAGE = Stage(
