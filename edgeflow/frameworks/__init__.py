@@ -1,0 +1,1 @@
+"""Source frameworks edgeflow loads models from, and their converters to ONNX."""
