@@ -27,7 +27,9 @@ Build, verify and report a recipe. Arguments are Hydra overrides:
                                    int16_act, int8_fallback)
   quantization.mode=fp16           or any single quantization key
   verify.max_abs_diff=1e-4         any key of the recipe's other sections (source, export,
-                                   optimize, calibration, evaluation, precheck, verify)
+                                   convert, optimize, calibration, evaluation, precheck, verify)
+  convert.via=onnx                 a tensorflow source: tf2onnx and the ONNX pipeline, not
+                                   TensorFlow's own TFLite converter (native)
   target_rewrites=false            skip the target profile's default rewrites
   rewrites=[onnx.decompose]        set the recipe's rewrites; +rewrites=[...] appends to them
   verify.allow_unverified=true     exit 0, not 3, when the target's runtime is absent here

@@ -105,6 +105,7 @@ RECIPE_SECTIONS = (
     "description",
     "source",
     "export",
+    "convert",
     "rewrites",
     "postprocess",
     "optimize",

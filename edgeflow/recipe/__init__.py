@@ -49,6 +49,13 @@ class LoadedRecipe:
         parts = [self.profile.name, q.mode]
         if q.mode == "int8":
             parts += [k for k, on in BUILD_SUFFIXES.items() if on(q)]
+        if self.recipe.source.kind == "tensorflow":  # the path, where it is not the default
+            from edgeflow.core.specs import NATIVE_BACKENDS
+
+            via = self.recipe.convert.via
+            default = "native" if self.profile.backend in NATIVE_BACKENDS else "onnx"
+            if via is not None and via != default:
+                parts.append(f"via_{via}")
         return "-".join(parts)
 
 

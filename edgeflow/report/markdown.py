@@ -408,7 +408,8 @@ def path_lines(details: dict[str, Any]) -> list[str]:
     export = details.get("export", {})
     lines = [
         f"- path: via ONNX, {source['framework']} model {source['model']} -> "
-        f"{export.get('converter', 'tf2onnx')} (opset {export.get('opset')}) -> {conv['converter']}"
+        f"{export.get('converter', 'tf2onnx')} (opset {export.get('opset')}) -> "
+        f"{conv.get('converter') or conv['target'] + ' converter'}"
     ]
     steps = verify.get("steps")
     if export.get("error_vs_source") and steps:

@@ -55,6 +55,9 @@ def run(ctx: StageContext) -> None:
         "size_bytes": int(v["size_bytes"]),
     }
     metrics.update(v.get("extra", {}))  # target-specific figures, e.g. arena_bytes
+    path = conversion_path(details)
+    if path is not None:  # a TensorFlow or JAX source: its path, and what each step added
+        metrics["conversion"] = path
     if v.get("stream"):  # a stateful model's error along its sequences
         metrics["stream"] = {
             "steps": v["stream"]["steps"],
@@ -81,6 +84,28 @@ def run(ctx: StageContext) -> None:
 
 # Per output in metrics.json: its kind, the scale-free figures, and its kind's own figure.
 OUTPUT_FIGURES = ("sqnr_db", "max_abs_diff", "top1", "sequence", "decision")
+
+
+def conversion_path(details: dict) -> dict | None:
+    """The source framework, the path its build took and the error each step added (the
+    worst output's max abs diff): None for PyTorch and ONNX sources."""
+    framework = details["source"].get("framework")
+    if framework is None:
+        return None
+
+    def worst(errors: list[dict]) -> float:
+        return max(float(e["max_abs_diff"]) for e in errors)
+
+    native = details["convert"].get("path") == "native"
+    found: dict = {"framework": framework, "path": "native" if native else "onnx"}
+    outputs = details["verify"]["agreement"].get("outputs") or []
+    steps = details["verify"].get("steps")
+    if not native and steps and "export" in details:
+        found["source_to_onnx"] = worst(details["export"]["error_vs_source"])
+        found["onnx_to_target"] = worst(steps["onnx_to_artifact"])
+    if outputs:
+        found["source_to_target"] = max(float(o["max_abs_diff"]) for o in outputs)
+    return found
 
 
 def fallback_record(details: dict) -> dict | None:

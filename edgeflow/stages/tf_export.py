@@ -72,7 +72,14 @@ STAGE = Stage(
         "export": "export.json",
         "onnx_reference": "onnx_reference.npz",
     },
-    reads=("source.inputs", "source.outputs", "source.state", "export.opset", "evaluation"),
+    reads=(
+        "source.inputs",
+        "source.outputs",
+        "source.state",
+        "source.dynamic_batch",
+        "export.opset",
+        "evaluation",
+    ),
     tools=("tensorflow", "tf2onnx", "onnx", "onnxruntime"),
     isolated=True,
 )
