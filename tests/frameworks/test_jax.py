@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("jax")
 pytest.importorskip("flax")
 
-from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError, MissingDependency
 from edgeflow.frameworks import jax as fj
 from edgeflow.zoo.digits_flax import _nhwc
 
@@ -124,3 +124,15 @@ def test_set_names_renames_every_use() -> None:
     fj._set_names(graph, ["x"], ["y"])
     assert [list(n.input) + list(n.output) for n in graph.node] == [["x", "t"], ["t", "y"]]
     assert (graph.input[0].name, graph.output[0].name) == ("x", "y")
+
+
+def test_opset_below_18_is_refused_with_a_hint(demo: fj.JaxModel, tmp_path: Path) -> None:
+    pytest.importorskip("jax2onnx")  # jax2onnx 0.17.1 writes ReduceMean's opset-18 form
+    with pytest.raises(EdgeflowError, match=r"invalid ONNX model .* at opset 17") as info:
+        fj.export_onnx(demo, [("image", (1, 8, 8, 1), "float32")], ["logits"], 17, tmp_path / "m")
+    assert info.value.hint == "export at opset 18 or later"
+
+
+def test_missing_package_names_the_extra() -> None:
+    with pytest.raises(MissingDependency, match=r"edgeflow\[jax\]"):
+        fj.require("jax2onnx_not_installed")
