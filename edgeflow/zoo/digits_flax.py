@@ -1,0 +1,166 @@
+"""The digits demo in Flax: DigitsCNN's architecture (edgeflow.zoo.digits) channel-last, trained.
+
+`python -m edgeflow.zoo.digits_flax --out models/digits_flax.msgpack` trains it (a few seconds
+on a CPU, fixed seed) and writes its variables with flax.serialization (msgpack, no pickle);
+a recipe with `source.kind: jax` references `edgeflow.zoo.digits_flax:digits_cnn`, which
+returns (apply function in inference mode, variables) for edgeflow.frameworks.jax.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.resources import builtin_dir
+
+WEIGHTS_FILE = "digits_flax.msgpack"  # in the built-in models folder (dvc.yaml: train_digits_flax)
+INPUT_SHAPE = (8, 8, 1)  # H, W, C: the 8x8 digits, channel-last
+
+
+def _module(num_classes: int = 10, width: int = 16) -> Any:
+    """The Flax linen module (built here so that importing this file does not import flax)."""
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    class DigitsCNN(nn.Module):
+        """Conv-BN-ReLU x2, max-pool, conv, global average pool, dense: ~10k parameters."""
+
+        num_classes: int = 10
+        width: int = 16
+
+        @nn.compact
+        def __call__(self, image: Any, train: bool = False) -> Any:
+            # PyTorch's BatchNorm2d defaults: momentum 0.1 (Flax counts the other way), eps 1e-5
+            def bn() -> nn.BatchNorm:
+                return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)
+
+            x = nn.relu(bn()(nn.Conv(self.width, (3, 3), padding=1)(image)))
+            x = nn.relu(bn()(nn.Conv(2 * self.width, (3, 3), padding=1)(x)))
+            # keywords: jax2onnx patches nn.max_pool while tracing with a keyword-only signature
+            x = nn.max_pool(x, window_shape=(2, 2), strides=(2, 2))
+            x = nn.relu(nn.Conv(2 * self.width, (3, 3), padding=1)(x))
+            return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
+
+    return DigitsCNN(num_classes, width)
+
+
+def _nhwc(split: str) -> tuple[np.ndarray, np.ndarray]:
+    """edgeflow.datasets.sklearn_digits(split) as (images (N, 8, 8, 1) float32, labels)."""
+    from edgeflow.datasets import sklearn_digits
+
+    data = sklearn_digits(split)
+    return np.ascontiguousarray(data["image"].transpose(0, 2, 3, 1)), data["label"]
+
+
+def _init_variables(module: Any, seed: int) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    return module.init(jax.random.key(seed), jnp.zeros((1, *INPUT_SHAPE), jnp.float32))
+
+
+def digits_cnn(weights: str | Path | None = None) -> tuple[Callable[..., Any], Any]:
+    """(apply(variables, image) -> logits in inference mode, variables) of the trained CNN;
+    `weights`: a msgpack file of flax.serialization (a relative path is taken from the
+    working directory), by default the built-in models/digits_flax.msgpack (the checkout's,
+    or the one inside the installed wheel)."""
+    from flax import serialization
+
+    path = Path(weights) if weights is not None else builtin_dir("models") / WEIGHTS_FILE
+    if not path.is_file():
+        raise EdgeflowError(
+            f"digits_flax weights {path} not found",
+            "train them: python -m edgeflow.zoo.digits_flax --out models/digits_flax.msgpack",
+        )
+    module = _module()
+    template = _init_variables(module, 0)
+    try:
+        variables = serialization.from_bytes(template, path.read_bytes())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EdgeflowError(
+            f"weights {path} do not fit the digits CNN: {exc}",
+            "write them with python -m edgeflow.zoo.digits_flax",
+        ) from exc
+
+    def apply(variables: Any, image: Any) -> Any:
+        return module.apply(variables, image, train=False)
+
+    return apply, variables
+
+
+def train(out: Path, seed: int = 0, epochs: int = 15, lr: float = 3e-3) -> float:
+    """Adam on shuffled mini-batches of 64 (fixed seed), a cosine schedule stepped per epoch
+    as in edgeflow.zoo.digits.fit; save the variables, return accuracy on the 'test' split."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import serialization
+
+    module = _module()
+    x, labels = _nhwc("train")
+    y = labels.astype(np.int32)  # int64 would be cut to int32 by JAX anyway (x64 off)
+    test_x, test_y = _nhwc("test")
+    variables = _init_variables(module, seed)
+    params, stats = variables["params"], variables["batch_stats"]
+    steps = -(-len(x) // 64)
+
+    def schedule(step: Any) -> Any:
+        epoch = step // steps
+        return lr * 0.5 * (1 + jnp.cos(jnp.pi * epoch / epochs))
+
+    opt = optax.adam(schedule)
+    opt_state = opt.init(params)
+
+    @jax.jit
+    def step(params: Any, stats: Any, opt_state: Any, xb: Any, yb: Any) -> Any:
+        def loss_fn(params: Any) -> Any:
+            logits, updates = module.apply(
+                {"params": params, "batch_stats": stats}, xb, train=True, mutable=["batch_stats"]
+            )
+            loss = optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
+            return loss, updates["batch_stats"]
+
+        grads, stats = jax.grad(loss_fn, has_aux=True)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), stats, opt_state
+
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        order = rng.permutation(len(x))
+        for start in range(0, len(x), 64):
+            idx = order[start : start + 64]
+            params, stats, opt_state = step(params, stats, opt_state, x[idx], y[idx])
+    variables = {"params": params, "batch_stats": stats}
+    logits = module.apply(variables, test_x, train=False)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(serialization.to_bytes(variables))
+    return float(np.mean(np.asarray(logits).argmax(1) == test_y))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("models/digits_flax.msgpack"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=15)
+    args = parser.parse_args(argv)
+    # Bit-for-bit reproducible weights on any core count: XLA's CPU backend sizes its thread
+    # pool from the CPUs this process may use, and its results depend on that size
+    # (XLA_FLAGS --xla_cpu_multi_thread_eigen=false does not make them equal); one CPU, as
+    # edgeflow.zoo.digits does with torch.set_num_threads(1). Set before jax first runs.
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    start = time.perf_counter()
+    acc = train(args.out, args.seed, args.epochs)
+    print(f"trained {args.out} in {time.perf_counter() - start:.1f} s: test top-1 {acc:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
