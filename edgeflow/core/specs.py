@@ -163,6 +163,8 @@ class JaxSource(Strict):
     kind: Literal["jax"]
     model: CodeRef  # a function returning (apply_fn, params); apply_fn(params, *inputs)
     init: dict[str, Any] = Field(default_factory=dict)  # its arguments
+    # trained params (flax.serialization msgpack), restored into the params it returns
+    weights: RecipeFile | None = None
     inputs: list[TensorSpec] = Field(min_length=1)
     outputs: list[str] | None = None
     state: list[StateLink] = Field(default_factory=list, max_length=16)

@@ -106,6 +106,45 @@ def load(ref: str, base: Path | None, init: Mapping[str, Any] | None = None) -> 
     return JaxModel(str(target), result[0], result[1])
 
 
+def with_weights(model: JaxModel, path: Path) -> JaxModel:
+    """The model with its params restored from a flax.serialization (msgpack) file, into the
+    structure the function returned (source.weights, as a PyTorch state_dict is loaded)."""
+    serialization = require("flax.serialization", "source.weights of a jax source")
+    try:
+        params = serialization.from_bytes(model.params, path.read_bytes())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EdgeflowError(
+            f"weights {path.name} do not fit the params {model.ref} returns: {exc}",
+            "write them with flax.serialization.to_bytes(params) from this function's params "
+            "(check source.init)",
+        ) from exc
+    return JaxModel(model.ref, model.apply_fn, params)
+
+
+def version() -> str:
+    """The framework versions a reference was computed with."""
+    jax = require("jax")
+    return f"jax {jax.__version__}"
+
+
+def parameter_count(model: JaxModel) -> int:
+    import jax
+
+    return int(sum(np.size(leaf) for leaf in jax.tree_util.tree_leaves(model.params)))
+
+
+class JaxRunner:
+    """run(feeds) -> outputs in order, for the reference and the stream; constants bound."""
+
+    def __init__(self, model: JaxModel, specs: Sequence[Any]) -> None:
+        self.model = model
+        self.names = [s.name for s in specs]
+        self.constants = {s.name: s.constant() for s in specs if s.value is not None}
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return run(self.model, {**feeds, **self.constants}, self.names)
+
+
 def _outputs(result: Any) -> list[np.ndarray]:
     """The leaves of a pytree of outputs (the exporter's order), as float32 NumPy arrays."""
     import jax

@@ -353,6 +353,20 @@ def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> li
         problem = exporter_opset_problem(export)
         if problem:
             found.append(("export.opset", *problem))
+    # the opsets each framework's exporter writes: tf2onnx 1.17.0 up to 18, jax2onnx 0.17.1
+    # from 18 (its ReduceMean has the opset-18 form at every opset)
+    span = {"tensorflow": (13, 18), "jax": (18, 23)}.get(kind)
+    if export is not None and span is not None and not native:
+        low, high = span
+        if not low <= export.opset <= high:
+            exporter = "tf2onnx" if kind == "tensorflow" else "jax2onnx"
+            found.append(
+                (
+                    "export.opset",
+                    f"{exporter} writes opsets {low} to {high} here, not {export.opset}",
+                    f"set export.opset between {low} and {high}",
+                )
+            )
     if export is not None:
         if kind != "pytorch" and "exporter" in export.model_fields_set:
             found.append(

@@ -14,7 +14,9 @@ def run(ctx: StageContext) -> None:
 
     source = ctx.recipe.source
     _, names = read_reference(ctx.inputs["reference"], source.outputs)
-    model = jaxw.load(source.model, source.init)
+    model = jaxw.load(str(source.model), None, source.init)
+    if source.weights is not None:
+        model = jaxw.with_weights(model, source.weights)
     inputs = [(s.name, list(s.shape), s.dtype) for s in fed_inputs(source.inputs)]
     info = jaxw.export_onnx(model, inputs, names, ctx.recipe.export.opset, ctx.output("onnx"))
     record_export(ctx, {**info, "exporter": "jax2onnx"})
@@ -25,7 +27,11 @@ STAGE = Stage(
     description="Export the JAX function to ONNX with jax2onnx; measure what it changed.",
     run=run,
     consumes=("reference",),
-    produces={"onnx": "model.onnx", "export": "export.json", "onnx_reference": "onnx_reference.npz"},
+    produces={
+        "onnx": "model.onnx",
+        "export": "export.json",
+        "onnx_reference": "onnx_reference.npz",
+    },
     reads=("source", "export.opset", "evaluation"),
     tools=("jax", "jaxlib", "flax", "jax2onnx", "onnx", "onnxruntime"),
     isolated=True,

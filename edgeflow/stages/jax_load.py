@@ -15,7 +15,9 @@ def run(ctx: StageContext) -> None:
     from edgeflow.verify.stream import run_stream
 
     source = ctx.recipe.source
-    model = jaxw.load(source.model, source.init)
+    model = jaxw.load(str(source.model), None, source.init)
+    if source.weights is not None:
+        model = jaxw.with_weights(model, source.weights)
     runner = jaxw.JaxRunner(model, source.inputs)
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
     extra: dict[str, object] = {}

@@ -3,7 +3,8 @@
 `python -m edgeflow.zoo.digits_flax --out models/digits_flax.msgpack` trains it (a few seconds
 on a CPU, fixed seed) and writes its variables with flax.serialization (msgpack, no pickle);
 a recipe with `source.kind: jax` references `edgeflow.zoo.digits_flax:digits_cnn`, which
-returns (apply function in inference mode, variables) for edgeflow.frameworks.jax.
+returns (apply function in inference mode, initial variables) for edgeflow.frameworks.jax, and
+loads that file with `weights:`.
 """
 
 from __future__ import annotations
@@ -17,10 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.resources import builtin_dir
-
-WEIGHTS_FILE = "digits_flax.msgpack"  # in the built-in models folder (dvc.yaml: train_digits_flax)
 INPUT_SHAPE = (8, 8, 1)  # H, W, C: the 8x8 digits, channel-last
 
 
@@ -66,33 +63,16 @@ def _init_variables(module: Any, seed: int) -> Any:
     return module.init(jax.random.key(seed), jnp.zeros((1, *INPUT_SHAPE), jnp.float32))
 
 
-def digits_cnn(weights: str | Path | None = None) -> tuple[Callable[..., Any], Any]:
-    """(apply(variables, image) -> logits in inference mode, variables) of the trained CNN;
-    `weights`: a msgpack file of flax.serialization (a relative path is taken from the
-    working directory), by default the built-in models/digits_flax.msgpack (the checkout's,
-    or the one inside the installed wheel)."""
-    from flax import serialization
-
-    path = Path(weights) if weights is not None else builtin_dir("models") / WEIGHTS_FILE
-    if not path.is_file():
-        raise EdgeflowError(
-            f"digits_flax weights {path} not found",
-            "train them: python -m edgeflow.zoo.digits_flax --out models/digits_flax.msgpack",
-        )
+def digits_cnn(seed: int = 0) -> tuple[Callable[..., Any], Any]:
+    """(apply(variables, image) -> logits in inference mode, variables initialised with
+    `seed`): a recipe's `source.weights` (models/digits_flax.msgpack, flax.serialization)
+    restores the trained values into these variables, as a state_dict fills a module."""
     module = _module()
-    template = _init_variables(module, 0)
-    try:
-        variables = serialization.from_bytes(template, path.read_bytes())
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EdgeflowError(
-            f"weights {path} do not fit the digits CNN: {exc}",
-            "write them with python -m edgeflow.zoo.digits_flax",
-        ) from exc
 
     def apply(variables: Any, image: Any) -> Any:
         return module.apply(variables, image, train=False)
 
-    return apply, variables
+    return apply, _init_variables(module, seed)
 
 
 def train(out: Path, seed: int = 0, epochs: int = 15, lr: float = 3e-3) -> float:

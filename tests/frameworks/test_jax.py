@@ -15,11 +15,21 @@ from edgeflow.frameworks import jax as fj
 from edgeflow.zoo.digits_flax import _nhwc
 
 DEMO = "edgeflow.zoo.digits_flax:digits_cnn"
+WEIGHTS = Path(__file__).resolve().parents[2] / "models" / "digits_flax.msgpack"
 
 
 @pytest.fixture(scope="module")
 def demo() -> fj.JaxModel:
-    return fj.load(DEMO, None)
+    return fj.with_weights(fj.load(DEMO, None), WEIGHTS)
+
+
+def test_weights_must_fit_the_params(tmp_path: Path) -> None:
+    from flax import serialization
+
+    other = tmp_path / "other.msgpack"
+    other.write_bytes(serialization.to_bytes({"w": np.zeros(3, np.float32)}))
+    with pytest.raises(EdgeflowError, match="other.msgpack do not fit the params"):
+        fj.with_weights(fj.load(DEMO, None), other)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from edgeflow.engine.pipeline import load_pipeline, pipeline_name
 from edgeflow.recipe import load_recipe
 from edgeflow.stages import STAGES
 
-BUILDER = '''
+BUILDER = """
 import keras
 
 def build(width: int = 8):
@@ -22,7 +22,7 @@ def build(width: int = 8):
     x = keras.layers.Conv2D(width, 3, padding="same", activation="relu")(image)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(image, keras.layers.Dense(10, name="logits")(x))
-'''
+"""
 
 RECIPE = """
 source:
@@ -80,7 +80,9 @@ def test_every_problem_of_the_paths_in_one_run(recipe) -> None:
     assert "recipe.yaml:6:12: rewrites[0]: 'fx.fuse_conv_bn' is an fx rule" in text
     assert "recipe.yaml:6:29: rewrites[1]: 'onnx.fold_constants' rewrites the ONNX" in text
     assert "export.exporter: export.exporter picks PyTorch's ONNX exporter" in text
-    assert "convert.via: TensorFlow's TFLite converter builds for tflite, tflite_micro, armnn" in text
+    assert (
+        "convert.via: TensorFlow's TFLite converter builds for tflite, tflite_micro, armnn" in text
+    )
     assert "target 'onnxruntime_micro' is onnxruntime_micro" in text
 
 
