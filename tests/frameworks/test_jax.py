@@ -28,7 +28,7 @@ def test_weights_must_fit_the_params(tmp_path: Path) -> None:
 
     other = tmp_path / "other.msgpack"
     other.write_bytes(serialization.to_bytes({"w": np.zeros(3, np.float32)}))
-    with pytest.raises(EdgeflowError, match="other.msgpack do not fit the params"):
+    with pytest.raises(EdgeflowError, match=r"other\.msgpack do not fit the params"):
         fj.with_weights(fj.load(DEMO, None), other)
 
 
