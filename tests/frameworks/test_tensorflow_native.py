@@ -1,0 +1,141 @@
+"""Keras models and SavedModels built in code, converted by TensorFlow's own TFLite converter
+(convert.via: native) and run in the real runtimes; the precheck of the builtins it wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from edgeflow.core.errors import EXIT_USER, StageFailed
+from edgeflow.engine.cache import Cache
+from edgeflow.engine.runner import run_build
+from edgeflow.recipe import load_recipe
+from edgeflow.targets import load_profile
+from edgeflow.targets.precheck import check_builtins
+
+pytestmark = pytest.mark.slow
+
+MODELS = """
+import keras
+import tensorflow as tf
+
+
+class Log(keras.layers.Layer):
+    def call(self, x):
+        return keras.ops.log(x + 1.5)
+
+
+class Erfinv(keras.layers.Layer):
+    def call(self, x):
+        return tf.math.erfinv(tf.tanh(x))
+
+
+def build(op: str = "none"):
+    keras.utils.set_random_seed(0)
+    image = keras.Input((8, 8, 1), name="image")
+    x = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(image)
+    x = {"none": lambda t: t, "log": Log(), "erfinv": Erfinv()}[op](x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(image, keras.layers.Dense(10, name="logits")(x))
+"""
+
+RECIPE = """
+source:
+  kind: tensorflow
+  model: {model}
+  inputs: [{{name: image, shape: [1, 8, 8, 1]}}]
+  outputs: [logits]
+calibration: {{dataset: "edgeflow.zoo.digits_keras:digits_nhwc", split: calibration, samples: 32}}
+evaluation: {{dataset: "edgeflow.zoo.digits_keras:digits_nhwc", split: test, samples: 48,
+              metric: agreement}}
+quantization: {{mode: none}}
+target: tflite
+verify: {{max_abs_diff: 1.0e-5, latency_runs: 2, warmup_runs: 1}}
+"""
+
+
+@pytest.fixture
+def build(tmp_path: Path, write_recipe, shared_cache: Path):
+    (tmp_path / "model.py").write_text(MODELS, encoding="utf-8")
+
+    def run(overrides: dict | None = None, model: str = "model.py:build"):
+        path = write_recipe(RECIPE.format(model=model))
+        loaded = load_recipe(path, overrides)
+        return run_build(loaded, Cache(shared_cache), tmp_path / "build", print)
+
+    return run
+
+
+def test_builtins_against_the_measured_lists() -> None:
+    micro = load_profile("tflite_micro")
+    found = {
+        f.operator: f for f in check_builtins({"CONV_2D": 2, "LOG": 1, "NEW_OP": 1}, micro, "int8")
+    }
+    assert set(found) == {"LOG", "NEW_OP"}  # CONV_2D ran in the probes
+    assert found["LOG"].severity == "error" and "Node LOG" in found["LOG"].reason
+    assert found["NEW_OP"].severity == "warning" and "not measured" in found["NEW_OP"].reason
+    assert check_builtins({"LOG": 1}, micro, "none") == []  # float LOG runs on TFLM
+    assert check_builtins({"ABS": 1}, load_profile("armnn"), "none")[0].severity == "error"
+    assert check_builtins({"ABS": 1}, load_profile("onnxruntime_micro"), "none") == []
+    sixteen = check_builtins({"LOG": 1}, micro, "int8", "int16")
+    assert sixteen[0].severity == "warning"  # 16x8 is not measured: verify decides
+
+
+def test_a_builtin_measured_to_fail_stops_the_build(build) -> None:
+    """TFLite Micro's int8 LOG fails to invoke (measured): the precheck says so before TFLM
+    first loads the file, with the exit status of a problem for the user."""
+    with pytest.raises(StageFailed) as info:
+        build({"source.init": {"op": "log"}, "target": "tflite_micro", "quantization.mode": "int8"})
+    assert info.value.stage == "tf_convert" and info.value.exit_code == EXIT_USER
+    assert "does not pass the tflite_micro precheck" in info.value.reason
+    assert "| LOG | 1 | measured to fail on tflite_micro int8" in info.value.reason
+    float32 = build({"source.init": {"op": "log"}, "target": "tflite_micro"})
+    assert float32.metrics["agreement"]["max_abs_diff"] < 1e-5
+
+
+def test_tensorflow_ops_without_a_builtin_are_named(build) -> None:
+    with pytest.raises(StageFailed) as info:
+        build({"source.init": {"op": "erfinv"}})
+    assert info.value.exit_code == EXIT_USER
+    assert "| tf.Erfinv | 1 | TensorFlow op without a TFLite builtin" in info.value.reason
+
+
+def test_a_saved_model_folder_and_a_keras_file(tmp_path: Path, build) -> None:
+    """The same network as a SavedModel (tf.saved_model.save of a tf.Module) and as a
+    .keras file: loaded, re-signed and converted; the .tflite within 1e-5 of TensorFlow."""
+    import importlib.util
+
+    import keras
+    import tensorflow as tf
+
+    spec = importlib.util.spec_from_file_location("models_under_test", tmp_path / "model.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build()
+    model.save(tmp_path / "net.keras")
+
+    class Served(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 1], tf.float32, name="image")])
+        def serve(self, image):
+            return {"logits": self.model(image, training=False)}
+
+    served = Served()
+    tf.saved_model.save(
+        served, str(tmp_path / "saved"), signatures={"serving_default": served.serve}
+    )
+    for source in ("saved", "net.keras"):
+        result = build(model=source)
+        assert result.metrics["verified"], source
+        assert result.metrics["agreement"]["max_abs_diff"] < 1e-5
+        assert result.metrics["conversion"]["path"] == "native"
+    x = np.zeros((1, 8, 8, 1), np.float32)
+    assert np.allclose(keras.saving.load_model(tmp_path / "net.keras")(x), model(x))

@@ -1,0 +1,57 @@
+"""The digits CNN from Keras and from Flax (recipes/digits_keras.yaml, digits_jax.yaml, their
+weights trained by `dvc repro`) on every target: float32 within 1e-5 of the source
+framework's own outputs, int8 at most one point below its accuracy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeflow.engine.cache import Cache
+from edgeflow.engine.runner import run_build
+from edgeflow.recipe import load_recipe
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+TARGETS = ("tflite", "tflite_micro", "armnn", "onnxruntime_micro")
+# (recipe, the path each target takes): Keras natively to the TFLite family, else via ONNX
+BUILDS = [
+    *(("digits_keras", t, "native" if t != "onnxruntime_micro" else "onnx") for t in TARGETS),
+    *(("digits_keras", t, "onnx") for t in ("tflite", "armnn")),  # the other path
+    *(("digits_jax", t, "onnx") for t in TARGETS),
+]
+
+
+def build(recipe: str, target: str, mode: str, via: str, cache: Path, out: Path) -> dict:
+    pytest.importorskip("tensorflow" if recipe == "digits_keras" else "jax2onnx")
+    overrides = {"target": target, "quantization.mode": mode}
+    if recipe == "digits_keras":
+        overrides["convert.via"] = via
+    loaded = load_recipe(REPO / "recipes" / f"{recipe}.yaml", overrides)
+    return run_build(loaded, Cache(cache), out, print).metrics
+
+
+@pytest.mark.parametrize(("recipe", "target", "via"), BUILDS)
+def test_float32_and_int8_on_every_target(
+    recipe: str, target: str, via: str, shared_cache: Path, tmp_path: Path
+) -> None:
+    float32 = build(recipe, target, "none", via, shared_cache, tmp_path)
+    assert float32["verified"]
+    assert float32["conversion"]["path"] == via
+    assert float32["agreement"]["max_abs_diff"] < 1e-5  # 4.8e-6 measured (both frameworks)
+    assert float32["accuracy"]["drop"] == 0
+    int8 = build(recipe, target, "int8", via, shared_cache, tmp_path)
+    assert int8["verified"]
+    assert int8["accuracy"]["drop"] <= 0.01
+    assert int8["agreement"]["min_sqnr_db"] > 30  # 32.5-36.7 dB measured
+    if via == "onnx":  # the error each step added: tf2onnx / jax2onnx is exact, int8 is not
+        assert int8["conversion"]["source_to_onnx"] < 1e-5
+        assert int8["conversion"]["onnx_to_target"] > 1e-3
+
+
+def test_tensorrt_builds_from_keras_through_onnx(shared_cache: Path, tmp_path: Path) -> None:
+    """tensorrt takes the ONNX path; without a GPU the engine is not run (not verified)."""
+    metrics = build("digits_keras", "tensorrt", "int8", "onnx", shared_cache, tmp_path)
+    assert not metrics["verified"] and "no GPU" in metrics["not_verified"]
