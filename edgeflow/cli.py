@@ -293,9 +293,19 @@ def _explain(name: str, as_json: bool, rewrites: bool) -> int:
     from edgeflow.recipe import find_recipe, load_recipe
 
     loaded = load_recipe(find_recipe(name))
-    if loaded.recipe.source.kind != "pytorch":
-        raise EdgeflowError("explain works on PyTorch sources", "source.kind must be pytorch")
-    attempts = explain(loaded.recipe, loaded.path.parent, rewrites)
+    kind = loaded.recipe.source.kind
+    if kind == "tensorflow":
+        from edgeflow.explain import explain_tensorflow
+
+        attempts = explain_tensorflow(loaded.recipe)
+    elif kind == "pytorch":
+        attempts = explain(loaded.recipe, loaded.path.parent, rewrites)
+    else:
+        raise EdgeflowError(
+            f"explain works on PyTorch and TensorFlow sources; this is a {kind} source",
+            "for an ONNX model, `edgeflow precheck MODEL.onnx --target T` lists what a "
+            "target lacks",
+        )
     print(json.dumps(to_json(attempts), indent=2) if as_json else render_table(attempts))
     return 0 if all(a.ok for a in attempts) else 1
 

@@ -276,3 +276,77 @@ def render_table(attempts: list[Attempt]) -> str:
 
 def to_json(attempts: list[Attempt]) -> list[dict[str, Any]]:
     return [asdict(a) for a in attempts]
+
+
+def explain_tensorflow(recipe: Any) -> list[Attempt]:
+    """A TensorFlow source through both paths: TensorFlow's own TFLite converter (float32,
+    builtins only: the TF ops it cannot lower, by node) and tf2onnx (the ops it cannot
+    convert; then the ONNX graph's hazards), each with what would help."""
+    from edgeflow.core.errors import EdgeflowError
+    from edgeflow.core.signatures import fed_inputs
+    from edgeflow.frameworks import tensorflow as tfw
+    from edgeflow.frameworks.tf2onnx import export_onnx
+    from edgeflow.targets import _tf_native
+
+    source = recipe.source
+    model = tfw.load(source)
+    problems = tfw.signature_problems(model, source.inputs)
+    if problems:
+        return [
+            Attempt("signature", False, "the recipe's inputs", key, "", message, [])
+            for key, message, _ in problems
+        ]
+    names = tfw.output_names(model, source.outputs)
+    folder = Path(tempfile.mkdtemp())
+    saved = folder / "saved_model"
+    with _quiet():
+        tfw.save_canonical(model, source.inputs, names, saved)
+    attempts: list[Attempt] = []
+    onnx_path = folder / "model.onnx"
+    try:
+        with _quiet():
+            inputs = [s.name for s in fed_inputs(source.inputs)]
+            export_onnx(saved, inputs, names, recipe.export.opset, onnx_path)
+        onnx_ok = Attempt("tf2onnx (convert.via: onnx)", True)
+    except EdgeflowError as exc:
+        onnx_ok = Attempt(
+            "tf2onnx (convert.via: onnx)",
+            False,
+            "TensorFlow ops without an ONNX conversion",
+            error=exc.message,
+        )
+    tf = tfw.require()
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(saved), signature_keys=[tfw.SIGNATURE])
+    try:
+        with _quiet():
+            _tf_native._run(converter, "none")
+        attempts.append(Attempt("TFLiteConverter (convert.via: native)", True))
+    except _tf_native.Unlowered as exc:
+        nodes = ", ".join(f"{u.op} ({u.node})" if u.node else u.op for u in exc.found)
+        attempts.append(
+            Attempt(
+                "TFLiteConverter (convert.via: native)",
+                False,
+                "TensorFlow ops without a TFLite builtin",
+                nodes,
+                "",
+                exc.message,
+                ["convert.via: onnx"] if onnx_ok.ok else [],
+            )
+        )
+    except EdgeflowError as exc:
+        attempts.append(
+            Attempt(
+                "TFLiteConverter (convert.via: native)",
+                False,
+                "converter error",
+                "",
+                "",
+                exc.message,
+                ["convert.via: onnx"] if onnx_ok.ok else [],
+            )
+        )
+    attempts.append(onnx_ok)
+    if onnx_ok.ok:
+        attempts += _graph_hazards(onnx_path, "tf2onnx")
+    return attempts

@@ -11,6 +11,7 @@ precheck.continue_on_failure), before the target's runtime first loads the file.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import fed_inputs
@@ -46,19 +47,23 @@ def run(ctx: StageContext) -> None:
     )
     q = recipe.quantization
 
-    def precheck(counts: dict[str, int], unlowered: list[str]) -> None:
+    def precheck(counts: dict[str, int], unlowered: list[Any]) -> None:
         """precheck.json from the converter's builtins (or the TF ops it could not lower)."""
         from edgeflow.targets.precheck import Finding
 
-        findings = [
-            Finding(
-                operator=f"tf.{op}",
-                reason="TensorFlow op without a TFLite builtin (would need Select TF ops, "
-                "which this runtime cannot run)",
-                rule="(convert.via: onnx)",
+        findings = []
+        for op in sorted({u.op for u in unlowered}):
+            found = [u for u in unlowered if u.op == op]
+            findings.append(
+                Finding(
+                    operator=f"tf.{op}",
+                    reason="TensorFlow op without a TFLite builtin (would need Select TF ops, "
+                    "which this runtime cannot run)",
+                    nodes=[u.node for u in found if u.node],
+                    count=len(found),
+                    rule="(convert.via: onnx)",
+                )
             )
-            for op in unlowered
-        ]
         findings += check_builtins(counts, profile, q.mode, q.activations)
         table = to_json(findings)
         passed = not errors(table)
@@ -95,7 +100,7 @@ def run(ctx: StageContext) -> None:
             job, lambda artifact: precheck(builtin_counts(artifact, profile.name), [])
         )
     except Unlowered as exc:
-        precheck({}, exc.ops)
+        precheck({}, exc.found)
         raise
     if recipe.quantization.mode == "int8":
         imposed = {k: v for k, v in profile.int8.items() if getattr(recipe.quantization, k) != v}

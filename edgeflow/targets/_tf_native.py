@@ -46,12 +46,40 @@ class NativeJob:
     calibration: Samples | None  # for int8
 
 
-class Unlowered(EdgeflowError):
-    """TensorFlow ops the converter has no TFLite builtin for (`ops`: their names)."""
+# Where the converter's MLIR error (from a SavedModel) puts each op, on the line of its
+# "'tf.Erfinv' op is neither ..." error: loc(callsite(fused["Erfinv:", "functional_1/erfinv_1/
+# erfinv/Erfinv@__inference_serve_117"] at ...)): the node name holds the Keras layer's.
+_NODE = r'fused\["{op}:", "([^"@]*)'
 
-    def __init__(self, message: str, hint: str, ops: list[str]) -> None:
+
+@dataclass(frozen=True)
+class UnloweredOp:
+    op: str  # the TensorFlow op type, e.g. Erfinv
+    node: str  # its node name in the SavedModel's graph (a Keras model's: layer names)
+
+
+class Unlowered(EdgeflowError):
+    """TensorFlow ops the converter has no TFLite builtin for, with their nodes."""
+
+    def __init__(self, message: str, hint: str, found: list[UnloweredOp]) -> None:
         super().__init__(message, hint)
-        self.ops = ops
+        self.found = found
+
+    @property
+    def ops(self) -> list[str]:
+        return sorted({u.op for u in self.found})
+
+
+def unlowered(text: str) -> list[UnloweredOp]:
+    """The ops the converter's error names, each with its node."""
+    found: dict[tuple[str, str], UnloweredOp] = {}
+    for line in text.splitlines():
+        for op in UNLOWERED.findall(line):
+            node = re.search(_NODE.format(op=re.escape(op)), line)
+            key = (op, node.group(1) if node else "")
+            found.setdefault(key, UnloweredOp(*key))
+    named = {op for op, node in found if node}
+    return [u for key, u in found.items() if key[1] or key[0] not in named]
 
 
 def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
@@ -111,15 +139,16 @@ def _run(converter: Any, mode: str) -> bytes:
             return bytes(converter.convert())
     except Exception as exc:  # TensorFlow's converter raises its own ConverterError types
         text = str(exc)
-        ops = sorted(set(UNLOWERED.findall(text)))
-        if ops:
+        found = unlowered(text)
+        if found:
+            ops = sorted({u.op for u in found})
             raise Unlowered(
                 f"TensorFlow's TFLite converter has no builtin for {len(ops)} TensorFlow "
                 f"op(s): {', '.join(ops)} (Select TF ops would need the Flex delegate, which "
                 "these runtimes do not have)",
                 "express them with other ops in the model, or set convert.via: onnx to try "
                 "tf2onnx and the ONNX rules",
-                ops,
+                found,
             ) from None
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         found = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "")

@@ -102,6 +102,26 @@ def test_tensorflow_ops_without_a_builtin_are_named(build) -> None:
         build({"source.init": {"op": "erfinv"}})
     assert info.value.exit_code == EXIT_USER
     assert "| tf.Erfinv | 1 | TensorFlow op without a TFLite builtin" in info.value.reason
+    assert "| functional/erfinv/erfinv/Erfinv |" in info.value.reason.replace("_1", "")
+
+
+def test_explain_names_the_ops_each_path_cannot_take(tmp_path: Path, write_recipe) -> None:
+    from edgeflow.explain import explain_tensorflow, render_table
+
+    (tmp_path / "model.py").write_text(MODELS, encoding="utf-8")
+    path = write_recipe(RECIPE.format(model="model.py:build"))
+    fine = explain_tensorflow(load_recipe(path, {"source.init": {"op": "log"}}).recipe)
+    assert [(a.method, a.ok) for a in fine] == [
+        ("TFLiteConverter (convert.via: native)", True),
+        ("tf2onnx (convert.via: onnx)", True),
+    ]
+    failing = explain_tensorflow(load_recipe(path, {"source.init": {"op": "erfinv"}}).recipe)
+    native, via_onnx = failing
+    assert not native.ok and native.cause == "TensorFlow ops without a TFLite builtin"
+    assert native.location.startswith("Erfinv (functional") and "erfinv" in native.location
+    assert not via_onnx.ok and "Erfinv" in via_onnx.error
+    assert native.rules == []  # tf2onnx has no conversion either: nothing to suggest
+    assert "Erfinv" in render_table(failing)
 
 
 def test_a_saved_model_folder_and_a_keras_file(tmp_path: Path, build) -> None:
