@@ -151,9 +151,9 @@ def _run(converter: Any, mode: str) -> bytes:
                 found,
             ) from None
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        found = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "")
+        said = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "")
         raise EdgeflowError(
-            f"TensorFlow's TFLite converter failed ({mode}): {type(exc).__name__}: {found[:300]}",
+            f"TensorFlow's TFLite converter failed ({mode}): {type(exc).__name__}: {said[:300]}",
             "see docs/debugging.md; convert.via: onnx takes the other path",
         ) from None
 
