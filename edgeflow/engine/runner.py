@@ -216,12 +216,23 @@ class _Build:
         build folder is not written and only the cache entry holds the figures."""
         from edgeflow.stages import STAGES
 
+        what = "per-layer diff" if name == "diff" else "bisection"
+        missing = [s for s in STAGES[name].consumes if s not in self.slots]
+        if missing:  # the native TensorFlow path: no ONNX model to compare the layers with
+            reason = (
+                f"the {what} compares the artifact's tensors with the ONNX model's, and this "
+                "build made none (TensorFlow's own converter: convert.via native)"
+            )
+            hint = "build it with convert.via=onnx to diff it layer by layer"
+            if forced:
+                raise EdgeflowError(reason, hint)
+            self.echo(f"  no {what}: {reason}")
+            return
         try:
             self.run(STAGES[name])
         except (EdgeflowError, InternalError) as exc:
             if forced:
                 raise
-            what = "per-layer diff" if name == "diff" else "bisection"
             self.echo(f"  the {what} failed: {exc.render()}")
             return
         found = json.loads(self.slots[name].path.read_text())

@@ -62,12 +62,22 @@ verify: {{max_abs_diff: 1.0e-5, latency_runs: 2, warmup_runs: 1}}
 def build(tmp_path: Path, write_recipe, shared_cache: Path):
     (tmp_path / "model.py").write_text(MODELS, encoding="utf-8")
 
-    def run(overrides: dict | None = None, model: str = "model.py:build"):
+    def run(overrides: dict | None = None, model: str = "model.py:build", diff: str | None = None):
         path = write_recipe(RECIPE.format(model=model))
         loaded = load_recipe(path, overrides)
-        return run_build(loaded, Cache(shared_cache), tmp_path / "build", print)
+        return run_build(loaded, Cache(shared_cache), tmp_path / "build", print, diff)
 
     return run
+
+
+def test_the_layer_diff_needs_the_onnx_path(build) -> None:
+    from edgeflow.core.errors import EdgeflowError
+
+    with pytest.raises(EdgeflowError, match="this build made none") as info:
+        build(diff="layers")
+    assert "convert.via=onnx" in (info.value.hint or "")
+    via_onnx = build({"convert.via": "onnx"}, diff="layers")
+    assert (via_onnx.build_dir / "layers_diff.csv").is_file()
 
 
 def test_builtins_against_the_measured_lists() -> None:
