@@ -34,7 +34,7 @@ def require(module: str = "tensorflow") -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingDependency("tensorflow sources", "tensorflow", "tflite") from exc
+        raise MissingDependency("source kind tensorflow", "tensorflow", "tflite") from exc
 
 
 @dataclass

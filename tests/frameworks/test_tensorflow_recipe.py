@@ -168,3 +168,25 @@ def test_dvc_init_makes_the_saved_model_folder_a_dependency(tmp_path: Path) -> N
     assert "net.tf_load:" in dvc and "- models/sm\n" in dvc
     assert "net.default.tf_convert:" in dvc  # the build's own native stage
     assert "export" not in dvc.split("net.tf_load:")[1].split("outs:")[0]
+
+
+def test_without_tensorflow_the_build_says_what_to_install(monkeypatch) -> None:
+    import importlib
+
+    from edgeflow.core.errors import EXIT_USER, MissingDependency
+    from edgeflow.frameworks import tensorflow as tfw
+
+    real = importlib.import_module
+
+    def missing(name: str, *args, **kwargs):
+        if name.split(".")[0] in ("tensorflow", "keras"):
+            raise ImportError(f"No module named '{name}'", name=name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    with pytest.raises(MissingDependency) as info:
+        tfw.require()
+    assert info.value.exit_code == EXIT_USER
+    assert info.value.message == (
+        "source kind tensorflow needs tensorflow: install it with pip install 'edgeflow[tflite]'"
+    )
