@@ -69,7 +69,7 @@ def load(source: TensorFlowSource) -> TfModel:
     keras = require("keras")
     model = source.model
     if isinstance(model, ImportRef):
-        return _keras_model(_built(model, source.init, keras), str(model), source, keras)
+        return _keras_model(_built(model, source.init, keras), str(model), source.weights, keras)
     path = Path(model)
     if path.is_dir():
         return _saved_model(path, tf)
@@ -81,7 +81,7 @@ def load(source: TensorFlowSource) -> TfModel:
             "save the model with model.save('model.keras'); a model with custom layers needs "
             "a 'module:function' that builds it",
         ) from exc
-    return _keras_model(built, path.name, source, keras)
+    return _keras_model(built, path.name, source.weights, keras)
 
 
 def _built(ref: ImportRef, init: dict[str, Any], keras: Any) -> Any:
@@ -102,7 +102,12 @@ def _built(ref: ImportRef, init: dict[str, Any], keras: Any) -> Any:
         ) from exc
 
 
-def _keras_model(model: Any, what: str, source: TensorFlowSource, keras: Any) -> TfModel:
+def from_keras(model: Any, what: str = "the Keras model") -> TfModel:
+    """A Keras model built in this process, as a source (its weights as they are)."""
+    return _keras_model(model, what, None, require("keras"))
+
+
+def _keras_model(model: Any, what: str, weights: Path | None, keras: Any) -> TfModel:
     if not isinstance(model, keras.Model):
         raise EdgeflowError(
             f"{what} gave a {type(model).__name__}, not a keras.Model",
@@ -119,12 +124,12 @@ def _keras_model(model: Any, what: str, source: TensorFlowSource, keras: Any) ->
             "build it with the functional API, or start the Sequential model with "
             "keras.Input(shape, name=...)",
         )
-    if source.weights is not None:
+    if weights is not None:
         try:
-            model.load_weights(str(source.weights))
+            model.load_weights(str(weights))
         except Exception as exc:
             raise EdgeflowError(
-                f"weights {source.weights.name} do not fit {what}: {type(exc).__name__}: "
+                f"weights {weights.name} do not fit {what}: {type(exc).__name__}: "
                 f"{first_line(exc)}",
                 "save them with model.save_weights('name.weights.h5') from this architecture "
                 "(check source.init)",

@@ -17,13 +17,12 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError, MissingDependency, first_line
-from edgeflow.core.signatures import TensorSpec
 
 SIGNATURE = "serving_default"
 # Import name -> pip package, for "install it" messages.
@@ -47,34 +46,6 @@ def require(module: str) -> ModuleType:
         raise MissingDependency(
             "source kind tensorflow", PACKAGES.get(missing, missing), "tflite"
         ) from exc
-
-
-def save_signature(
-    model: Callable[..., Any], inputs: Sequence[TensorSpec], output_names: Sequence[str], path: Path
-) -> Path:
-    """Export a Keras model as a SavedModel whose serving_default takes `inputs` (by name, with
-    their static shapes and dtypes) and returns a dict keyed by `output_names`, in model order."""
-    tf, keras = require("tensorflow"), require("keras")
-    specs = [tf.TensorSpec(spec.shape, spec.dtype, name=spec.name) for spec in inputs]
-    names = list(output_names)
-
-    def serve(*args: Any) -> dict[str, Any]:
-        result = model(args[0] if len(args) == 1 else list(args), training=False)
-        if isinstance(result, dict):
-            result = [result[name] for name in names]
-        flat = list(result) if isinstance(result, (list, tuple)) else [result]
-        if len(flat) != len(names):
-            raise EdgeflowError(
-                f"the model returns {len(flat)} outputs, the recipe names {len(names)}",
-                "name every output of the model in the recipe's outputs, in the model's order",
-            )
-        return dict(zip(names, flat, strict=True))
-
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint(SIGNATURE, serve, input_signature=specs)
-    archive.write_out(str(path), verbose=False)
-    return path
 
 
 def export_onnx(

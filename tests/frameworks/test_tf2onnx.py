@@ -10,11 +10,20 @@ import pytest
 
 from edgeflow.core.errors import EdgeflowError, MissingDependency
 from edgeflow.core.signatures import TensorSpec
-from edgeflow.frameworks.tf2onnx import export_onnx, require, save_signature
+from edgeflow.frameworks.tensorflow import from_keras, save_canonical
+from edgeflow.frameworks.tf2onnx import export_onnx, require
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("tf2onnx")
 keras = pytest.importorskip("keras")
+
+
+def save_signature(model: Any, inputs: list[TensorSpec], outputs: list[str], path: Path) -> Path:
+    """The SavedModel tf_load writes for a Keras model built here."""
+    save_canonical(from_keras(model), inputs, outputs, path)
+    return path
+
+
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
