@@ -48,28 +48,29 @@ class DynamicBatch(Strict):
         return self
 
 
-class PyTorchSource(Strict):
-    kind: Literal["pytorch"]
-    model: CodeRef
-    init: dict[str, Any] = Field(default_factory=dict)
-    weights: RecipeFile | None = None
+class Signature(Strict):
+    """What every source kind declares: its inputs, output names, state links, batch."""
+
     inputs: list[TensorSpec] = Field(min_length=1)
     outputs: list[str] | None = None
     state: list[StateLink] = Field(default_factory=list, max_length=16)
     dynamic_batch: DynamicBatch | None = None
+
+
+class PyTorchSource(Signature):
+    kind: Literal["pytorch"]
+    model: CodeRef
+    init: dict[str, Any] = Field(default_factory=dict)
+    weights: RecipeFile | None = None
 
     @model_validator(mode="after")
     def _signatures(self) -> PyTorchSource:
         return _check_signatures(self)
 
 
-class OnnxSource(Strict):
+class OnnxSource(Signature):
     kind: Literal["onnx"]
     model: RecipeFile
-    inputs: list[TensorSpec] = Field(min_length=1)
-    outputs: list[str] | None = None
-    state: list[StateLink] = Field(default_factory=list, max_length=16)
-    dynamic_batch: DynamicBatch | None = None
 
     @field_validator("model")
     @classmethod
@@ -115,7 +116,7 @@ def _tf_model(value: Any, info: ValidationInfo) -> Path | ImportRef:
     return _existing_file(value, info)
 
 
-class TensorFlowSource(Strict):
+class TensorFlowSource(Signature):
     """A Keras model or SavedModel: loaded with TensorFlow, converted by TensorFlow's own TFLite
     converter (convert.via: native) or through tf2onnx into the ONNX pipeline (via: onnx)."""
 
@@ -123,10 +124,6 @@ class TensorFlowSource(Strict):
     model: Annotated[Path | ImportRef, BeforeValidator(_tf_model)]
     init: dict[str, Any] = Field(default_factory=dict)  # the builder function's arguments
     weights: RecipeFile | None = None  # a Keras weights file (.weights.h5), loaded by name
-    inputs: list[TensorSpec] = Field(min_length=1)
-    outputs: list[str] | None = None
-    state: list[StateLink] = Field(default_factory=list, max_length=16)
-    dynamic_batch: DynamicBatch | None = None
 
     @property
     def builder(self) -> ImportRef | None:
@@ -156,7 +153,7 @@ class TensorFlowSource(Strict):
         return _check_signatures(self)
 
 
-class JaxSource(Strict):
+class JaxSource(Signature):
     """A JAX function and its parameters (a Flax module's apply and variables), exported to
     ONNX with jax2onnx, then the ONNX pipeline."""
 
@@ -165,10 +162,6 @@ class JaxSource(Strict):
     init: dict[str, Any] = Field(default_factory=dict)  # its arguments
     # trained params (flax.serialization msgpack), restored into the params it returns
     weights: RecipeFile | None = None
-    inputs: list[TensorSpec] = Field(min_length=1)
-    outputs: list[str] | None = None
-    state: list[StateLink] = Field(default_factory=list, max_length=16)
-    dynamic_batch: DynamicBatch | None = None
 
     @model_validator(mode="after")
     def _signatures(self) -> JaxSource:

@@ -166,18 +166,9 @@ def _usable(job: NativeJob) -> int:
 
 def representative(job: NativeJob) -> Iterator[dict[str, np.ndarray]]:
     """Calibration batches of the model's batch size, by input name, in the source's layout."""
-    if job.calibration is None:
-        raise AssertionError("int8 conversion without calibration samples")
-    batch = batch_size(job.inputs)
-    if _usable(job) == 0:
-        raise EdgeflowError(
-            f"int8 calibration needs at least {batch} samples (the model's batch size); "
-            f"got {len(job.calibration)}",
-            "raise calibration.samples",
-        )
-    for feeds, size in job.calibration.batches(batch, fixed=True):
-        if size < batch:
-            return
+    from edgeflow.targets._tflite_quant import whole_batches
+
+    for feeds in whole_batches(job.calibration, job.inputs):
         yield {s.name: np.asarray(feeds[s.name], s.dtype) for s in job.inputs}
 
 

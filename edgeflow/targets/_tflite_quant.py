@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,12 @@ from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import batch_size
 from edgeflow.targets import _onnx2tf
 from edgeflow.targets.base import ConvertJob
+
+if TYPE_CHECKING:
+    from edgeflow.core.specs import TensorSpec
+    from edgeflow.data import Samples
+
+Feeds = dict[str, np.ndarray]
 
 
 def own_int8(job: ConvertJob, out: Path, target: str) -> bytes:
@@ -70,22 +76,29 @@ def _run(converter: Any, what: str, hint: str) -> bytes:
         ) from None
 
 
-def representative(job: ConvertJob) -> Iterator[dict[str, np.ndarray]]:
+def whole_batches(calibration: Samples | None, inputs: list[TensorSpec]) -> Iterator[Feeds]:
+    """The calibration samples in whole batches of the model's batch size (a short last one
+    left out); an error when there is not even one."""
+    if calibration is None:
+        raise AssertionError("int8 conversion without calibration samples")
+    batch = batch_size(inputs)
+    if len(calibration) < batch:
+        raise EdgeflowError(
+            f"int8 calibration needs at least {batch} samples (the model's batch size); "
+            f"got {len(calibration)}",
+            "raise calibration.samples",
+        )
+    for feeds, size in calibration.batches(batch, fixed=True):
+        if size < batch:
+            return
+        yield feeds
+
+
+def representative(job: ConvertJob) -> Iterator[Feeds]:
     """Calibration batches as the SavedModel onnx2tf wrote takes them: whole batches of the
     model's batch size, each input cut on its own batch axis and laid out channel-last,
     under onnx2tf's names."""
-    if job.calibration is None:
-        raise AssertionError("int8 conversion without calibration samples")
-    batch = batch_size(job.inputs)
-    if _onnx2tf._usable(job) == 0:
-        raise EdgeflowError(
-            f"int8 calibration needs at least {batch} samples (the model's batch size); "
-            f"got {len(job.calibration)}",
-            "raise calibration.samples",
-        )
-    for feeds, size in job.calibration.batches(batch, fixed=True):
-        if size < batch:
-            return
+    for feeds in whole_batches(job.calibration, job.inputs):
         yield {
             _onnx2tf.tf_name(s.name): np.asarray(feeds[s.name], np.float32).transpose(
                 _onnx2tf.channel_last(len(s.shape))
