@@ -275,6 +275,19 @@ class ConvertOptions(Strict):
     via: Literal["native", "onnx"] | None = None
 
 
+# Sources whose tensors are channel-last already (Keras, Flax): onnx2tf keeps their inputs as
+# declared instead of moving their channel axis last (it would make [1, 8, 8, 1] [1, 8, 1, 8]).
+CHANNEL_LAST_KINDS = ("tensorflow", "jax")
+
+
+def kept_layout(source: Any) -> tuple[str, ...]:
+    """The fed inputs a TFLite-family artifact takes in the declared layout (a channel-last
+    source's), by name; () for PyTorch and ONNX sources (onnx2tf makes them channel-last)."""
+    if source.kind not in CHANNEL_LAST_KINDS:
+        return ()
+    return tuple(s.name for s in fed_inputs(source.inputs))
+
+
 # The backends TensorFlow's TFLite converter builds for (their artifact is a .tflite).
 NATIVE_BACKENDS = ("tflite", "tflite_micro", "armnn")
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError, ToolCrashed
-from edgeflow.core.specs import fed_inputs
+from edgeflow.core.specs import fed_inputs, kept_layout
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 from edgeflow.stages.diff import READS as DIFF_READS
@@ -84,6 +84,7 @@ def run(ctx: StageContext) -> None:
         "quantization": profile.quantization_for(recipe.quantization),
         "inputs": list(fed_inputs(recipe.source.inputs)),
         "calibration": calibration,
+        "kept_layout": kept_layout(recipe.source),
         "feeds": feeds,
         "threshold": threshold,
     }
@@ -235,7 +236,13 @@ def _convert_and_compare(
     module = backend(job["profile"])
     out.mkdir()
     convert = ConvertJob(
-        path, out, job["profile"], job["quantization"], job["inputs"], job["calibration"]
+        path,
+        out,
+        job["profile"],
+        job["quantization"],
+        job["inputs"],
+        job["calibration"],
+        kept_layout=job["kept_layout"],
     )
     try:
         info = module.convert(convert)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from edgeflow.core.specs import FALLBACK_READS, fed_inputs
+from edgeflow.core.specs import FALLBACK_READS, fed_inputs, kept_layout
 from edgeflow.stages.base import Stage, StageContext
 
 # The converters and runtimes of every backend (Arm NN by its Debian packages' versions), and
@@ -52,6 +52,7 @@ def run(ctx: StageContext) -> None:
         inputs=list(fed_inputs(recipe.source.inputs)),
         calibration=calibration,
         budget=budget,
+        kept_layout=kept_layout(recipe.source),
     )
     info = module.convert(job)
     if recipe.quantization.mode == "int8":
@@ -79,6 +80,7 @@ STAGE = Stage(
         "target",
         "quantization",
         "calibration",
+        "source.kind",  # a channel-last source keeps its layout (kept_layout)
         "source.inputs",
         "source.state",
         "source.dynamic_batch",  # a stateful model's calibration sequences run in batches

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import fed_inputs
+from edgeflow.core.specs import fed_inputs, kept_layout
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 
@@ -152,6 +152,7 @@ def _through_float32(
     from edgeflow.targets.taps import align, capture_tflite
     from edgeflow.verify.layers import match_by_value
 
+    kept = kept_layout(ctx.recipe.source)
     job = ConvertJob(
         ctx.inputs["float_onnx"],
         work,
@@ -159,11 +160,12 @@ def _through_float32(
         Quantization(),
         list(fed_inputs(ctx.recipe.source.inputs)),
         None,
+        kept_layout=kept,
     )
     float32 = work / "float32.tflite"
     with _onnx2tf.outputs(job, family) as (out, _):
         shutil.copyfile(out / "model_float32.tflite", float32)
-    io = _onnx2tf.io_layout(ctx.inputs["float_onnx"], float32, float32, family)
+    io = _onnx2tf.io_layout(ctx.inputs["float_onnx"], float32, float32, family, kept)
     oracle = capture_tflite("tflite", float32, io, batches, work)
     by_value = match_by_value(source, oracle.tensors, oracle.values)
     floats, quants = oracle.graph, captured.graph
@@ -226,6 +228,7 @@ def _no_divergence(pairs: list[Any], threshold: float) -> str:
 # What the diff reads of the recipe (the bisection reads the same, and the calibration set).
 READS = (
     "evaluation",
+    "source.kind",
     "source.inputs",
     "source.state",
     "source.dynamic_batch",

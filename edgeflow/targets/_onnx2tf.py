@@ -99,12 +99,13 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         if run.replacement is not None:  # a build artifact: what made the conversion work
             shutil.copyfile(run.replacement, job.out_dir / AUTO_JSON)
         float32 = out / "model_float32.tflite"
-        layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target)
+        kept = job.kept_layout
+        layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, kept)
         if mix is not None:
             model, mixed = mix(out, layout)
             if model is not None:
                 (job.out_dir / ARTIFACT).write_bytes(model)
-                layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target)
+                layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, kept)
     info: dict[str, Any] = {
         "artifact": ARTIFACT,
         "files": [ARTIFACT, *([AUTO_JSON] if run.replacement is not None else [])],
@@ -180,10 +181,12 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
         prepare(job.onnx, source)  # a copy: onnx2tf rewrites the file it reads
         _write_sample_file(work / SAMPLE_FILE)
         options: dict[str, Any] = {}
+        if job.kept_layout:  # a channel-last source: its inputs as declared, not transposed
+            options["keep_shape_absolutely_input_names"] = [scope_safe(n) for n in job.kept_layout]
         own_calibration = quantize is not None and mode == "int8"
         own_calibration = own_calibration and any(s.batch_axis != 0 for s in job.inputs)
         if mode == "int8" and not own_calibration:
-            options = {
+            options |= {
                 "output_integer_quantized_tflite": True,
                 "quant_type": "per-channel" if q.per_channel else "per-tensor",
                 "custom_input_op_name_np_data_path": _calibration_files(job, work),
@@ -343,7 +346,7 @@ def _calibration_files(job: ConvertJob, work: Path) -> list[list[Any]]:
     for i, spec in enumerate(job.inputs):
         data = np.asarray(job.calibration.inputs[spec.name][:usable], dtype=np.float32)
         path = work / f"calibration_{i}.npy"
-        np.save(path, data.transpose(channel_last(data.ndim)))
+        np.save(path, data.transpose(job.input_perm(spec)))
         entries.append([tf_name(spec.name), str(path), 0.0, 1.0])
     return entries
 
@@ -382,13 +385,17 @@ def inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argsort(perm))
 
 
-def io_layout(onnx_path: Path, artifact: Path, float32: Path, target: str) -> dict[str, Any]:
+def io_layout(
+    onnx_path: Path, artifact: Path, float32: Path, target: str, kept: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """How the recipe's NCHW tensors map onto the artifact's: position and permutation.
 
-    Inputs: channel-last for rank 3-5, as onnx2tf always does. Outputs: the artifact's shape
-    decides between the ONNX layout and channel-last (or, where neither fits, any permutation
-    of the axes that does); where several fit (e.g. 1x4x4x4), a probe with the float32 .tflite
-    against onnxruntime on one random input decides.
+    Inputs: channel-last for rank 3-5, as onnx2tf does, except the `kept` ones (onnx2tf's
+    keep_shape_absolutely_input_names: a channel-last source's), taken as declared.
+    Outputs: the artifact's shape decides between the ONNX layout and channel-last (or,
+    where neither fits, any permutation of the axes that does); where several fit (e.g.
+    1x4x4x4), a probe with the float32 .tflite against onnxruntime on one random input
+    decides.
     """
     import onnx
 
@@ -406,7 +413,8 @@ def io_layout(onnx_path: Path, artifact: Path, float32: Path, target: str) -> di
         )
     inputs = []
     for pos, name in enumerate(_input_order(list(onnx_in), in_details)):
-        perm = channel_last(len(onnx_in[name]))
+        rank = len(onnx_in[name])
+        perm = tuple(range(rank)) if name in kept else channel_last(rank)
         shape = tuple(int(d) for d in in_details[pos]["shape"])
         if shape != tuple(onnx_in[name][p] for p in perm):
             raise EdgeflowError(f"input '{name}': .tflite shape {shape} vs ONNX {onnx_in[name]}")

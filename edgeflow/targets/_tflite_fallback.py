@@ -94,7 +94,7 @@ def search(
     int8 = _tflite_quant.quantize(calibrated, job, [])
     (work / "int8.tflite").write_bytes(int8)
     layouts["mlir"] = _onnx2tf.io_layout(
-        job.onnx, work / "int8.tflite", out / "model_float32.tflite", target
+        job.onnx, work / "int8.tflite", out / "model_float32.tflite", target, job.kept_layout
     )
     layers, db = sensitivity(calibrated, int8, layouts["mlir"], samples, batch)
     excludes.update({layer.name: layer.excludes for layer in layers})

@@ -101,7 +101,7 @@ def representative(job: ConvertJob) -> Iterator[Feeds]:
     for feeds in whole_batches(job.calibration, job.inputs):
         yield {
             _onnx2tf.tf_name(s.name): np.asarray(feeds[s.name], np.float32).transpose(
-                _onnx2tf.channel_last(len(s.shape))
+                job.input_perm(s)
             )
             for s in job.inputs
         }

@@ -37,3 +37,13 @@ class ConvertJob:
     calibration: Samples | None  # only for backends that quantize themselves
     # quantization.fallback: auto: the thresholds the mix must meet on the calibration samples
     budget: dict[str, float] | None = None
+    # inputs whose layout onnx2tf keeps as declared (a channel-last source's: Keras, Flax)
+    kept_layout: tuple[str, ...] = ()
+
+    def input_perm(self, spec: TensorSpec) -> tuple[int, ...]:
+        """How a recipe tensor of this input is laid out for the .tflite: as declared, or
+        channel-last (onnx2tf's default for rank 3-5)."""
+        from edgeflow.targets._onnx2tf import channel_last
+
+        rank = len(spec.shape)
+        return tuple(range(rank)) if spec.name in self.kept_layout else channel_last(rank)
