@@ -1,10 +1,12 @@
-"""The digits demo in Flax: DigitsCNN's architecture (edgeflow.zoo.digits) channel-last, trained.
+"""The digits demo in Flax: edgeflow.zoo.digits' networks channel-last, and their training.
 
-`python -m edgeflow.zoo.digits_flax --out models/digits_flax.msgpack` trains it (a few seconds
-on a CPU, fixed seed) and writes its variables with flax.serialization (msgpack, no pickle);
-a recipe with `source.kind: jax` references `edgeflow.zoo.digits_flax:digits_cnn`, which
-returns (apply function in inference mode, initial variables) for edgeflow.frameworks.jax, and
-loads that file with `weights:`.
+`python -m edgeflow.zoo.digits_flax --out models/digits_flax.msgpack` trains DigitsCNN (a few
+seconds on a CPU, fixed seed) and writes its variables with flax.serialization (msgpack, no
+pickle); `--arch mobilenet --out models/digits_flax_mobilenet.msgpack` trains DigitsMobileNet
+on the digits enlarged to 32x32. A recipe with `source.kind: jax` references
+`edgeflow.zoo.digits_flax:digits_cnn` (or `:digits_mobilenet`), which returns (apply function
+in inference mode, initial variables) for edgeflow.frameworks.jax, and loads that file with
+`weights:`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 import numpy as np
 
 INPUT_SHAPE = (8, 8, 1)  # H, W, C: the 8x8 digits, channel-last
+MOBILENET_SCALE = 4  # DigitsMobileNet's input: each pixel a 4x4 block, 32x32
+MOBILENET_INPUT_SHAPE = (8 * MOBILENET_SCALE, 8 * MOBILENET_SCALE, 1)
 
 
 def _module(num_classes: int = 10, width: int = 16) -> Any:
@@ -48,19 +52,70 @@ def _module(num_classes: int = 10, width: int = 16) -> Any:
     return DigitsCNN(num_classes, width)
 
 
-def _nhwc(split: str) -> tuple[np.ndarray, np.ndarray]:
-    """edgeflow.datasets.sklearn_digits(split) as (images (N, 8, 8, 1) float32, labels)."""
+def _mobilenet_module(num_classes: int = 10) -> Any:
+    """DigitsMobileNet as a Flax linen module; layers named as digits_keras.digits_mobilenet's."""
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    class DigitsMobileNet(nn.Module):
+        """Stem, depthwise-separable blocks with hard swish, squeeze-excite (hard sigmoid) and
+        a residual, global average pool, dense: 9,882 trainable parameters, as in PyTorch.
+        Convolutions pad 1 on every side (PyTorch's padding=1), not Flax's 'SAME'."""
+
+        num_classes: int = 10
+
+        @nn.compact
+        def __call__(self, image: Any, train: bool = False) -> Any:
+            def bn(name: str) -> nn.BatchNorm:  # PyTorch's BatchNorm2d defaults, as DigitsCNN
+                return nn.BatchNorm(
+                    use_running_average=not train, momentum=0.9, epsilon=1e-5, name=name
+                )
+
+            def separable(x: Any, cout: int, stride: int, se: bool, name: str) -> Any:
+                cin = x.shape[-1]
+                x = nn.Conv(
+                    cin,
+                    (3, 3),
+                    stride,
+                    padding=1,
+                    feature_group_count=cin,
+                    use_bias=False,
+                    name=f"{name}_dw",
+                )(x)
+                x = nn.hard_swish(bn(f"{name}_dw_bn")(x))
+                if se:
+                    w = jnp.mean(x, axis=(1, 2), keepdims=True)
+                    w = nn.relu(nn.Conv(max(8, cin // 4), (1, 1), name=f"{name}_se_reduce")(w))
+                    w = nn.hard_sigmoid(nn.Conv(cin, (1, 1), name=f"{name}_se_expand")(w))
+                    x = x * w
+                x = nn.Conv(cout, (1, 1), use_bias=False, name=f"{name}_pw")(x)
+                return bn(f"{name}_pw_bn")(x)
+
+            x = nn.Conv(16, (3, 3), 2, padding=1, use_bias=False, name="stem")(image)
+            x = nn.hard_swish(bn("stem_bn")(x))
+            x = x + separable(x, 16, 1, se=True, name="block1")
+            x = separable(x, 32, 2, se=False, name="block2")
+            x = separable(x, 48, 2, se=True, name="block3")
+            x = nn.hard_swish(nn.Conv(96, (1, 1), name="head")(x))
+            return nn.Dense(self.num_classes, name="logits")(jnp.mean(x, axis=(1, 2)))
+
+    return DigitsMobileNet(num_classes)
+
+
+def _nhwc(split: str, scale: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """edgeflow.datasets.sklearn_digits(split, scale=scale) as (images (N, 8*scale, 8*scale, 1)
+    float32, labels)."""
     from edgeflow.datasets import sklearn_digits
 
-    data = sklearn_digits(split)
+    data = sklearn_digits(split, scale=scale)
     return np.ascontiguousarray(data["image"].transpose(0, 2, 3, 1)), data["label"]
 
 
-def _init_variables(module: Any, seed: int) -> Any:
+def _init_variables(module: Any, seed: int, shape: tuple[int, ...] = INPUT_SHAPE) -> Any:
     import jax
     import jax.numpy as jnp
 
-    return module.init(jax.random.key(seed), jnp.zeros((1, *INPUT_SHAPE), jnp.float32))
+    return module.init(jax.random.key(seed), jnp.zeros((1, *shape), jnp.float32))
 
 
 def digits_cnn(seed: int = 0) -> tuple[Callable[..., Any], Any]:
@@ -75,19 +130,34 @@ def digits_cnn(seed: int = 0) -> tuple[Callable[..., Any], Any]:
     return apply, _init_variables(module, seed)
 
 
-def train(out: Path, seed: int = 0, epochs: int = 15, lr: float = 3e-3) -> float:
+def digits_mobilenet(seed: int = 0) -> tuple[Callable[..., Any], Any]:
+    """(apply(variables, image (N, 32, 32, 1)) -> logits in inference mode, variables
+    initialised with `seed`), for models/digits_flax_mobilenet.msgpack, as digits_cnn."""
+    module = _mobilenet_module()
+
+    def apply(variables: Any, image: Any) -> Any:
+        return module.apply(variables, image, train=False)
+
+    return apply, _init_variables(module, seed, MOBILENET_INPUT_SHAPE)
+
+
+def train(out: Path, seed: int = 0, epochs: int = 15, lr: float = 3e-3, arch: str = "cnn") -> float:
     """Adam on shuffled mini-batches of 64 (fixed seed), a cosine schedule stepped per epoch
-    as in edgeflow.zoo.digits.fit; save the variables, return accuracy on the 'test' split."""
+    as in edgeflow.zoo.digits.fit; save the variables, return accuracy on the 'test' split.
+    arch: "cnn" (DigitsCNN, 8x8) or "mobilenet" (DigitsMobileNet, digits enlarged to 32x32)."""
     import jax
     import jax.numpy as jnp
     import optax
     from flax import serialization
 
-    module = _module()
-    x, labels = _nhwc("train")
+    if arch == "mobilenet":
+        module, scale, shape = _mobilenet_module(), MOBILENET_SCALE, MOBILENET_INPUT_SHAPE
+    else:
+        module, scale, shape = _module(), 1, INPUT_SHAPE
+    x, labels = _nhwc("train", scale)
     y = labels.astype(np.int32)  # int64 would be cut to int32 by JAX anyway (x64 off)
-    test_x, test_y = _nhwc("test")
-    variables = _init_variables(module, seed)
+    test_x, test_y = _nhwc("test", scale)
+    variables = _init_variables(module, seed, shape)
     params, stats = variables["params"], variables["batch_stats"]
     steps = -(-len(x) // 64)
 
@@ -129,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("models/digits_flax.msgpack"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--arch", choices=["cnn", "mobilenet"], default="cnn")
     args = parser.parse_args(argv)
     # Bit-for-bit reproducible weights on any core count: XLA's CPU backend sizes its thread
     # pool from the CPUs this process may use, and its results depend on that size
@@ -137,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     start = time.perf_counter()
-    acc = train(args.out, args.seed, args.epochs)
+    acc = train(args.out, args.seed, args.epochs, arch=args.arch)
     print(f"trained {args.out} in {time.perf_counter() - start:.1f} s: test top-1 {acc:.4f}")
     return 0
 
