@@ -41,7 +41,7 @@ from edgeflow.core.errors import EdgeflowError, MissingDependency, first_line
 from edgeflow.core.specs import batch_size
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
 from edgeflow.targets._tflite_io import CStderr
-from edgeflow.targets.base import ConvertJob
+from edgeflow.targets.base import ConvertJob, channel_last
 
 ARTIFACT = "model.tflite"
 # onnx2tf's output file suffix for each quantization mode (full integer: int8 in and out).
@@ -372,13 +372,6 @@ def _inside(folder: Path) -> Iterator[None]:
         yield
     finally:
         os.chdir(previous)
-
-
-def channel_last(rank: int) -> tuple[int, ...]:
-    """The permutation onnx2tf applies to inputs of rank 3-5 (NCHW -> NHWC); identity else."""
-    if rank in (3, 4, 5):
-        return (0, *range(2, rank), 1)
-    return tuple(range(rank))
 
 
 def inverse(perm: tuple[int, ...]) -> tuple[int, ...]:

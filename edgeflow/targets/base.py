@@ -43,7 +43,12 @@ class ConvertJob:
     def input_perm(self, spec: TensorSpec) -> tuple[int, ...]:
         """How a recipe tensor of this input is laid out for the .tflite: as declared, or
         channel-last (onnx2tf's default for rank 3-5)."""
-        from edgeflow.targets._onnx2tf import channel_last
-
         rank = len(spec.shape)
         return tuple(range(rank)) if spec.name in self.kept_layout else channel_last(rank)
+
+
+def channel_last(rank: int) -> tuple[int, ...]:
+    """The permutation onnx2tf applies to inputs of rank 3-5 (NCHW -> NHWC); identity else."""
+    if rank in (3, 4, 5):
+        return (0, *range(2, rank), 1)
+    return tuple(range(rank))

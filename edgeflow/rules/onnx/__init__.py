@@ -24,6 +24,7 @@ from edgeflow.rules.onnx.optimize import Optimize
 from edgeflow.rules.onnx.recurrent import UnrollRecurrent
 from edgeflow.rules.onnx.shapes import FixShapes
 from edgeflow.rules.onnx.simplify import Simplify
+from edgeflow.rules.onnx.transposes import CancelTransposes
 
 RULES: tuple[type[OnnxRule], ...] = (
     CastFloat64ToFloat32,
@@ -31,6 +32,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     Optimize,
     Simplify,
     FoldConstants,
+    CancelTransposes,
     EqualizeChannels,
     ChannelLayerNorm,
     Decompose,
