@@ -15,9 +15,15 @@ DEMO_WEIGHTS = REPO / "models" / "digits_cnn.pt"
 
 
 @pytest.fixture(scope="session")
-def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One stage cache for the whole session, so the demo's export runs once."""
-    return tmp_path_factory.mktemp("cache")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """One stage cache for the whole run, so the demo's export runs once: under pytest-xdist
+    one for all workers (the cache is safe for concurrent builds, as Hydra's parallel
+    sweeps use it), in the run's own temporary folder."""
+    if not hasattr(request.config, "workerinput"):  # not a pytest-xdist worker
+        return tmp_path_factory.mktemp("cache")
+    folder = tmp_path_factory.getbasetemp().parent / "shared-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture

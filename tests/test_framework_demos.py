@@ -30,7 +30,13 @@ def build(recipe: str, target: str, mode: str, via: str, cache: Path, out: Path)
     if recipe == "digits_keras":
         overrides["convert.via"] = via
     loaded = load_recipe(REPO / "recipes" / f"{recipe}.yaml", overrides)
-    return run_build(loaded, Cache(cache), out, print).metrics
+    result = run_build(loaded, Cache(cache), out, print)
+    if target != "onnxruntime_micro":  # the .tflite takes the images as the model does
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=str(result.build_dir / "model.tflite"))
+        assert interpreter.get_input_details()[0]["shape"].tolist() == [1, 8, 8, 1]
+    return result.metrics
 
 
 @pytest.mark.parametrize(("recipe", "target", "via"), BUILDS)
