@@ -61,3 +61,16 @@ def test_tensorrt_builds_from_keras_through_onnx(shared_cache: Path, tmp_path: P
     """tensorrt takes the ONNX path; without a GPU the engine is not run (not verified)."""
     metrics = build("digits_keras", "tensorrt", "int8", "onnx", shared_cache, tmp_path)
     assert not metrics["verified"] and "no GPU" in metrics["not_verified"]
+
+
+def test_the_flax_mobilenet_through_onnx2tf(shared_cache: Path, tmp_path: Path) -> None:
+    """jax2onnx wraps every Conv in Transposes; the TFLite family's onnx.cancel_transposes
+    takes them out before onnx2tf guesses layouts (without it: top-1 0.10, SQNR -5.7 dB)."""
+    pytest.importorskip("jax2onnx")
+    path = REPO / "recipes" / "digits_jax_mobilenet.yaml"
+    loaded = load_recipe(path, {"target": "tflite", "quantization.mode": "none"})
+    result = run_build(loaded, Cache(shared_cache), tmp_path, print)
+    assert result.metrics["verified"]
+    assert result.metrics["agreement"]["max_abs_diff"] < 1e-4  # 9.5e-6 measured
+    report = (result.build_dir / "report.md").read_text()
+    assert "`onnx.cancel_transposes`: changed, 14 matches" in report  # 16 -> 2 Transposes
