@@ -48,6 +48,7 @@ class TfModel:
     input_shapes: dict[str, tuple[int | None, ...]]
     input_dtypes: dict[str, str]
     output_names: list[str]  # the model's own output names, in its order
+    owner: Any = None  # what keeps a SavedModel function's variables alive
 
     def call(self, tensors: dict[str, Any]) -> list[Any]:
         """The model's outputs (tensors) for inputs by name, in output order."""
@@ -69,7 +70,8 @@ def load(source: TensorFlowSource) -> TfModel:
     keras = require("keras")
     model = source.model
     if isinstance(model, ImportRef):
-        return _keras_model(_built(model, source.init, keras), str(model), source.weights, keras)
+        what = f"{Path(model.module).name}:{model.attr}" if model.is_file else str(model)
+        return _keras_model(_built(model, source.init, keras), what, source.weights, keras)
     path = Path(model)
     if path.is_dir():
         return _saved_model(path, tf)
@@ -174,23 +176,16 @@ def _saved_model(path: Path, tf: Any) -> TfModel:
     if not isinstance(outputs, dict):
         raise EdgeflowError(f"signature {key} of {path.name} does not return named outputs")
     names = list(kwargs)
-    return _with_owner(function, loaded, path.name, names, kwargs, list(outputs))
-
-
-def _with_owner(
-    function: Any, owner: Any, what: str, names: list[str], specs: Any, outputs: list[str]
-) -> TfModel:
-    model = TfModel(
-        what=what,
+    return TfModel(
+        what=path.name,
         keras=None,
         function=function,
         input_names=names,
-        input_shapes={n: tuple(specs[n].shape.as_list()) for n in names},
-        input_dtypes={n: specs[n].dtype.name for n in names},
-        output_names=outputs,
+        input_shapes={n: tuple(kwargs[n].shape.as_list()) for n in names},
+        input_dtypes={n: kwargs[n].dtype.name for n in names},
+        output_names=list(outputs),
+        owner=loaded,
     )
-    model.owner = owner  # type: ignore[attr-defined]  # keeps the variables alive
-    return model
 
 
 def signature_problems(model: TfModel, specs: list[TensorSpec]) -> list[tuple[str, str, str]]:
@@ -285,13 +280,10 @@ def save_canonical(model: TfModel, specs: list[TensorSpec], outputs: list[str], 
         archive = keras.export.ExportArchive()
         archive.track(model.keras)
         archive.add_endpoint(SIGNATURE, serve, input_signature=signature)
-        try:
-            archive.write_out(str(path), verbose=False)
-        except TypeError:  # Keras versions before `verbose`
-            archive.write_out(str(path))
+        archive.write_out(str(path), verbose=False)
         return
     module = tf.Module()
-    module.owner = getattr(model, "owner", None)  # the variables the function captures
+    module.owner = model.owner  # the variables the function captures
     function = tf.function(serve, input_signature=signature)
     tf.saved_model.save(module, str(path), signatures={SIGNATURE: function})
 
@@ -308,7 +300,3 @@ class SavedModelRunner:
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         found = self.function(**{k: self.tf.constant(v) for k, v in feeds.items()})
         return [np.asarray(found[name]) for name in self.names]
-
-
-def load_canonical(path: Path, names: list[str]) -> SavedModelRunner:
-    return SavedModelRunner(path, names)
