@@ -169,3 +169,50 @@ def test_a_saved_model_folder_and_a_keras_file(tmp_path: Path, build) -> None:
         assert result.metrics["conversion"]["path"] == "native"
     x = np.zeros((1, 8, 8, 1), np.float32)
     assert np.allclose(keras.saving.load_model(tmp_path / "net.keras")(x), model(x))
+
+
+STATEFUL = """
+import keras
+
+
+def build():
+    keras.utils.set_random_seed(0)
+    x = keras.Input((16,), batch_size=1, name="x")
+    state = keras.Input((16,), batch_size=1, name="state")
+    joined = keras.layers.Concatenate()([x, state])
+    new_state = keras.layers.Dense(16, activation="tanh", name="new_state")(joined)
+    return keras.Model([x, state], [keras.layers.Dense(4, name="y")(new_state), new_state])
+"""
+
+
+def test_a_stateful_keras_model_streams_through_onnx(
+    tmp_path: Path, write_recipe, shared_cache: Path
+) -> None:
+    """source.state on a Keras model: the reference and the artifact run every sequence
+    step by step, the state fed back; the native path refuses it (its calibration could not
+    follow the state)."""
+    (tmp_path / "stateful.py").write_text(STATEFUL, encoding="utf-8")
+    x = np.random.default_rng(0).standard_normal((4, 12, 16)).astype(np.float32)
+    np.savez(tmp_path / "seq.npz", x=x)
+    path = write_recipe(
+        """
+        source:
+          kind: tensorflow
+          model: stateful.py:build
+          inputs: [{name: x, shape: [1, 16]}, {name: state, shape: [1, 16]}]
+          outputs: [y, new_state]
+          state: [{input: state, output: new_state}]
+        convert: {via: onnx}
+        evaluation: {dataset: seq.npz, metric: agreement}
+        target: tflite
+        verify: {max_abs_diff: 1.0e-5, latency_runs: 2, warmup_runs: 1}
+        """
+    )
+    result = run_build(load_recipe(path), Cache(shared_cache), tmp_path / "build", print)
+    assert result.metrics["verified"]
+    assert result.metrics["stream"]["steps"] == 12
+    assert result.metrics["conversion"]["source_to_onnx"] < 1e-5
+    from edgeflow.core.errors import RecipeError
+
+    with pytest.raises(RecipeError, match="streamed through the ONNX path only"):
+        load_recipe(path, {"convert.via": "native"})
