@@ -31,7 +31,7 @@ def build(recipe: str, target: str, mode: str, via: str, cache: Path, out: Path)
         overrides["convert.via"] = via
     loaded = load_recipe(REPO / "recipes" / f"{recipe}.yaml", overrides)
     result = run_build(loaded, Cache(cache), out, print)
-    if target != "onnxruntime_micro":  # the .tflite takes the images as the model does
+    if target in ("tflite", "tflite_micro", "armnn"):  # the .tflite takes NHWC images as they are
         from ai_edge_litert.interpreter import Interpreter
 
         interpreter = Interpreter(model_path=str(result.build_dir / "model.tflite"))

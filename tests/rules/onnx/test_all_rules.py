@@ -22,6 +22,7 @@ def test_catalogue_entries_are_complete() -> None:
         "onnx.optimize",
         "onnx.simplify",
         "onnx.fold_constants",
+        "onnx.cancel_transposes",
         "onnx.equalize_channels",
         "onnx.channel_layernorm",
         "onnx.decompose",
