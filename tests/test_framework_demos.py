@@ -46,7 +46,7 @@ def test_float32_and_int8_on_every_target(
     float32 = build(recipe, target, "none", via, shared_cache, tmp_path)
     assert float32["verified"]
     assert float32["conversion"]["path"] == via
-    assert float32["agreement"]["max_abs_diff"] < 1e-5  # 4.8e-6 measured (both frameworks)
+    assert float32["agreement"]["max_abs_diff"] < 1e-5  # 4.3e-6 to 5.7e-6 measured
     assert float32["accuracy"]["drop"] == 0
     int8 = build(recipe, target, "int8", via, shared_cache, tmp_path)
     assert int8["verified"]
