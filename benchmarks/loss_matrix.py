@@ -73,7 +73,7 @@ def versions() -> dict[str, str]:
 
 def cases(recipe: str, targets: list[str], modes: list[str]) -> list[dict[str, Any]]:
     """The builds of one recipe: target x mode (the modes the target offers) x path."""
-    from edgeflow.core.specs import NATIVE_BACKENDS
+    from edgeflow.core.sources import NATIVE_BACKENDS
     from edgeflow.recipe import find_recipe
     from edgeflow.recipe.checks import INT16_ACT
     from edgeflow.targets import load_profile

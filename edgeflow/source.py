@@ -9,7 +9,8 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.refs import ImportRef, user_frame
-from edgeflow.core.specs import PyTorchSource, TensorSpec
+from edgeflow.core.sources import PyTorchSource
+from edgeflow.core.specs import TensorSpec
 
 if TYPE_CHECKING:
     import torch

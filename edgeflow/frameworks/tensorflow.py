@@ -24,7 +24,8 @@ from edgeflow.core.refs import ImportRef, user_frame
 from edgeflow.core.signatures import fed_inputs
 
 if TYPE_CHECKING:
-    from edgeflow.core.specs import TensorFlowSource, TensorSpec
+    from edgeflow.core.sources import TensorFlowSource
+    from edgeflow.core.specs import TensorSpec
 
 SIGNATURE = "serving_default"
 

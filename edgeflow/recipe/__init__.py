@@ -50,7 +50,7 @@ class LoadedRecipe:
         if q.mode == "int8":
             parts += [k for k, on in BUILD_SUFFIXES.items() if on(q)]
         if self.recipe.source.kind == "tensorflow":  # the path, where it is not the default
-            from edgeflow.core.specs import NATIVE_BACKENDS
+            from edgeflow.core.sources import NATIVE_BACKENDS
 
             via = self.recipe.convert.via
             default = "native" if self.profile.backend in NATIVE_BACKENDS else "onnx"

@@ -297,7 +297,7 @@ def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> li
     """What runs for this source: convert.via only for tensorflow sources, and native only to
     the TFLite family; ast/fx rules only for PyTorch code; onnx rules, export and state only
     where an ONNX graph is made."""
-    from edgeflow.core.specs import NATIVE_BACKENDS, conversion_path
+    from edgeflow.core.sources import NATIVE_BACKENDS, conversion_path
 
     source = s.get("source")
     if source is None:

@@ -16,8 +16,8 @@ from pydantic import (
     ValidationInfo,
 )
 
+from edgeflow.core.sources import ConvertOptions, Source
 from edgeflow.core.specs import (
-    ConvertOptions,
     DatasetSpec,
     Diff,
     Evaluation,
@@ -26,7 +26,6 @@ from edgeflow.core.specs import (
     OptimizeOptions,
     PrecheckOptions,
     Quantization,
-    Source,
     Strict,
     Verify,
     user_error,

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError, ToolCrashed
-from edgeflow.core.specs import fed_inputs, kept_layout
+from edgeflow.core.sources import kept_layout
+from edgeflow.core.specs import fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 from edgeflow.stages.diff import READS as DIFF_READS

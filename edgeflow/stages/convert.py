@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from edgeflow.core.specs import FALLBACK_READS, fed_inputs, kept_layout
+from edgeflow.core.sources import kept_layout
+from edgeflow.core.specs import FALLBACK_READS, fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 
 # The converters and runtimes of every backend (Arm NN by its Debian packages' versions), and

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import fed_inputs, kept_layout
+from edgeflow.core.sources import kept_layout
+from edgeflow.core.specs import fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 

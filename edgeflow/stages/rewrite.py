@@ -112,7 +112,7 @@ def rewritten_module(
     """The recipe's PyTorch module with its ast.* and fx.* rules applied (`check`: enforce
     each rule's contract, as the rewrite stage does; the export stage re-applies the same
     deterministic rules without checking them again)."""
-    from edgeflow.core.specs import PyTorchSource
+    from edgeflow.core.sources import PyTorchSource
     from edgeflow.rules.apply import apply_rules
     from edgeflow.rules.base import RewriteContext
     from edgeflow.source import build_module

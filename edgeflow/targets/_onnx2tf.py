@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError, MissingDependency, first_line
-from edgeflow.core.specs import batch_size
+from edgeflow.core.sources import batch_size
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
 from edgeflow.targets._tflite_io import CStderr
 from edgeflow.targets.base import ConvertJob, channel_last

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.core.specs import batch_size
+from edgeflow.core.sources import batch_size
 from edgeflow.targets import _onnx2tf, _tflite_quant
 from edgeflow.targets.base import ConvertJob
 from edgeflow.verify import fallback

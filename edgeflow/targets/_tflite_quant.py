@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import batch_size
+from edgeflow.core.sources import batch_size
 from edgeflow.targets import _onnx2tf
 from edgeflow.targets.base import ConvertJob
 

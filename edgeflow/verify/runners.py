@@ -9,7 +9,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import batch_size
+from edgeflow.core.sources import batch_size
 from edgeflow.data import Samples
 
 # Where progress bars go: stderr, or in a worker process the terminal of the `edgeflow`
