@@ -261,7 +261,6 @@ def batch_size(specs: list[TensorSpec]) -> int:
 Source = Annotated[
     PyTorchSource | OnnxSource | TensorFlowSource | JaxSource, Field(discriminator="kind")
 ]
-SOURCE_KINDS = ("pytorch", "onnx", "tensorflow", "jax")
 
 
 class ConvertOptions(Strict):
