@@ -55,20 +55,31 @@ class JaxModel:
         return lambda *inputs: apply_fn(params, *inputs)
 
 
-def load(ref: str, base: Path | None, init: Mapping[str, Any] | None = None) -> JaxModel:
-    """Import `ref` (a file path relative to `base`, the recipe's folder, or the working
-    directory), call it with `init` as keyword arguments and check that it returned
-    (apply_fn, params)."""
+def load_source(source: Any) -> JaxModel:
+    """A recipe's jax source: its function called with `init`, its `weights` restored."""
+    model = load(source.model, None, source.init)
+    return model if source.weights is None else with_weights(model, source.weights)
+
+
+def load(
+    ref: str | ImportRef, base: Path | None, init: Mapping[str, Any] | None = None
+) -> JaxModel:
+    """Import `ref` (a string: a file path relative to `base`, the recipe's folder, or the
+    working directory; an ImportRef the recipe already resolved and checked), call it with
+    `init` as keyword arguments and check that it returned (apply_fn, params)."""
     require("jax")
-    try:
-        target = ImportRef.parse(ref, base if base is not None else Path.cwd())
-        target.check()
-    except ValueError as exc:
-        raise EdgeflowError(
-            f"source.model: {exc}",
-            "name a function that returns (apply_fn, params): 'pkg.module:function' or "
-            "'path/file.py:function'",
-        ) from exc
+    if isinstance(ref, ImportRef):
+        target = ref
+    else:
+        try:
+            target = ImportRef.parse(ref, base if base is not None else Path.cwd())
+            target.check()
+        except ValueError as exc:
+            raise EdgeflowError(
+                f"source.model: {exc}",
+                "name a function that returns (apply_fn, params): 'pkg.module:function' or "
+                "'path/file.py:function'",
+            ) from exc
     builder = target.load()
     if not callable(builder):
         raise EdgeflowError(
@@ -134,15 +145,14 @@ def parameter_count(model: JaxModel) -> int:
 
 
 class JaxRunner:
-    """run(feeds) -> outputs in order, for the reference and the stream; constants bound."""
+    """run(feeds) -> outputs in order, for the reference and the stream: `names` the
+    function's inputs in its order (verify.runners.WithConstants adds the bound ones)."""
 
-    def __init__(self, model: JaxModel, specs: Sequence[Any]) -> None:
-        self.model = model
-        self.names = [s.name for s in specs]
-        self.constants = {s.name: s.constant() for s in specs if s.value is not None}
+    def __init__(self, model: JaxModel, names: list[str]) -> None:
+        self.model, self.names = model, names
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return run(self.model, {**feeds, **self.constants}, self.names)
+        return run(self.model, feeds, self.names)
 
 
 def _outputs(result: Any) -> list[np.ndarray]:

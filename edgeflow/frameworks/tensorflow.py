@@ -250,16 +250,15 @@ def output_names(model: TfModel, declared: list[str] | None) -> list[str]:
 
 
 class TfRunner:
-    """run(feeds) -> outputs in order, float32, for the reference and the stream."""
+    """run(feeds) -> outputs in order, for the reference and the stream (every input fed:
+    verify.runners.WithConstants adds the bound ones)."""
 
-    def __init__(self, model: TfModel, specs: list[TensorSpec]) -> None:
+    def __init__(self, model: TfModel) -> None:
         self.tf = require()
         self.model = model
-        self.constants = {s.name: s.constant() for s in specs if s.value is not None}
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        tf = self.tf
-        tensors = {k: tf.constant(v) for k, v in {**feeds, **self.constants}.items()}
+        tensors = {k: self.tf.constant(v) for k, v in feeds.items()}
         return [np.asarray(t) for t in self.model.call(tensors)]
 
 

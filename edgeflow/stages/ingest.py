@@ -4,7 +4,7 @@ record the source's outputs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.signatures import SHAPE_HINT, shape_clash
@@ -13,7 +13,6 @@ from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.load import save_reference
 
 if TYPE_CHECKING:
-    import numpy as np
     import onnx
 
 
@@ -23,7 +22,7 @@ def run(ctx: StageContext) -> None:
     import onnxruntime as ort
 
     from edgeflow.data import load_samples
-    from edgeflow.verify.runners import OnnxRunner, batching, run_all
+    from edgeflow.verify.runners import OnnxRunner, WithConstants, batching, run_all
     from edgeflow.verify.stream import run_stream, step_samples
 
     source = ctx.recipe.source
@@ -74,16 +73,6 @@ def run(ctx: StageContext) -> None:
                 raise AssertionError(f"binding {sorted(constants)} changed {path.name}'s outputs")
     onnx.save(signed, str(ctx.output("onnx")))
     save_reference(ctx, outputs, path.name, len(samples), names, **extra)
-
-
-class WithConstants:
-    """A runner fed the fed inputs, the constants added to every call."""
-
-    def __init__(self, inner: Any, constants: dict[str, np.ndarray]) -> None:
-        self.inner, self.constants = inner, constants
-
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return list(self.inner.run({**feeds, **self.constants}))
 
 
 def bind(model: onnx.ModelProto, specs: list[TensorSpec], dynamic: bool) -> onnx.ModelProto:

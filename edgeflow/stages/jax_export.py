@@ -13,13 +13,11 @@ def run(ctx: StageContext) -> None:
     from edgeflow.stages.verify import read_reference
 
     source = ctx.recipe.source
-    _, names = read_reference(ctx.inputs["reference"], source.outputs)
-    model = jaxw.load(str(source.model), None, source.init)
-    if source.weights is not None:
-        model = jaxw.with_weights(model, source.weights)
+    reference, names = read_reference(ctx.inputs["reference"], source.outputs)
+    model = jaxw.load_source(source)
     inputs = [(s.name, list(s.shape), s.dtype) for s in fed_inputs(source.inputs)]
     info = jaxw.export_onnx(model, inputs, names, ctx.recipe.export.opset, ctx.output("onnx"))
-    record_export(ctx, {**info, "exporter": "jax2onnx"})
+    record_export(ctx, {**info, "exporter": "jax2onnx"}, reference, names)
 
 
 STAGE = Stage(

@@ -11,14 +11,13 @@ def run(ctx: StageContext) -> None:
     from edgeflow.core.specs import default_output_names
     from edgeflow.data import load_samples
     from edgeflow.frameworks import jax as jaxw
-    from edgeflow.verify.runners import batching, run_all
+    from edgeflow.verify.runners import WithConstants, batching, run_all
     from edgeflow.verify.stream import run_stream
 
     source = ctx.recipe.source
-    model = jaxw.load(str(source.model), None, source.init)
-    if source.weights is not None:
-        model = jaxw.with_weights(model, source.weights)
-    runner = jaxw.JaxRunner(model, source.inputs)
+    model = jaxw.load_source(source)
+    inputs = [s.name for s in source.inputs]  # apply_fn's positional order
+    runner = WithConstants.of(jaxw.JaxRunner(model, inputs), source.inputs)
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
     extra: dict[str, object] = {}
     if source.state:  # step by step, the state fed back

@@ -16,14 +16,16 @@ def run(ctx: StageContext) -> None:
     from edgeflow.stages.verify import read_reference
 
     source = ctx.recipe.source
-    _, names = read_reference(ctx.inputs["reference"], source.outputs)
+    reference, names = read_reference(ctx.inputs["reference"], source.outputs)
     inputs = [s.name for s in fed_inputs(source.inputs)]
     path = ctx.output("onnx")
     info = export_onnx(ctx.inputs["saved_model"], inputs, names, ctx.recipe.export.opset, path)
-    record_export(ctx, {**info, "exporter": "tf2onnx"})
+    record_export(ctx, {**info, "exporter": "tf2onnx"}, reference, names)
 
 
-def record_export(ctx: StageContext, info: dict[str, Any]) -> None:
+def record_export(
+    ctx: StageContext, info: dict[str, Any], reference: list[Any], names: list[str]
+) -> None:
     """export.json for an exported ONNX model, with the error the export added (the ONNX model
     in onnxruntime against the source's reference on the evaluation split), and the ONNX
     model's outputs (onnx_reference.npz: verify measures the next step against them)."""
@@ -32,13 +34,11 @@ def record_export(ctx: StageContext, info: dict[str, Any]) -> None:
 
     from edgeflow.core.signatures import fed_inputs
     from edgeflow.data import load_samples
-    from edgeflow.stages.verify import read_reference
     from edgeflow.verify.compare import step_errors
     from edgeflow.verify.runners import OnnxRunner, batching, run_all
     from edgeflow.verify.stream import run_stream
 
     source = ctx.recipe.source
-    reference, names = read_reference(ctx.inputs["reference"], source.outputs)
     path = ctx.output("onnx")
     model = onnx.load(str(path))
     runner = OnnxRunner.from_file(str(path))

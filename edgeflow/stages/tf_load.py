@@ -14,7 +14,7 @@ def run(ctx: StageContext) -> None:
 
     from edgeflow.data import load_samples
     from edgeflow.frameworks import tensorflow as tfw
-    from edgeflow.verify.runners import batching, run_all
+    from edgeflow.verify.runners import WithConstants, batching, run_all
     from edgeflow.verify.stream import run_stream
 
     source = ctx.recipe.source
@@ -24,7 +24,7 @@ def run(ctx: StageContext) -> None:
         raise EdgeflowError(located(ctx, problems), "declare the model's own inputs")
     names = tfw.output_names(model, source.outputs)
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
-    runner = tfw.TfRunner(model, source.inputs)
+    runner = WithConstants.of(tfw.TfRunner(model), source.inputs)
     extra: dict[str, object] = {}
     if source.state:  # step by step, the state fed back
         streamed = run_stream(runner, samples, source, names)

@@ -117,16 +117,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     if run.retry is not None:
         info["retry"] = run.retry
     if mode == "int8":
-        info["int8"] = {
-            "per_channel": q.per_channel,
-            "calibration_samples": _usable(job),
-            "scheme": (
-                "TFLite 16x8: symmetric int8 weights, symmetric int16 activations and I/O"
-                if q.activations == "int16"
-                else "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O"
-            ),
-            "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k) is True],
-        }
+        info["int8"] = int8_record(q, _usable(job))
         if mixed is not None:
             info["fallback"] = mixed
             if mixed["float_layers"]:
@@ -353,8 +344,29 @@ def _calibration_files(job: ConvertJob, work: Path) -> list[list[Any]]:
 
 def _usable(job: ConvertJob) -> int:
     """How many calibration samples onnx2tf uses: whole batches of the model's batch size."""
-    total = len(job.calibration) if job.calibration is not None else 0
-    return total - total % batch_size(job.inputs)
+    return usable(job.calibration, job.inputs)
+
+
+def usable(calibration: Any, inputs: list[Any]) -> int:
+    """How many of the calibration samples a TFLite converter calibrates on: whole batches
+    of the model's batch size."""
+    total = len(calibration) if calibration is not None else 0
+    return total - total % batch_size(inputs)
+
+
+def int8_record(quantization: Any, samples: int) -> dict[str, Any]:
+    """convert.json's int8 entry for a TFLite converter's full-integer build."""
+    q = quantization
+    return {
+        "per_channel": q.per_channel,
+        "calibration_samples": samples,
+        "scheme": (
+            "TFLite 16x8: symmetric int8 weights, symmetric int16 activations and I/O"
+            if q.activations == "int16"
+            else "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O"
+        ),
+        "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k) is True],
+    }
 
 
 def _write_sample_file(path: Path) -> None:

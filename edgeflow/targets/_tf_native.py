@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.sources import batch_size
 from edgeflow.targets import _onnx2tf
+from edgeflow.targets._tflite_quant import calibrated_on, sixteen_by_eight, whole_batches
 
 if TYPE_CHECKING:
     from edgeflow.core.specs import Quantization, TensorSpec
@@ -90,24 +90,16 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     converter = tf.lite.TFLiteConverter.from_saved_model(
         str(job.saved_model), signature_keys=["serving_default"]
     )
-    scheme = None
     if q.mode == "fp16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
     elif q.mode == "int8":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = _dataset(job, tf)
-        converter._experimental_disable_per_channel = not q.per_channel
+        calibrated_on(converter, tf, lambda: representative(job), q.per_channel)
         if q.activations == "int16":
-            converter.target_spec.supported_ops = [
-                tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
-            ]
-            converter.inference_input_type = converter.inference_output_type = tf.int16
-            scheme = "TFLite 16x8: symmetric int8 weights, symmetric int16 activations and I/O"
+            sixteen_by_eight(converter, tf)
         else:
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
             converter.inference_input_type = converter.inference_output_type = tf.int8
-            scheme = "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O"
     start = time.perf_counter()
     model = _run(converter, q.mode)
     seconds = time.perf_counter() - start
@@ -123,13 +115,8 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
         "operators": _onnx2tf.operators(artifact, target),
         "io": io_layout(artifact, [s.name for s in job.inputs], job.output_names, target),
     }
-    if scheme is not None:
-        info["int8"] = {
-            "per_channel": q.per_channel,
-            "calibration_samples": _usable(job),
-            "scheme": scheme,
-            "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k) is True],
-        }
+    if q.mode == "int8":
+        info["int8"] = _onnx2tf.int8_record(q, _onnx2tf.usable(job.calibration, job.inputs))
     return info
 
 
@@ -158,26 +145,10 @@ def _run(converter: Any, mode: str) -> bytes:
         ) from None
 
 
-def _usable(job: NativeJob) -> int:
-    assert job.calibration is not None
-    batch = batch_size(job.inputs)
-    return len(job.calibration) // batch * batch
-
-
 def representative(job: NativeJob) -> Iterator[dict[str, np.ndarray]]:
     """Calibration batches of the model's batch size, by input name, in the source's layout."""
-    from edgeflow.targets._tflite_quant import whole_batches
-
     for feeds in whole_batches(job.calibration, job.inputs):
         yield {s.name: np.asarray(feeds[s.name], s.dtype) for s in job.inputs}
-
-
-def _dataset(job: NativeJob, tf: Any) -> Any:
-    def batches() -> Iterator[dict[str, Any]]:
-        for batch in representative(job):
-            yield {name: tf.constant(data) for name, data in batch.items()}
-
-    return batches
 
 
 def io_layout(artifact: Path, inputs: list[str], outputs: list[str], target: str) -> dict[str, Any]:

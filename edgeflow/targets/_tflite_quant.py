@@ -6,7 +6,7 @@ axis 0: a [layers, batch, hidden] state cannot be calibrated through it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +33,7 @@ def own_int8(job: ConvertJob, out: Path, target: str) -> bytes:
         return quantize(calibrate(job, out, why), job, [])
     tf = _onnx2tf.require("tensorflow", target)
     converter = _converter(job, out, tf)
-    converter.target_spec.supported_ops = [
-        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
-    ]
-    converter.inference_input_type = converter.inference_output_type = tf.int16
+    sixteen_by_eight(converter, tf)
     return _run(converter, f"{why}: TensorFlow's converter could not quantize it to 16x8", "")
 
 
@@ -57,10 +54,31 @@ def _converter(job: ConvertJob, out: Path, tf: Any) -> Any:
     """TensorFlow's converter of the SavedModel in `out`, optimizing with the calibration
     batches, per channel as the recipe says."""
     converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = _dataset(job, tf)
-    converter._experimental_disable_per_channel = not job.quantization.per_channel
+    calibrated_on(converter, tf, lambda: representative(job), job.quantization.per_channel)
     return converter
+
+
+def calibrated_on(
+    converter: Any, tf: Any, batches: Callable[[], Iterator[Feeds]], per_channel: bool
+) -> None:
+    """Set TensorFlow's converter to quantize with these calibration batches (its
+    representative dataset, as tensors), per channel or not."""
+
+    def dataset() -> Iterator[dict[str, Any]]:
+        for batch in batches():
+            yield {name: tf.constant(data) for name, data in batch.items()}
+
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = dataset
+    converter._experimental_disable_per_channel = not per_channel
+
+
+def sixteen_by_eight(converter: Any, tf: Any) -> None:
+    """TensorFlow's 16x8 mode: int8 weights, int16 activations, int16 I/O."""
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+    ]
+    converter.inference_input_type = converter.inference_output_type = tf.int16
 
 
 def _run(converter: Any, what: str, hint: str) -> bytes:
@@ -82,7 +100,7 @@ def whole_batches(calibration: Samples | None, inputs: list[TensorSpec]) -> Iter
     if calibration is None:
         raise AssertionError("int8 conversion without calibration samples")
     batch = batch_size(inputs)
-    if len(calibration) < batch:
+    if _onnx2tf.usable(calibration, inputs) == 0:
         raise EdgeflowError(
             f"int8 calibration needs at least {batch} samples (the model's batch size); "
             f"got {len(calibration)}",
@@ -105,16 +123,6 @@ def representative(job: ConvertJob) -> Iterator[Feeds]:
             )
             for s in job.inputs
         }
-
-
-def _dataset(job: ConvertJob, tf: Any) -> Any:
-    """TensorFlow's representative_dataset: the calibration batches as tensors."""
-
-    def batches() -> Iterator[dict[str, Any]]:
-        for batch in representative(job):
-            yield {name: tf.constant(data) for name, data in batch.items()}
-
-    return batches
 
 
 def quantize(calibrated: bytes, job: ConvertJob, float_nodes: list[str]) -> bytes:

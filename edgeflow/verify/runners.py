@@ -39,6 +39,22 @@ class OnnxRunner:
         return [np.asarray(o) for o in self.session.run(None, feeds)]
 
 
+class WithConstants:
+    """A runner fed the fed inputs, the constants (inputs bound with `value:`) added to every
+    call: a source model run as its exported graph will be."""
+
+    def __init__(self, inner: Any, constants: dict[str, np.ndarray]) -> None:
+        self.inner, self.constants = inner, constants
+
+    @classmethod
+    def of(cls, inner: Any, specs: list[Any]) -> WithConstants:
+        """`inner` with the constants the recipe's inputs bind."""
+        return cls(inner, {s.name: s.constant() for s in specs if s.value is not None})
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return list(self.inner.run({**feeds, **self.constants}))
+
+
 def batching(source: Any) -> tuple[int, bool]:
     """(batch size, whether it is fixed) for running a recipe's model over a sample set."""
     if source.dynamic_batch is not None:
