@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.refs import ImportRef, user_frame
 from edgeflow.core.sources import PyTorchSource
@@ -140,8 +141,10 @@ def run_module(
 
     runner = ModuleRunner(module, specs, max_detections)
     chunks: list[list[np.ndarray]] = []
-    for feeds, size in samples.batches(*batch):
-        chunks.append([unpadded(o, size, *batch) for o in runner.run(feeds)])
+    with progress.task("reference outputs", total=len(samples), unit="samples") as task:
+        for feeds, size in samples.batches(*batch):
+            chunks.append([unpadded(o, size, *batch) for o in runner.run(feeds)])
+            task.advance(size)
     return [joined([c[i] for c in chunks]) for i in range(len(chunks[0]))]
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, InternalError, StageFailed
 from edgeflow.core.refs import file_sha256
 from edgeflow.engine import keys
@@ -118,6 +119,8 @@ def run_build(
     diff: str | None = None,
 ) -> BuildResult:
     """Run every stage of the recipe's pipeline (cached where possible) and publish the build.
+    While a stage runs it is a progress task (edgeflow.core.progress), its work the tasks
+    inside it.
 
     `diff`: "layers" runs the per-layer diff after the pipeline; "bisect" the bisection
     (stages/bisect.py), also when convert or verify failed. Besides, the per-layer diff runs
@@ -193,7 +196,8 @@ class _Build:
             "inputs": {k: str(v) for k, v in inputs.items()},
         }
         try:
-            entry, cached = self.cache.get_or_create(stage.name, key, produce, meta)
+            with progress.task(stage.name):
+                entry, cached = self.cache.get_or_create(stage.name, key, produce, meta)
         except InternalError:
             _report(echo, result, stage.name, "failed", start, key)
             raise

@@ -7,7 +7,10 @@ onnxruntime, TensorFlow once, not once per stage): the parent sends it the path 
 StageContext over a socket and gets the outcome back. A worker that dies is replaced by a new
 one for the next stage. The worker dies with its parent (a killed `edgeflow run` leaves no
 worker behind), and everything the stage's tools print goes to a log that the parent keeps
-only when the worker died (worker.log beside the stage's output).
+only when the worker died (worker.log beside the stage's output). What the stage reports of
+its progress (edgeflow.core.progress) comes back over the same socket when a sink listens in
+the parent (the job's message says so), as events the parent hands on to its own sink until
+the stage's outcome arrives.
 """
 
 from __future__ import annotations
@@ -20,17 +23,19 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, InternalError, StageCrashed, StageFailed
 from edgeflow.stages.base import StageContext
 
 JOB_FILE = ".job.pkl"
 LOG_FILE = "worker.log"
 PARENT_ENV = "EDGEFLOW_WORKER_PARENT"
-TERMINAL_ENV = "EDGEFLOW_WORKER_TERMINAL"  # the parent's stderr, when it is a terminal
+PROGRESS = "progress"  # the `kind` of a message that carries a progress event, not an outcome
 
 
 class Worker:
@@ -66,8 +71,11 @@ class Worker:
             assert self._log is not None
             os.ftruncate(self._log.fileno(), 0)  # this stage's output only
             try:
-                conn.send(str(job))
+                conn.send({"job": str(job), "progress": progress.enabled()})
                 reply = conn.recv()
+                while reply["kind"] == PROGRESS:  # the stage's progress, then its outcome
+                    progress.relay(progress.Event.from_dict(reply["event"]))
+                    reply = conn.recv()
             except (EOFError, OSError):  # the worker died
                 reply = None
         except BaseException:  # Ctrl-C, SIGTERM: the stage's tools stop with this process
@@ -126,11 +134,7 @@ class Worker:
         from multiprocessing.connection import Connection
 
         ours, theirs = socket.socketpair()
-        fds, env = [theirs.fileno()], {**os.environ, PARENT_ENV: str(os.getpid())}
-        with contextlib.suppress(AttributeError, ValueError, OSError):
-            if sys.stderr.isatty():  # progress bars reach it from the worker too
-                fds.append(os.dup(sys.stderr.fileno()))  # the worker's own fd 2 is the log
-                env[TERMINAL_ENV] = str(fds[-1])
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}
         self._log = tempfile.TemporaryFile(prefix="edgeflow-worker-")  # noqa: SIM115 (closed by close())
         flags = fcntl.fcntl(self._log.fileno(), fcntl.F_GETFL)
         fcntl.fcntl(self._log.fileno(), fcntl.F_SETFL, flags | os.O_APPEND)  # shared with it
@@ -140,13 +144,11 @@ class Worker:
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
-                pass_fds=fds,
+                pass_fds=[theirs.fileno()],
                 env=env,
             )
         finally:
             theirs.close()
-            for fd in fds[1:]:
-                os.close(fd)
         self._conn = Connection(ours.detach())
         self._context = context
         self.started += 1
@@ -272,21 +274,40 @@ def main(fd: int) -> None:
     from multiprocessing.connection import Connection
 
     _die_with_parent()
-    terminal = os.environ.pop(TERMINAL_ENV, None)
-    if terminal is not None:
-        from edgeflow.verify import runners
+    _serve(Connection(fd))
+    # Nothing is left to write: skip the interpreter's teardown of torch, TensorFlow, ...
+    # (about half a second of CPU).
+    os._exit(0)
 
-        runners.PROGRESS = open(int(terminal), "w", buffering=1, closefd=False)  # noqa: SIM115
-    conn = Connection(fd)
-    home, environ = os.getcwd(), dict(os.environ)
+
+class _Progress:
+    """The worker's progress sink: each event to the parent over the job's socket, from any
+    thread of this process (a process forked from it, which shares the socket, sends
+    nothing: its messages would interleave with this one's)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn, self.pid, self.lock = conn, os.getpid(), threading.Lock()
+
+    def __call__(self, event: progress.Event) -> None:
+        if os.getpid() != self.pid:
+            return
+        with self.lock:
+            self.conn.send({"kind": PROGRESS, "event": event.to_dict()})
+
+
+def _serve(conn: Any) -> None:
+    """Run jobs until the parent closes the socket; their progress goes to the parent when
+    a sink listens there."""
+    home, environ, sink = os.getcwd(), dict(os.environ), _Progress(conn)
     while True:
         try:
-            job = conn.recv()
+            message = conn.recv()
         except EOFError:
             break
         start = _cpu_seconds()
         try:
-            reply = run_job(Path(job))
+            with progress.installed(sink) if message["progress"] else contextlib.nullcontext():
+                reply = run_job(Path(message["job"]))
         except SystemExit as exc:  # a tool that exits the process: it ends here as it would
             sys.stdout.flush()
             sys.stderr.flush()
@@ -301,9 +322,6 @@ def main(fd: int) -> None:
                 os.environ.clear()
                 os.environ.update(environ)
         conn.send({**reply, "cpu_seconds": _cpu_seconds() - start})
-    # Nothing is left to write: skip the interpreter's teardown of torch, TensorFlow, ...
-    # (about half a second of CPU).
-    os._exit(0)
 
 
 if __name__ == "__main__":

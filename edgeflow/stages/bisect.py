@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import multiprocessing
 import shutil
-import sys
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, ToolCrashed
 from edgeflow.core.sources import kept_layout
 from edgeflow.core.specs import fed_inputs
@@ -58,7 +58,6 @@ def run(ctx: StageContext) -> None:
     import onnx
 
     from edgeflow.targets.taps import batches_of
-    from edgeflow.verify import runners
     from edgeflow.verify.layers import DIVERGENCE_DB
     from edgeflow.verify.runners import batching
     from edgeflow.verify.stream import load_steps
@@ -97,15 +96,11 @@ def run(ctx: StageContext) -> None:
         path = work / f"prefix-{k}.onnx"
         onnx.save(prefix(model, candidates, k), str(path))
         verdict, detail, sqnr = _in_child(path, work / f"prefix-{k}", job)
-        found = Attempt(k, tensor, op, node, verdict, detail, sqnr)
-        print(  # to the terminal, also from a worker process
-            f"    bisect: prefix {k + 1}/{len(candidates)} up to {tensor}: {verdict}",
-            file=runners.PROGRESS or sys.stderr,
-            flush=True,
-        )
-        return found
+        tried.advance(detail=f"prefix {k + 1}/{len(candidates)} up to {tensor}: {verdict}")
+        return Attempt(k, tensor, op, node, verdict, detail, sqnr)
 
-    attempts = search(len(candidates), attempt)
+    with progress.task("bisection", unit="prefixes converted") as tried:  # about log2(cuts)
+        attempts = search(len(candidates), attempt)
     shutil.rmtree(work, ignore_errors=True)
     first = next((a for a in attempts if a.failed and _is_boundary(a, attempts)), None)
     last_ok = max((a for a in attempts if not a.failed), key=lambda a: a.index, default=None)

@@ -57,7 +57,8 @@ def run(ctx: StageContext) -> None:
             outputs, extra["steps"] = streamed.outputs, streamed.steps
             steps = step_samples(samples, streamed, source)
         else:
-            outputs, steps = run_all(runner, samples, *batching(source)), samples
+            outputs = run_all(runner, samples, *batching(source), what="reference outputs")
+            steps = samples
     except EdgeflowError:
         raise
     except Exception as exc:  # onnxruntime's errors are not typed: the model fails on the data

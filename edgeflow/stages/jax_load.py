@@ -24,7 +24,7 @@ def run(ctx: StageContext) -> None:
         streamed = run_stream(runner, samples, source, source.outputs)
         outputs, extra["steps"] = streamed.outputs, streamed.steps
     else:
-        outputs = run_all(runner, samples, *batching(source))
+        outputs = run_all(runner, samples, *batching(source), what="reference outputs")
     names = source.outputs or default_output_names(len(outputs))
     save_reference(
         ctx,

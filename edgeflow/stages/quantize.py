@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import FALLBACK_READS
 from edgeflow.stages.base import Stage, StageContext
@@ -54,10 +55,13 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     recipe = ctx.recipe
     q = ctx.profile.quantization_for(recipe.quantization)
     samples = load_steps(recipe.calibration, recipe.source, "calibration", src)
+    batch, fixed = batching(recipe.source)
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self.batches = samples.batches(*batching(recipe.source))
+            total = -(-len(samples) // batch)
+            batches = samples.batches(batch, fixed)
+            self.batches = progress.track(batches, "calibration", total, unit="batches")
 
         def get_next(self) -> dict | None:
             return next((feeds for feeds, _ in self.batches), None)

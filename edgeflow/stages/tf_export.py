@@ -46,7 +46,7 @@ def record_export(
     if source.state:
         outputs = run_stream(runner, samples, source, names).outputs
     else:
-        outputs = run_all(runner, samples, *batching(source))
+        outputs = run_all(runner, samples, *batching(source), what="reference outputs")
     np.savez(ctx.output("onnx_reference"), *outputs, names=np.array(names))
     ctx.write_json(
         "export",

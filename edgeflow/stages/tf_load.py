@@ -30,7 +30,7 @@ def run(ctx: StageContext) -> None:
         streamed = run_stream(runner, samples, source, names)
         outputs, extra["steps"] = streamed.outputs, streamed.steps
     else:
-        outputs = run_all(runner, samples, *batching(source))
+        outputs = run_all(runner, samples, *batching(source), what="reference outputs")
     saved = ctx.output("saved_model")
     tfw.save_canonical(model, source.inputs, names, saved)
     # the canonical SavedModel computes what the source does (it is what gets converted)

@@ -61,7 +61,7 @@ def run(ctx: StageContext) -> None:
     if source.state:  # step by step, the state fed back, as the source was run
         outputs = run_stream(runner, samples, source, names).outputs
     else:
-        outputs = run_all(runner, samples, *batching(source))
+        outputs = run_all(runner, samples, *batching(source), what="evaluation")
     try:
         if detections:
             agreement = _compare_detections(recipe, reference, outputs)

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, MissingDependency, first_line
 from edgeflow.core.sources import batch_size
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
@@ -256,7 +257,12 @@ def _run_onnx2tf(
     with _contained(), _inside(source.parent):
         onnx2tf = require("onnx2tf", target)
         start = time.perf_counter()
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), _scalar_topk_k():
+        with (
+            contextlib.redirect_stdout(log),
+            contextlib.redirect_stderr(log),
+            _scalar_topk_k(),
+            progress.task("onnx2tf conversion"),  # one call: what runs, and for how long
+        ):
             try:
                 onnx2tf.convert(
                     input_onnx_file_path=str(source),

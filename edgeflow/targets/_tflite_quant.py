@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.sources import batch_size
 from edgeflow.targets import _onnx2tf
@@ -96,20 +97,20 @@ def _run(converter: Any, what: str, hint: str) -> bytes:
 
 def whole_batches(calibration: Samples | None, inputs: list[TensorSpec]) -> Iterator[Feeds]:
     """The calibration samples in whole batches of the model's batch size (a short last one
-    left out); an error when there is not even one."""
+    left out); an error when there is not even one. What TensorFlow's converter calibrates
+    on (its representative dataset), counted as the calibration's progress."""
     if calibration is None:
         raise AssertionError("int8 conversion without calibration samples")
     batch = batch_size(inputs)
-    if _onnx2tf.usable(calibration, inputs) == 0:
+    usable = _onnx2tf.usable(calibration, inputs)
+    if usable == 0:
         raise EdgeflowError(
             f"int8 calibration needs at least {batch} samples (the model's batch size); "
             f"got {len(calibration)}",
             "raise calibration.samples",
         )
-    for feeds, size in calibration.batches(batch, fixed=True):
-        if size < batch:
-            return
-        yield feeds
+    batches = (feeds for feeds, size in calibration.batches(batch, fixed=True) if size == batch)
+    yield from progress.track(batches, "calibration", usable // batch, unit="batches")
 
 
 def representative(job: ConvertJob) -> Iterator[Feeds]:

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from edgeflow.core.progress import task
+
 TARGETS = ("tflite", "tflite_micro", "armnn")
 MODES = ("none", "int8")
 # The largest output error, relative to the output's magnitude, that still counts as right.
@@ -72,6 +74,22 @@ def run_trials(
     when the worker dies, the step it announced last is the one that killed it: that step
     (every step, for "convert") is a crash, and a new worker redoes the graph without it.
     """
+    with task("graph trials", total=len(trials), unit="graphs") as tried:
+
+        def record(name: str, verdicts: Verdicts) -> None:
+            tried.advance(detail=name)
+            if progress is not None:
+                progress(name, verdicts)
+
+        return _run_trials(trials, targets, modes, record)
+
+
+def _run_trials(
+    trials: Sequence[Trial],
+    targets: Sequence[str],
+    modes: Sequence[str],
+    progress: Callable[[str, Verdicts], None],
+) -> dict[str, Verdicts]:
     context = multiprocessing.get_context("spawn")
     results: dict[str, Verdicts] = {}
     start = 0
@@ -116,11 +134,10 @@ def _record(
     results: dict[str, Verdicts],
     trial: Trial,
     verdicts: Verdicts,
-    progress: Callable[[str, Verdicts], None] | None,
+    progress: Callable[[str, Verdicts], None],
 ) -> None:
     results[trial.name] = verdicts
-    if progress is not None:
-        progress(trial.name, verdicts)
+    progress(trial.name, verdicts)
 
 
 def _modes(trial: Trial, modes: Sequence[str]) -> list[str]:

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 import time
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.sources import batch_size
 from edgeflow.data import Samples
-
-# Where progress bars go: stderr, or in a worker process the terminal of the `edgeflow`
-# process that started it (the worker's own output goes to its log).
-PROGRESS: IO[str] | None = None
 
 
 class Runner(Protocol):
@@ -69,21 +65,16 @@ def deployment_batch(source: Any) -> int:
     return min(max(declared, dynamic.min), dynamic.max) if dynamic else declared
 
 
-def run_all(runner: Runner, samples: Samples, batch: int, fixed: bool) -> list[np.ndarray]:
-    """Outputs for every sample, one array per model output, in sample order."""
-    from tqdm import tqdm
-
+def run_all(
+    runner: Runner, samples: Samples, batch: int, fixed: bool, what: str = "inference"
+) -> list[np.ndarray]:
+    """Outputs for every sample, one array per model output, in sample order (`what`: the
+    task's name in the progress shown)."""
     chunks = []
-    total = -(-len(samples) // batch)
-    for feeds, size in tqdm(
-        samples.batches(batch, fixed),
-        total=total,
-        desc="run",
-        disable=None,
-        leave=False,
-        file=PROGRESS or sys.stderr,
-    ):
-        chunks.append([unpadded(o, size, batch, fixed) for o in runner.run(feeds)])
+    with progress.task(what, total=len(samples), unit="samples") as task:
+        for feeds, size in samples.batches(batch, fixed):
+            chunks.append([unpadded(o, size, batch, fixed) for o in runner.run(feeds)])
+            task.advance(size)
     return [joined([c[i] for c in chunks]).astype(np.float32) for i in range(len(chunks[0]))]
 
 
@@ -115,19 +106,11 @@ def latency_ms(runner: Runner, feeds: dict[str, np.ndarray], warmup: int, runs: 
     """Wall-clock milliseconds of `runs` single inferences after `warmup` untimed ones."""
     for _ in range(warmup):
         runner.run(feeds)
-    from tqdm import tqdm
-
     times = []
-    bar = tqdm(
-        range(runs),
-        desc="latency",
-        unit="run",
-        disable=None,
-        leave=False,
-        file=PROGRESS or sys.stderr,
-    )
-    for _ in bar:
-        start = time.perf_counter()
-        runner.run(feeds)
-        times.append((time.perf_counter() - start) * 1e3)
+    with progress.task("latency", total=runs, unit="runs") as task:
+        for _ in range(runs):
+            start = time.perf_counter()
+            runner.run(feeds)
+            times.append((time.perf_counter() - start) * 1e3)
+            task.advance()
     return times

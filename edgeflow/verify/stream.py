@@ -9,13 +9,13 @@ the output's batch axis (a state output's: its state input's) moved to the front
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import DatasetSpec, StateLink, TensorSpec, default_output_names
 from edgeflow.data import Samples, load_samples, step_axis
@@ -35,10 +35,6 @@ def run_stream(
 ) -> Streamed:
     """Run `runner` over every sequence of `samples`, the state fed back step by step (in
     groups of the batch size: a fixed batch's last group padded with its last sequence)."""
-    from tqdm import tqdm
-
-    from edgeflow.verify.runners import PROGRESS
-
     assert samples.steps is not None, "run_stream takes sequences (load_samples with state)"
     specs = {s.name: s for s in source.inputs}
     links: list[StateLink] = list(source.state)
@@ -47,35 +43,30 @@ def run_stream(
     groups: list[list[np.ndarray]] = []
     fed: dict[str, list[np.ndarray]] = {link.input: [] for link in links}
     index: list[int] | None = None
-    bar = tqdm(
-        total=-(-len(samples) // batch) * steps,
-        desc="stream",
-        unit="step",
-        disable=None,
-        leave=False,
-        file=PROGRESS or sys.stderr,
-    )
-    for feeds, size in samples.batches(batch, fixed):
-        width = batch if fixed else size
-        state = {link.input: link.first(specs[link.input], width) for link in links}
-        per_step: list[list[np.ndarray]] = []
-        states_in: dict[str, list[np.ndarray]] = {link.input: [] for link in links}
-        for t in range(steps):
-            chunk = _step(feeds, samples, t)
-            for name, value in state.items():
-                states_in[name].append(value)
-            outs = runner.run({**chunk, **state})
-            if index is None:
-                index = _state_outputs(links, names or default_output_names(len(outs)))
-            for link, i in zip(links, index, strict=True):
-                state[link.input] = _as_state(outs[i], specs[link.input], link, t)
-            per_step.append(outs)
-            bar.update()
-        axes = _output_axes(len(per_step[0]), links, index or [], specs)
-        groups.append([_stacked([s[i] for s in per_step], axes[i], size) for i in range(len(axes))])
-        for name, values in states_in.items():
-            fed[name].append(_merged(values, _axis(specs[name]), size))
-    bar.close()
+    total = -(-len(samples) // batch) * steps  # a group of sequences steps together
+    with progress.task("streamed sequences", total=total, unit="steps") as task:
+        for feeds, size in samples.batches(batch, fixed):
+            width = batch if fixed else size
+            state = {link.input: link.first(specs[link.input], width) for link in links}
+            per_step: list[list[np.ndarray]] = []
+            states_in: dict[str, list[np.ndarray]] = {link.input: [] for link in links}
+            for t in range(steps):
+                chunk = _step(feeds, samples, t)
+                for name, value in state.items():
+                    states_in[name].append(value)
+                outs = runner.run({**chunk, **state})
+                if index is None:
+                    index = _state_outputs(links, names or default_output_names(len(outs)))
+                for link, i in zip(links, index, strict=True):
+                    state[link.input] = _as_state(outs[i], specs[link.input], link, t)
+                per_step.append(outs)
+                task.advance()
+            axes = _output_axes(len(per_step[0]), links, index or [], specs)
+            groups.append(
+                [_stacked([s[i] for s in per_step], axes[i], size) for i in range(len(axes))]
+            )
+            for name, values in states_in.items():
+                fed[name].append(_merged(values, _axis(specs[name]), size))
     outputs = [np.concatenate([g[i] for g in groups]) for i in range(len(groups[0]))]
     states = {name: np.concatenate(parts, _axis(specs[name])) for name, parts in fed.items()}
     return Streamed(outputs, states, len(samples), steps)
