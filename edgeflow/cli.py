@@ -19,6 +19,7 @@ from edgeflow.core.errors import EdgeflowError, InternalError, Interrupted
 
 RUN_HELP = """\
 usage: edgeflow run recipe=NAME|PATH [target=NAME] [quantization=PRESET] [KEY=VALUE ...] [-m]
+                    [--quiet]
 
 Build, verify and report a recipe. Arguments are Hydra overrides:
   recipe=digits_cnn                a recipe from ./recipes/ or the built-ins, or a YAML path
@@ -36,13 +37,20 @@ Build, verify and report a recipe. Arguments are Hydra overrides:
   cache_dir=.edgeflow/cache build_dir=build
   -m target=a,b quantization.mode=int8,none    sweep every combination (Hydra multirun); ends
                                    with one table and build/sweep.json, Pareto builds marked
+  -q, --quiet                      print only each build's summary (its `-> build/...`
+                                   line, verified or error lines), its warnings, a sweep's table
 Hydra's own flags work too: --cfg job, --info, hydra/launcher=joblib (the `sweep` extra).
+Output: one line per stage as it ends; on a terminal also, while a stage runs, what it does
+(calibration, evaluation, latency runs, ...) with a bar, a count and the elapsed time, and
+a sweep's jobs done. Piped, in CI (CI set) or in jobs a launcher runs in other processes:
+the stage lines only, without escape sequences. Errors go to stderr.
 A key nothing reads is an error. Exit status: 0 verified, 1 a threshold missed, a tool crash
 or a bug in edgeflow, 2 a problem for you to fix, 3 NOT VERIFIED (the runtime is absent).
 """
 
 DIFF_HELP = """\
-usage: edgeflow diff RECIPE [--bisect] [target=NAME] [quantization=PRESET] [KEY=VALUE ...]
+usage: edgeflow diff RECIPE [--bisect] [--quiet] [target=NAME] [quantization=PRESET]
+                     [KEY=VALUE ...]
 
 Build the recipe (cached stages are reused), then compare every tensor of the artifact, run
 in the target's real runtime, with its counterpart in the source ONNX model (after the
@@ -54,10 +62,15 @@ SQNR falls below diff.min_sqnr_db (default by mode: none 60, fp16 40, int8 15 dB
 --bisect instead cuts the model at its tensors and converts and runs each prefix in a child
 process (binary search, about log2(tensors) conversions) to find the shortest prefix that
 crashes, fails to convert or diverges; it runs also when convert or verify fails (bisect.json).
+On a terminal the prefixes converted so far show while the bisection runs. --quiet prints
+the finding and the build's summary, not the stage lines.
 The arguments are those of `edgeflow run` (RECIPE is recipe=RECIPE); the exit status too.
 `edgeflow run` runs the same diff after a build that misses an accuracy or agreement
 threshold (diff.on_failure: true).
 """
+
+
+QUIET = ("-q", "--quiet")  # `run` and `diff`: the summary only (edgeflow.engine.console)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,16 +183,17 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
     """Run the chosen subcommand; errors are rendered by main."""
-    if args.command == "run":
+    if args.command in ("run", "diff"):
         from edgeflow.hydra_app import run_hydra
 
-        return run_hydra(argv[1:])
-    if args.command == "diff":
-        from edgeflow.hydra_app import run_hydra
-
-        rest = [a for a in argv[1:] if a != "--bisect"]
-        mode = "bisect" if len(rest) < len(argv) - 1 else "layers"
-        return run_hydra(_recipe_argument(rest), diff=mode)
+        rest = [a for a in argv[1:] if a not in QUIET]
+        quiet = len(rest) < len(argv) - 1
+        if args.command == "run":
+            return run_hydra(rest, quiet=quiet)
+        given = len(rest)
+        rest = [a for a in rest if a != "--bisect"]
+        mode = "bisect" if len(rest) < given else "layers"
+        return run_hydra(_recipe_argument(rest), diff=mode, quiet=quiet)
     if args.command == "validate":
         return _validate(args.recipes)
     if args.command == "list":

@@ -8,15 +8,18 @@ Hydra only selects; each job loads its recipe file itself, so errors keep file:l
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from edgeflow.core import resources
+from edgeflow.core import progress, resources
 from edgeflow.core.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError, InternalError
 from edgeflow.core.specs import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
 
@@ -25,11 +28,14 @@ _diff: list[str | None] = [None]  # run_build's `diff` for the jobs of this run
 ROWS = "edgeflow-rows"  # in the sweep folder: one JSON row per job (edgeflow.report.sweep)
 
 
-def run_hydra(args: list[str], diff: str | None = None) -> int:
+def run_hydra(args: list[str], diff: str | None = None, quiet: bool = False) -> int:
     """Run `edgeflow run ARGS`; returns the worst exit status over all jobs. `diff`: the
     per-layer diff ("layers") or the bisection ("bisect") after each build (`edgeflow diff`),
-    or the diff only after a build that misses a threshold (None)."""
+    or the diff only after a build that misses a threshold (None). `quiet`: print only each
+    build's summary (edgeflow.engine.console)."""
     import hydra
+
+    from edgeflow.engine import console
 
     args = _route(_register_groups(args))
     _exit_codes.clear()
@@ -44,18 +50,88 @@ def run_hydra(args: list[str], diff: str | None = None) -> int:
         sweep_dir = Path(given[-1]) if given else Path(".edgeflow/multirun") / stamp
         if not given:
             args = [*args, f"hydra.sweep.dir={sweep_dir}"]
+    if quiet and not any(a.startswith("hydra/hydra_logging=") for a in args):
+        args = [*args, "hydra/hydra_logging=disabled"]  # its `Launching 4 jobs` lines
+    launcher = [a.split("=", 1)[1] for a in args if a.startswith("hydra/launcher=")]
+    elsewhere = sweep_dir is not None and launcher[-1:] not in ([], ["basic"])  # jobs' processes
     saved = sys.argv
     sys.argv = ["edgeflow run", *args]
     from edgeflow.engine.worker import session
 
     try:
-        with session():  # the jobs Hydra runs in this process share one worker
+        with (
+            console.session(console.choose(quiet), elsewhere),
+            session(),  # the jobs Hydra runs in this process share one worker
+            _counted(sweep_dir, args),
+        ):
             app()
     finally:
         sys.argv = saved
     if sweep_dir is not None:  # jobs that ran in other processes report only in their rows
         _exit_codes.extend(_summarize(sweep_dir))
     return max(_exit_codes, default=0)
+
+
+@contextlib.contextmanager
+def _counted(sweep_dir: Path | None, args: list[str]) -> Iterator[None]:
+    """A sweep as a progress task: its jobs (`sweep_jobs`) and how many are done, counted
+    from the rows the jobs write, in this process or in a launcher's."""
+    if sweep_dir is None or not progress.enabled():
+        yield
+        return
+    rows = sweep_dir / ROWS
+    before = _rows(rows)  # a sweep folder given on the command line may hold some
+    done, stop = [0], threading.Event()
+    with progress.task("sweep", total=sweep_jobs(args), unit="jobs") as task:
+
+        def count() -> None:
+            now = _rows(rows) - before
+            if now > done[0]:
+                task.advance(now - done[0])
+                done[0] = now
+
+        def poll() -> None:
+            while not stop.wait(0.5):
+                count()
+
+        poller = threading.Thread(target=poll, name="edgeflow-sweep-progress", daemon=True)
+        poller.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            poller.join()
+            count()
+
+
+def _rows(folder: Path) -> int:
+    return sum(1 for _ in folder.glob("*.json")) if folder.is_dir() else 0
+
+
+def sweep_jobs(args: list[str]) -> int | None:
+    """How many jobs Hydra's basic sweeper makes of these overrides: the product of each
+    sweep's length (`target=a,b quantization.mode=none,int8`: 4). None where a sweep's
+    length is not in the overrides alone (a glob over a config group's options, an interval,
+    a sweeper's own `hydra.sweeper.params`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]  # not -m, --cfg job
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException:  # Hydra says what is wrong when it parses them itself
+        return None
+    jobs = 1
+    for override in parsed:
+        if override.get_key_element().startswith("hydra.sweeper.params"):
+            return None
+        if not override.is_sweep_override():
+            continue
+        if not override.is_discrete_sweep() or override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            return None
+        jobs *= len(list(override.sweep_string_iterator()))
+    return jobs
 
 
 def _summarize(sweep_dir: Path) -> list[int]:
@@ -274,6 +350,7 @@ def _register_recipe_paths(store: Any, arg: str, given: dict[str, Path]) -> str:
 def _job(cfg: Any) -> None:
     from omegaconf import OmegaConf
 
+    from edgeflow.engine import console
     from edgeflow.engine.cache import Cache
     from edgeflow.engine.runner import run_build
     from edgeflow.recipe import load_recipe
@@ -292,7 +369,9 @@ def _job(cfg: Any) -> None:
     job = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as the recipe says"
     try:
         loaded = load_recipe(Path(cfg.recipe.path), overrides)
-        result = run_build(loaded, Cache(Path(cfg.cache_dir)), Path(cfg.build_dir), diff=_diff[0])
+        lines = console.lines(console.job_mode())
+        cache, build = Cache(Path(cfg.cache_dir)), Path(cfg.build_dir)
+        result = run_build(loaded, cache, build, lines, _diff[0], notice=console.say)
     except (EdgeflowError, InternalError) as exc:
         print(f"error: {exc.render()}", file=sys.stderr)
         row = sweep.row(cfg.recipe.name, job, None, exc.render().splitlines()[0])

@@ -117,10 +117,14 @@ def run_build(
     build_root: Path = Path("build"),
     echo: Callable[[str], None] = print,
     diff: str | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> BuildResult:
     """Run every stage of the recipe's pipeline (cached where possible) and publish the build.
-    While a stage runs it is a progress task (edgeflow.core.progress), its work the tasks
-    inside it.
+
+    `echo` gets the build's lines (one per stage); `notice` (default: `echo`) what must
+    be said also when those are not shown: the stages' warnings and the finding of the
+    per-layer diff or the bisection. While a stage runs it is a progress task
+    (edgeflow.core.progress), its work the tasks inside it.
 
     `diff`: "layers" runs the per-layer diff after the pipeline; "bisect" the bisection
     (stages/bisect.py), also when convert or verify failed. Besides, the per-layer diff runs
@@ -128,21 +132,22 @@ def run_build(
     diff.on_failure is set. The isolated stages share one worker process, started when the
     first of them runs."""
     with for_build(cache.root / "tmp") as worker:
-        return _run_build(loaded, cache, build_root, echo, worker, diff)
+        return _run_build(loaded, cache, build_root, worker, diff, echo, notice or echo)
 
 
 def _run_build(
     loaded: LoadedRecipe,
     cache: Cache,
     build_root: Path,
-    echo: Callable[[str], None],
     worker: Worker,
     diff: str | None,
+    echo: Callable[[str], None],
+    notice: Callable[[str], None],
 ) -> BuildResult:
     pipeline = load_pipeline(pipeline_name(loaded))
     result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
-    build = _Build(loaded, cache, seed_slots(loaded, pipeline.seeds), worker, echo, result)
-    slots = build.slots
+    slots = seed_slots(loaded, pipeline.seeds)
+    build = _Build(loaded, cache, slots, worker, echo, notice, result)
     echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
     check_owner(result.build_dir, loaded.path)  # before the work, not after it
     cache.sweep()  # temporary folders of runs that were killed
@@ -176,7 +181,8 @@ class _Build:
     cache: Cache
     slots: dict[str, Slot]
     worker: Worker
-    echo: Callable[[str], None]
+    echo: Callable[[str], None]  # the build's lines
+    notice: Callable[[str], None]  # warnings and findings: said also where lines are not
     result: BuildResult
     memo: dict[str, Any] = field(default_factory=dict)  # the target's JSON, tool versions
 
@@ -209,7 +215,7 @@ class _Build:
         _report(echo, result, stage.name, "cached" if cached else "ran", start, key)
         warnings = entry / WARNINGS_FILE
         for message in json.loads(warnings.read_text()) if warnings.is_file() else []:
-            echo("  warning: " + message.replace("\n", "\n  "))
+            self.notice("  warning: " + message.replace("\n", "\n  "))
         for slot, name in stage.produces.items():  # keyed by content: early cut-off
             self.slots[slot] = Slot(entry / name, f"{stage.name}:{slot_digest(entry, name)}")
 
@@ -230,25 +236,25 @@ class _Build:
             hint = "build it with convert.via=onnx to diff it layer by layer"
             if forced:
                 raise EdgeflowError(reason, hint)
-            self.echo(f"  no {what}: {reason}")
+            self.notice(f"  no {what}: {reason}")
             return
         try:
             self.run(STAGES[name])
         except (EdgeflowError, InternalError) as exc:
             if forced:
                 raise
-            self.echo(f"  the {what} failed: {exc.render()}")
+            self.notice(f"  the {what} failed: {exc.render()}")
             return
         found = json.loads(self.slots[name].path.read_text())
-        self.echo(f"  {found['line']}")
+        self.notice(f"  {found['line']}")
         if found.get("hint"):
-            self.echo(f"  hint: {found['hint']}")
+            self.notice(f"  hint: {found['hint']}")
         file = "layers_diff.csv" if name == "diff" else "bisect.json"
         where = self.slots[name].path.parent
         if published:
-            self.echo(f"  figures: {self.result.build_dir / file} (and in {where})")
+            self.notice(f"  figures: {self.result.build_dir / file} (and in {where})")
         else:
-            self.echo(f"  figures: {where / file} (the build folder is not written)")
+            self.notice(f"  figures: {where / file} (the build folder is not written)")
 
 
 def seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:
