@@ -48,6 +48,7 @@ def test_rerun_is_cached_and_quantization_change_reruns_only_downstream(tmp_path
         "convert": "ran",
         "verify": "ran",
         "report": "ran",
+        "html": "ran",
     }
     assert cache.stats.ran.count("export") == 1
 
