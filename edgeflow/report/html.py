@@ -90,8 +90,9 @@ def render_sweep(rows: Sequence[dict[str, Any]], links: Mapping[int, str]) -> st
             _plot(
                 "sweep",
                 plots.sweep(verified, quality),
-                f"{quality} against p50 latency and artifact size; stars are Pareto-optimal, "
-                "joined per recipe; click a point for its build's report",
+                f"{quality} against p50 latency and artifact size. Stars: Pareto-optimal over "
+                "every objective of the table; lines: each recipe's front in the panel's two "
+                "figures. Click a point for its build's report.",
             )
         )
     else:

@@ -220,11 +220,12 @@ def memory(
 
 def sweep(builds: Sequence[dict[str, Any]], quality: str) -> str:
     """Every verified build of a sweep as a point: `quality` (accuracy or agreement) against
-    p50 latency (left) and size (right); Pareto-optimal builds as stars, joined per recipe
-    in latency order; each point links to its build's report."""
+    p50 latency (left) and size (right). Stars: Pareto-optimal over all the sweep's
+    objectives; the line: each recipe's front in the panel's own two figures. Each point
+    links to its build's report (its row's "link")."""
     import numpy as np
 
-    fig = _figure(3.6)
+    fig = _figure(3.8)
     axes = fig.subplots(1, 2, sharey=True)
     recipes = sorted({b["recipe"] for b in builds})
     colors = [BLUE, ORANGE, GREEN, RED, "#9467bd", "#8c564b", "#e377c2", GREY]
@@ -235,7 +236,7 @@ def sweep(builds: Sequence[dict[str, Any]], quality: str) -> str:
         for k, recipe in enumerate(recipes):
             color = colors[k % len(colors)]
             own = [b for b in builds if b["recipe"] == recipe]
-            for pareto, marker, size in ((False, "o", 36), (True, "*", 140)):
+            for pareto, marker, size in ((False, "o", 40), (True, "*", 150)):
                 group = [b for b in own if b["pareto"] == pareto]
                 if not group:
                     continue
@@ -246,19 +247,33 @@ def sweep(builds: Sequence[dict[str, Any]], quality: str) -> str:
                     s=size,
                     color=color,
                     edgecolors="black" if pareto else "none",
-                    label=f"{recipe}{' (Pareto)' if pareto else ''}" if ax is axes[0] else None,
+                    label=f"{recipe}{' (Pareto-optimal)' if pareto else ''}"
+                    if ax is axes[0]
+                    else None,
                     zorder=3,
                 )
                 points.set_urls([b.get("link") for b in group])
-            front = sorted((b for b in own if b["pareto"]), key=lambda b: b[x_key])
-            if len(front) > 1:
-                ax.step(
-                    [b[x_key] for b in front],
-                    [b[quality] for b in front],
-                    where="post",
-                    color=color,
-                    alpha=0.5,
-                )
+            front = _front(own, x_key, quality)
+            ax.step(
+                [b[x_key] for b in front],
+                [b[quality] for b in front],
+                where="post",
+                color=color,
+                alpha=0.5,
+            )
+            if len(builds) <= 12:
+                for b in own:
+                    label = ax.annotate(
+                        b["build"],
+                        (b[x_key], b[quality]),
+                        xytext=(4, 6),
+                        textcoords="offset points",
+                        fontsize=7,
+                        color="#333",
+                        annotation_clip=True,
+                        clip_on=True,
+                    )
+                    label.set_in_layout(False)  # a long name must not squeeze the axes
         values = np.asarray([b[x_key] for b in builds], dtype=float)
         if values.size and values.min() > 0 and values.max() / values.min() > 20:
             ax.set_xscale("log")
@@ -267,6 +282,21 @@ def sweep(builds: Sequence[dict[str, Any]], quality: str) -> str:
     axes[0].set_ylabel(quality)
     axes[0].legend(fontsize=8)
     return _svg(fig, "sweep")
+
+
+def _front(builds: Sequence[dict[str, Any]], x_key: str, quality: str) -> list[dict[str, Any]]:
+    """The builds no other beats on both `x_key` (lower) and `quality` (higher), by x."""
+    front = [
+        b
+        for b in builds
+        if not any(
+            o[x_key] <= b[x_key]
+            and o[quality] >= b[quality]
+            and (o[x_key] < b[x_key] or o[quality] > b[quality])
+            for o in builds
+        )
+    ]
+    return sorted(front, key=lambda b: b[x_key])
 
 
 def _short(name: str, limit: int = 40) -> str:
