@@ -73,7 +73,7 @@ def test_init_writes_shared_and_per_build_stages(tmp_path: Path) -> None:
     builds = [f"{t}-{q}" for t in ("onnxruntime_micro", "tflite") for q in ("int8", "none")]
     expected = {f"digits_cnn.{s}" for s in SHARED}
     expected |= {f"digits_cnn.{b}.{s}" for b in builds for s in PER_BUILD}
-    assert set(stages) == expected  # 4 shared stages once, 7 per build: 32, not 44
+    assert set(stages) == expected  # 4 shared stages once, 8 per build: 36, not 48
 
     export = stages["digits_cnn.export"]
     assert export["cmd"] == "edgeflow dvc stage recipes/digits_cnn.yaml export"
@@ -181,7 +181,7 @@ def test_repro_after_a_quantization_edit_reruns_only_downstream(tmp_path: Path) 
     root = model_repo(tmp_path / "repo", git=True)
     assert init(root, "--target", "onnxruntime_micro", "--quantization", "int8,none") == 0
     first = sh(root, "dvc", "repro")
-    assert first.stdout.count("Running stage") == 4 + 2 * 7
+    assert first.stdout.count("Running stage") == 4 + 2 * len(PER_BUILD)
     for build in ("onnxruntime_micro-int8", "onnxruntime_micro-none"):
         metrics = json.loads((root / "build/digits_cnn" / build / "metrics.json").read_text())
         assert metrics["verified"] is True
@@ -190,6 +190,7 @@ def test_repro_after_a_quantization_edit_reruns_only_downstream(tmp_path: Path) 
         layers = (root / "build/digits_cnn" / build / "layers.csv").read_text().splitlines()
         assert layers[0] == "layer,node,op,output_bytes,alive_bytes,weight_bytes"
         assert len(layers) > 5
+        assert "<svg" in (root / "build/digits_cnn" / build / "report.html").read_text()
     sh(root, "git", "add", "-A")
     sh(root, "git", "commit", "-qm", "builds")
 
