@@ -21,7 +21,16 @@ from edgeflow.engine import dvcfile
 from tests.conftest import REPO
 
 SHARED = ("load", "rewrite", "export", "rewrite_onnx")
-PER_BUILD = ("rewrite_target", "optimize", "precheck", "quantize", "convert", "verify", "report", "html")
+PER_BUILD = (
+    "rewrite_target",
+    "optimize",
+    "precheck",
+    "quantize",
+    "convert",
+    "verify",
+    "report",
+    "html",
+)
 ENV = {
     **os.environ,
     # the stages' `edgeflow` command and dvc from this interpreter's environment
