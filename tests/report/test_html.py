@@ -12,21 +12,9 @@ import pytest
 from edgeflow.cli import main
 from edgeflow.report.html import build_files, render_build, render_sweep
 from edgeflow.verify.kinds import confusion
+from tests.report.conftest import DEMO
 
 pytestmark = pytest.mark.slow
-
-DEMO = "onnxruntime_micro-int8"
-
-
-@pytest.fixture(scope="module")
-def builds(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> Path:
-    """The demo's int8 build, and one held to an SQNR it misses (the per-layer diff runs)."""
-    root = tmp_path_factory.mktemp("html") / "build"
-    common = ["run", "recipe=digits_cnn", "target=onnxruntime_micro", f"cache_dir={shared_cache}"]
-    assert main([*common, f"build_dir={root}", "quantization=int8"]) == 0
-    failing = [*common, f"build_dir={root.parent / 'failing'}", "quantization=int8"]
-    assert main([*failing, "verify.min_sqnr_db=60", "diff.min_sqnr_db=60"]) == 1
-    return root.parent
 
 
 def page(folder: Path) -> str:
