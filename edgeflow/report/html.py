@@ -54,19 +54,25 @@ def render_build(files: Mapping[str, Path]) -> str:
     metrics, checks = _json(files["metrics.json"]), _json(files["checks.json"])
     verify, precheck = _json(files["verify.json"]), _json(files["precheck.json"])
     sections = _sections(text)
-    title, _, intro = sections.pop("").partition("\n")
-    body = [_header(title.lstrip("# "), metrics), _thresholds(checks), _markdown(intro)]
-    if not metrics.get("not_verified"):
+    first_line, _, intro = sections.pop("").partition("\n")
+    title = first_line.lstrip("# ")
+    sections.pop("Thresholds", None)  # drawn from checks.json, with pass and FAIL marked
+    body = [_header(title, metrics), _thresholds(checks), _markdown(intro)]
+    verified = not metrics.get("not_verified")
+    if verified:
         body.append(_latency(verify))
-        body.append(_outputs(verify, checks, sections.get("Per output", "")))
-        if "Streaming" in sections:
-            body.append(_section("Streaming", _markdown(sections["Streaming"])))
-        if "layers_diff.csv" in files and "diff.json" in files:
-            body.append(_layers(_rows(files["layers_diff.csv"]), _json(files["diff.json"])))
-    if "layers.csv" in files:
-        body.append(_memory(_rows(files["layers.csv"]), precheck, metrics))
-    if "Stages" in sections:
-        body.append(_section("Stages", _markdown(sections["Stages"])))
+    if verified and "Per output" not in sections:  # no per-output table: plots alone
+        body.append(_outputs(verify, checks, ""))
+    for heading, part in sections.items():
+        if heading == "Stages":  # what the build found along the graph, then how it ran
+            if verified and "layers_diff.csv" in files and "diff.json" in files:
+                body.append(_layers(_rows(files["layers_diff.csv"]), _json(files["diff.json"])))
+            if "layers.csv" in files:
+                body.append(_memory(_rows(files["layers.csv"]), precheck, metrics))
+        if heading == "Per output" and verified:
+            body.append(_outputs(verify, checks, part))
+        else:
+            body.append(_section(heading, _markdown(part)))
     return _page(title, "".join(body))
 
 
@@ -158,8 +164,9 @@ def _latency(verify: dict[str, Any]) -> str:
 
 
 def _outputs(verify: dict[str, Any], checks: list[dict[str, Any]], table_md: str) -> str:
-    agreement = verify["agreement"]
-    outputs = agreement.get("outputs") or []
+    outputs = verify["agreement"].get("outputs") or []
+    if not outputs and not table_md:  # detections: their own section says it
+        return ""
     parts = [_markdown(table_md)] if table_md else []
     if outputs:
         minimum = next(

@@ -11,8 +11,6 @@ import pytest
 from edgeflow.cli import main
 from tests.browser import Chromium, launch_chromium
 
-DEMO = "onnxruntime_micro-int8"
-
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Chromium]:

@@ -12,17 +12,13 @@ import pytest
 from edgeflow.cli import main
 from edgeflow.report.html import build_files, render_build, render_sweep
 from edgeflow.verify.kinds import confusion
-from tests.report.conftest import DEMO
+from tests.report import DEMO, plots_in
 
 pytestmark = pytest.mark.slow
 
 
 def page(folder: Path) -> str:
     return (folder / "report.html").read_text(encoding="utf-8")
-
-
-def plots_in(html: str) -> list[str]:
-    return re.findall(r'<figure class="plot[^"]*" id="plot-([^"]+)"><svg', html)
 
 
 def test_the_demos_page_has_its_plots_and_the_verdict_first(builds: Path) -> None:

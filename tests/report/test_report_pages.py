@@ -14,7 +14,7 @@ import pytest
 
 from tests.browser import Chromium, PageCheck, variation
 from tests.conftest import REPO
-from tests.report.conftest import DEMO
+from tests.report import DEMO
 
 pytestmark = pytest.mark.slow
 
