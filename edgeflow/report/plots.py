@@ -195,6 +195,7 @@ def memory(
     colors = [RED if k == peak else BLUE for k in range(len(rows))]
     ax.bar(range(len(rows)), [max(a, 1) for a in alive], width=0.9, color=colors)
     ax.set_yscale("log")
+    ax.minorticks_off()  # decades suffice; minor ticks on a log axis cost a third of the page
     ax.annotate(
         f"peak {alive[peak]:,} B at {_short(nodes[peak])}",
         (peak, max(alive[peak], 1)),
