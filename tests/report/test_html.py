@@ -119,3 +119,25 @@ def test_sweep_page_links_each_point_and_draws_only_verified_builds() -> None:
     assert "r.yaml:3: boom" in html and "3 builds, 2 verified, 2 Pareto-optimal" in html
     nothing = render_sweep([rows[2]], {})
     assert plots_in(nothing) == [] and "No verified build" in nothing
+
+
+def test_plots_draw_exact_missing_and_failing_figures() -> None:
+    """An exact output (inf dB), one with no finite sample (None) and one under the minimum:
+    each drawn and labelled, none dropped, no NaN reaching the SVG."""
+    from edgeflow.report import plots
+
+    outputs = [
+        {"index": 0, "name": "exact", "sqnr_db": float("inf")},
+        {"index": 1, "name": "no_finite_sample", "sqnr_db": None},
+        {"index": 2, "name": "noisy", "sqnr_db": 9.5},
+    ]
+    svg = plots.output_sqnr(outputs, 15.0)
+    assert svg.startswith("<svg") and "nan" not in svg.lower()
+    assert svg.count('<g id="patch_') >= 4  # the background and three bars
+    rows = [
+        {"tensor": "a", "op": "Conv", "sqnr_db": "inf"},
+        {"tensor": "b", "op": "Relu", "sqnr_db": "42.00"},
+        {"tensor": "c;fused", "op": "Add", "sqnr_db": "7.50"},
+    ]
+    assert "nan" not in plots.layer_error(rows, "c;fused", 15.0).lower()
+    assert plots.latency([0.01] * 5 + [1.0], 0.01, 0.01).count('<g id="patch_') > 5  # log bins
