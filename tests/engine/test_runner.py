@@ -31,7 +31,7 @@ def test_rerun_is_cached_and_quantization_change_reruns_only_downstream(tmp_path
     lines.clear()
     again = run_build(load_recipe(DEMO_RECIPE), cache, build, lines.append)
     assert set(statuses(again).values()) == {"cached"}
-    assert lines[-1] == "  nothing to do: all 11 stages cached"
+    assert lines[-1] == "  nothing to do: all 12 stages cached"
 
     changed = run_build(
         load_recipe(DEMO_RECIPE, {"quantization.per_channel": False}), cache, build, print
