@@ -123,6 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     dvc_stage.add_argument("recipe", metavar="RECIPE.yaml")
     dvc_stage.add_argument("stage", metavar="STAGE")
     dvc_stage.add_argument("--build", help="the build, for a stage that is not shared")
+    report = sub.add_parser(
+        "report", help="make report.html again from a build folder's files (or sweep.html)"
+    )
+    report.add_argument(
+        "path",
+        type=Path,
+        metavar="BUILD_DIR",
+        help="a build folder (build/RECIPE/BUILD), or a sweep's sweep.json or its folder",
+    )
+    report.add_argument("--open", action="store_true", help="open the page in a web browser")
     explain = sub.add_parser(
         "explain", help="why a recipe's model does not trace or export, and which rules help"
     )
@@ -204,6 +214,8 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: li
         return _dvc(args)
     if args.command == "explain":
         return _explain(args.recipe, args.json, not args.no_rewrites)
+    if args.command == "report":
+        return _report(args.path, args.open)
     if args.command == "rules":
         from edgeflow.rules.catalogue import render_terminal
 
@@ -239,6 +251,43 @@ def _dvc(args: argparse.Namespace) -> int:
         args.hydra,
     )
     return 1 if changed and args.check else 0
+
+
+def _report(path: Path, open_it: bool) -> int:
+    """`edgeflow report PATH [--open]`: report.html of a build folder, or sweep.html of a
+    sweep, made again from the files there."""
+    import json
+
+    from edgeflow.engine.publish import replace_file
+    from edgeflow.report import html, sweep
+
+    sweep_file = path / "sweep.json" if path.is_dir() else path
+    if (path / "metrics.json").is_file():
+        files = html.build_files(path)
+        missing = [name for name in html.REQUIRED if name not in files]
+        if missing:
+            raise EdgeflowError(
+                f"{path} lacks {', '.join(missing)}: the page is made from them",
+                "build it again with `edgeflow run` (an older edgeflow wrote no checks.json)",
+            )
+        page = replace_file(path, "report.html", html.render_build(files))
+    elif sweep_file.name == "sweep.json" and sweep_file.is_file():
+        rows = json.loads(sweep_file.read_text(encoding="utf-8"))["jobs"]
+        page = sweep_file.with_name("sweep.html")
+        sweep.write_html(rows, page)
+    else:
+        raise EdgeflowError(
+            f"{path} is neither a build folder (it has no metrics.json) nor a sweep's sweep.json",
+            "give a folder build/RECIPE/BUILD that `edgeflow run` wrote, or the build folder "
+            "root where a sweep wrote sweep.json",
+        )
+    print(f"wrote {page}")
+    if open_it:
+        import webbrowser
+
+        if not webbrowser.open(page.resolve().as_uri()):
+            print(f"no web browser to open it here; open {page.resolve().as_uri()}")
+    return 0
 
 
 def _validate(names: list[str]) -> int:

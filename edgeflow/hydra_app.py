@@ -151,7 +151,9 @@ def _summarize(sweep_dir: Path) -> list[int]:
     print(sweep.render(rows))
     for build_dir in sorted({r.pop("build_dir") for r in rows}):
         sweep.write(rows, Path(build_dir) / "sweep.json")
+        sweep.write_html(rows, Path(build_dir) / "sweep.html")
         print(f"sweep.json: {Path(build_dir) / 'sweep.json'}")
+        print(f"sweep.html: {Path(build_dir) / 'sweep.html'}")
     return [int(r.pop("exit")) for r in rows]
 
 

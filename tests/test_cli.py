@@ -100,6 +100,10 @@ def test_multirun_sweep_shares_upstream_stages(tmp_path: Path, capsys) -> None:
     ]
     assert all(j["status"] == "verified" and j["size_bytes"] > 0 for j in jobs)
     assert any(j["pareto"] for j in jobs)
+    page = (tmp_path / "build" / "sweep.html").read_text()  # each point links to its report
+    for j in jobs:
+        assert page.count(f'href="digits_cnn/{j["build"]}/report.html"') == 3  # 2 plots, row
+        assert (tmp_path / "build" / "digits_cnn" / j["build"] / "report.html").is_file()
 
 
 @pytest.mark.slow
@@ -165,6 +169,7 @@ def test_parallel_sweep_with_joblib_shares_one_cache(tmp_path: Path) -> None:
     jobs = json.loads((tmp_path / "b" / "sweep.json").read_text())["jobs"]
     assert sorted(j["build"] for j in jobs) == ["onnxruntime_micro-int8", "onnxruntime_micro-none"]
     assert all(j["status"] == "verified" for j in jobs)
+    assert 'id="plot-sweep"' in (tmp_path / "b" / "sweep.html").read_text()  # by the parent
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,16 @@ from edgeflow.engine import dvcfile
 from tests.conftest import REPO
 
 SHARED = ("load", "rewrite", "export", "rewrite_onnx")
-PER_BUILD = ("rewrite_target", "optimize", "precheck", "quantize", "convert", "verify", "report")
+PER_BUILD = (
+    "rewrite_target",
+    "optimize",
+    "precheck",
+    "quantize",
+    "convert",
+    "verify",
+    "report",
+    "html",
+)
 ENV = {
     **os.environ,
     # the stages' `edgeflow` command and dvc from this interpreter's environment
@@ -73,7 +82,7 @@ def test_init_writes_shared_and_per_build_stages(tmp_path: Path) -> None:
     builds = [f"{t}-{q}" for t in ("onnxruntime_micro", "tflite") for q in ("int8", "none")]
     expected = {f"digits_cnn.{s}" for s in SHARED}
     expected |= {f"digits_cnn.{b}.{s}" for b in builds for s in PER_BUILD}
-    assert set(stages) == expected  # 4 shared stages once, 7 per build: 32, not 44
+    assert set(stages) == expected  # 4 shared stages once, 8 per build: 36, not 48
 
     export = stages["digits_cnn.export"]
     assert export["cmd"] == "edgeflow dvc stage recipes/digits_cnn.yaml export"
@@ -92,10 +101,20 @@ def test_init_writes_shared_and_per_build_stages(tmp_path: Path) -> None:
         "builds.tflite-int8",
     ]
     report = stages["digits_cnn.tflite-int8.report"]
-    assert report["outs"] == [{"build/digits_cnn/tflite-int8": {"cache": False}}]
-    assert ".edgeflow/dvc/digits_cnn/tflite-int8/convert" in report["deps"]  # the artifact
+    assert report["outs"] == [".edgeflow/dvc/digits_cnn/tflite-int8/report"]
+    last = stages["digits_cnn.tflite-int8.html"]  # the page: the build folder's last stage
+    assert last["outs"] == [{"build/digits_cnn/tflite-int8": {"cache": False}}]
+    assert ".edgeflow/dvc/digits_cnn/tflite-int8/convert" in last["deps"]  # the artifact
+    assert ".edgeflow/dvc/digits_cnn/tflite-int8/report" in last["deps"]
     assert pipeline["metrics"] == [f"build/digits_cnn/{b}/metrics.json" for b in builds]
     assert len(pipeline["plots"]) == 3 * len(builds)  # latency, layers, outputs
+    assert pipeline["artifacts"]["digits_cnn-tflite-int8-report"] == {
+        "path": "build/digits_cnn/tflite-int8/report.html",
+        "type": "report",
+        "desc": "edgeflow's report of digits_cnn tflite-int8: figures, thresholds and plots "
+        "in one self-contained page",
+    }
+    assert len(pipeline["artifacts"]) == len(builds)
 
     params = yaml.safe_load((root / "params.yaml").read_text())
     assert params["builds"]["tflite-none"] == {"target": "tflite", "quantization": "none"}
@@ -111,6 +130,10 @@ def test_init_is_deterministic_and_keeps_the_users_stages(tmp_path: Path) -> Non
         "    outs:\n"
         "      - models/digits_cnn.pt:\n"
         "          cache: false\n"
+        "artifacts:\n"
+        "  digits-model:  # the user's own artifact\n"
+        "    path: models/digits_cnn.pt\n"
+        "    type: model\n"
     )
     (root / "params.yaml").write_text("train:\n  seed: 3  # my seed\n")
     assert init(root, "--quantization", "int8,none") == 0
@@ -135,6 +158,8 @@ def test_init_is_deterministic_and_keeps_the_users_stages(tmp_path: Path) -> Non
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
     assert not [s for s in stages if ".recipe-none." in s]
     assert "digits_cnn.recipe-int8.report" in stages
+    artifacts = yaml.safe_load((root / "dvc.yaml").read_text())["artifacts"]
+    assert sorted(artifacts) == ["digits-model", "digits_cnn-recipe-int8-report"]
 
 
 def test_init_errors_name_the_problem(tmp_path: Path) -> None:
@@ -165,7 +190,7 @@ def test_repro_after_a_quantization_edit_reruns_only_downstream(tmp_path: Path) 
     root = model_repo(tmp_path / "repo", git=True)
     assert init(root, "--target", "onnxruntime_micro", "--quantization", "int8,none") == 0
     first = sh(root, "dvc", "repro")
-    assert first.stdout.count("Running stage") == 4 + 2 * 7
+    assert first.stdout.count("Running stage") == 4 + 2 * len(PER_BUILD)
     for build in ("onnxruntime_micro-int8", "onnxruntime_micro-none"):
         metrics = json.loads((root / "build/digits_cnn" / build / "metrics.json").read_text())
         assert metrics["verified"] is True
@@ -174,6 +199,7 @@ def test_repro_after_a_quantization_edit_reruns_only_downstream(tmp_path: Path) 
         layers = (root / "build/digits_cnn" / build / "layers.csv").read_text().splitlines()
         assert layers[0] == "layer,node,op,output_bytes,alive_bytes,weight_bytes"
         assert len(layers) > 5
+        assert "<svg" in (root / "build/digits_cnn" / build / "report.html").read_text()
     sh(root, "git", "add", "-A")
     sh(root, "git", "commit", "-qm", "builds")
 
@@ -292,7 +318,8 @@ def test_a_dvc_remote_shares_stage_results_between_machines(tmp_path: Path) -> N
         restored = f"Stage 'digits_cnn.default.{stage}' is cached - skipping run"
         assert restored in repro.stdout, repro.stdout
     # the last stage's folder is kept in git, not in DVC's cache, so it is written again
-    assert "Running stage 'digits_cnn.default.report'" in repro.stdout
+    assert "Running stage 'digits_cnn.default.html'" in repro.stdout
+    assert (b / "build/digits_cnn/default/report.html").is_file()
     metrics = json.loads((b / "build/digits_cnn/default/metrics.json").read_text())
     assert (metrics["quantization"], metrics["verified"]) == ("none", True)
 

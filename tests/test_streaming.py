@@ -34,6 +34,7 @@ def build(tmp_path: Path, cache: Path, target: str, mode: str = "none") -> dict:
         "metrics": json.loads((folder / "metrics.json").read_text()),
         "verify": json.loads((folder / "verify.json").read_text()),
         "report": (folder / "report.md").read_text(),
+        "html": (folder / "report.html").read_text(),
     }
 
 
@@ -75,6 +76,7 @@ def test_int8_streams_with_its_drift_reported(tmp_path: Path, shared_cache: Path
     assert found["metrics"]["agreement"]["min_sqnr_db"] >= 15
     for output in found["verify"]["stream"]["outputs"]:
         assert len(output["per_step"]) == 100 and output["growth"] is not None
+    assert '<section id="streaming"><h2>Streaming</h2>' in found["html"]
 
 
 def test_the_onnx_export_binds_the_sample_rate_and_folds_its_if(tmp_path: Path) -> None:

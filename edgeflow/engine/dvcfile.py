@@ -14,6 +14,7 @@ Hydra config groups are edgeflow/engine/dvcparams.py.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +155,7 @@ def init(
     stages: dict[str, Any] = {}
     metrics: list[str] = []
     plots: list[dict[str, Any]] = []
+    artifacts: dict[str, Any] = {}
     for recipe_path in _recipe_files(root, params.recipes):
         builds = [
             name
@@ -168,7 +170,9 @@ def init(
             if planned.last:
                 metrics.append((planned.out / "metrics.json").as_posix())
                 plots += _plots(planned.out)
-    files = {root / DVC_FILE: _dvc_text(root / DVC_FILE, stages, metrics, plots)}
+                artifacts.update(_report_artifact(planned.out))
+    outputs = {"metrics": metrics, "plots": plots, "artifacts": artifacts}
+    files = {root / DVC_FILE: _dvc_text(root / DVC_FILE, stages, outputs)}
     if hydra:
         files.update(hydra_files(root, params))
     else:
@@ -335,9 +339,22 @@ DVC_HEADER = """\
 """
 
 
-def _dvc_text(
-    path: Path, stages: dict[str, Any], metrics: list[str], plots: list[dict[str, Any]]
-) -> str:
+def _report_artifact(build_dir: Path) -> dict[str, Any]:
+    """The build's report.html as a DVC artifact (`dvc artifacts get`, DVC Studio), named
+    after the build as DVC's artifact names allow."""
+    name = re.sub(r"[^a-zA-Z0-9_-]+", "-", f"{build_dir.parent.name}-{build_dir.name}-report")
+    return {
+        name.strip("-_"): {
+            "path": (build_dir / "report.html").as_posix(),
+            "type": "report",
+            "desc": f"edgeflow's report of {build_dir.parent.name} {build_dir.name}: "
+            "figures, thresholds and plots in one self-contained page",
+        }
+    }
+
+
+def _dvc_text(path: Path, stages: dict[str, Any], outputs: dict[str, Any]) -> str:
+    """dvc.yaml with edgeflow's stages, metrics, plots and artifacts; the user's own kept."""
     from ruamel.yaml.comments import CommentedMap
 
     header, tree = existing(path, DVC_HEADER)
@@ -346,11 +363,19 @@ def _dvc_text(
         del theirs[name]
     theirs.update(stages)
     tree["stages"] = theirs
-    for key, ours in (("metrics", metrics), ("plots", plots)):
+    for key in ("metrics", "plots"):
         kept = [e for e in tree.get(key) or [] if not _edgeflow_output(e)]
-        tree[key] = [*kept, *ours]
+        tree[key] = [*kept, *outputs[key]]
         if not tree[key]:
             del tree[key]
+    kept_artifacts = {
+        name: entry
+        for name, entry in (tree.get("artifacts") or {}).items()
+        if not _edgeflow_output(entry.get("path", "") if isinstance(entry, dict) else "")
+    }
+    tree["artifacts"] = {**kept_artifacts, **outputs["artifacts"]}
+    if not tree["artifacts"]:
+        del tree["artifacts"]
     return header + yaml_dump(tree)
 
 
@@ -359,10 +384,11 @@ def _ours(stage: Any) -> bool:
 
 
 def _edgeflow_output(entry: Any) -> bool:
-    """A metrics or plots entry edgeflow wrote (dropped, then written again for today's builds)."""
+    """A metrics, plots or artifacts entry edgeflow wrote (dropped, then written again for
+    today's builds)."""
     path = entry if isinstance(entry, str) else next(iter(entry), "")
     name = str(path).rsplit("/", 1)[-1]
-    return str(path).startswith("build/") and name in ("metrics.json", *PLOTS)
+    return str(path).startswith("build/") and name in ("metrics.json", "report.html", *PLOTS)
 
 
 def _relative(path: Path, root: Path) -> Path:

@@ -67,6 +67,27 @@ def _publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
             raise
 
 
+def replace_file(build_dir: Path, name: str, text: str) -> Path:
+    """Write one of edgeflow's files of a published build folder again (`edgeflow report`
+    remaking report.html), atomically, its record updated so that the next publish still
+    knows it as edgeflow's."""
+    path = build_dir / name
+    with FileLock(str(build_dir.parent / f".{build_dir.name}.lock")):
+        record = _read_record(build_dir)
+        if path.exists() and (record is None or name not in record["files"]):
+            raise EdgeflowError(
+                f"{path} was not written by edgeflow; not replacing it",
+                "move it out of the build folder",
+            )
+        tmp = build_dir / f".{name}.tmp-{os.getpid()}"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        if record is not None:
+            record["files"][name] = file_sha256(path)
+            (build_dir / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
 def _link(src: Path, dst: Path) -> None:
     """Hard links of a file or folder tree (copies where the file system has no links)."""
 

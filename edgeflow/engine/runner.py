@@ -26,6 +26,8 @@ PUBLISHED_SLOTS = (
     "artifact",
     "metrics",
     "report",
+    "html",
+    "checks",
     "plots",
     "precheck",
     "layers",
@@ -167,6 +169,10 @@ def _run_build(
         build.diagnose("diff", forced=diff == "layers")
     if diff == "bisect":
         build.diagnose("bisect", forced=True)
+    if "layers_diff" in slots and "html" in slots:  # the page again, with the diff's plot
+        from edgeflow.stages import STAGES
+
+        build.run(STAGES["html"])
     published = {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots}
     publish(result.build_dir, published, loaded.path)
     result.metrics = json.loads((result.build_dir / "metrics.json").read_text())

@@ -283,6 +283,10 @@ def rule_lines(record: dict[str, Any]) -> list[str]:
     if graph:
         note = f": {graph['note']}" if graph["note"] else ""
         lines.append(f"    - graph from {graph['kind']}{note}")
+    changed = changed_ops(record)
+    if changed:
+        counts = ", ".join(f"{op} {before} -> {after}" for op, before, after in changed)
+        lines.append(f"    - {record['ops']['kind']}: {counts}")
     sites = record["sites"]
     for site in sites[:MAX_SITES]:
         where = f" `{site['where']}`" if site["where"] else ""
@@ -290,6 +294,16 @@ def rule_lines(record: dict[str, Any]) -> list[str]:
     if len(sites) > MAX_SITES:
         lines.append(f"    - ... and {len(sites) - MAX_SITES} more (in the stage's JSON)")
     return lines
+
+
+def changed_ops(record: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """A rule record's operator (or layer) counts that it changed: (name, before, after)."""
+    ops = record.get("ops")
+    if not ops:
+        return []
+    names = sorted({*ops["before"], *ops["after"]})
+    found = [(n, ops["before"].get(n, 0), ops["after"].get(n, 0)) for n in names]
+    return [(n, b, a) for n, b, a in found if b != a]
 
 
 def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:

@@ -96,3 +96,19 @@ def render(rows: list[dict]) -> str:
 def write(rows: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"jobs": rows}, indent=2) + "\n", encoding="utf-8")
+
+
+def write_html(rows: list[dict], path: Path) -> None:
+    """sweep.html beside sweep.json: each build as a point, linking to its report.html
+    where the build folder has one (paths relative to the page)."""
+    from edgeflow.report.html import render_sweep
+
+    links = {
+        k: f"{r['recipe']}/{r['build']}/report.html"
+        for k, r in enumerate(rows)
+        if (path.parent / r["recipe"] / r["build"] / "report.html").is_file()
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(render_sweep(rows, links), encoding="utf-8")
+    tmp.replace(path)

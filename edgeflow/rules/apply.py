@@ -47,6 +47,7 @@ def apply_rules(
     for spec in specs:
         if spec.rule.level not in levels:
             continue
+        before = op_counts(model) if spec.rule.level != "ast" else None
         result = _apply(spec, model, ctx, ran)
         record = {
             "rule": spec.name,
@@ -54,6 +55,9 @@ def apply_rules(
             "options": spec.options.model_dump(mode="json", by_alias=True),
             **result.record(),
         }
+        if before is not None:  # what the rule changed, as the report shows it
+            kind, counts = before
+            record["ops"] = {"kind": kind, "before": counts, "after": op_counts(result.model)[1]}
         if current is not None:
             current, record["contract"] = _enforce(spec, current, result.model, feeds, ctx, ran)
         model = result.model
@@ -61,6 +65,18 @@ def apply_rules(
         ran.append(spec.name)
         sources.update({f"{spec.name}.{name}": text for name, text in result.sources.items()})
     return model, records, sources
+
+
+def op_counts(model: Any) -> tuple[str, dict[str, int]]:
+    """("operators", how many of each operator an ONNX model's graph has), or ("layers", how
+    many of each layer type, leaf module, a PyTorch module has)."""
+    from collections import Counter
+
+    if _is_onnx(model):
+        found = Counter(node.op_type for node in model.graph.node)
+        return "operators", dict(sorted(found.items()))
+    leaves = Counter(type(m).__name__ for m in model.modules() if next(m.children(), None) is None)
+    return "layers", dict(sorted(leaves.items()))
 
 
 def _apply(spec: RuleSpec, model: Any, ctx: RewriteContext, ran: list[str]) -> Any:

@@ -7,6 +7,7 @@ from edgeflow.stages import (
     convert,
     diff,
     export,
+    html,
     ingest,
     jax_export,
     jax_load,
@@ -45,6 +46,7 @@ STAGES: dict[str, Stage] = {
         convert,
         verify,
         report,
+        html,
         diff,
         bisect,
     )

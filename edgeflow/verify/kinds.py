@@ -104,11 +104,13 @@ def _classes(name: str, spec: ClassesOutput, ref: np.ndarray, out: np.ndarray) -
     picked_ref, picked_out = ref.argmax(axis), out.argmax(axis)  # [N, positions...]
     same = picked_ref == picked_out
     positions = int(np.prod(same.shape[1:]))
+    classes = int(ref.shape[axis])
     found: dict[str, Any] = {
         "axis": spec.axis,
-        "classes": int(ref.shape[axis]),
+        "classes": classes,
         "positions": positions,
         "top1": float(same.mean()) if same.size else None,
+        **confusion(picked_ref.ravel(), picked_out.ravel(), classes),
     }
     if positions > 1 or spec.ctc_blank is not None:
         whole = same.reshape(len(same), -1).all(axis=1)
@@ -136,6 +138,25 @@ def _classes(name: str, spec: ClassesOutput, ref: np.ndarray, out: np.ndarray) -
         found["sequence"] = float(whole.mean()) if whole.size else None
         found["sequences_matched"] = int(whole.sum())
         found["sequences"] = int(whole.size)
+    return found
+
+
+# Up to this many classes the report gets the whole source x artifact confusion matrix;
+# beyond, the agreement per source class only (a 1000x1000 matrix is no picture).
+CONFUSION_MAX_CLASSES = 32
+
+
+def confusion(source: np.ndarray, artifact: np.ndarray, classes: int) -> dict[str, Any]:
+    """Which class the artifact picked for each class the source model picked: per source
+    class, how often it was picked and how often the artifact agreed; with few classes, the
+    whole matrix (rows: source class, columns: artifact class)."""
+    counts = np.bincount(source, minlength=classes)
+    agreed = np.bincount(source[source == artifact], minlength=classes)
+    found: dict[str, Any] = {"per_class": {"picked": counts.tolist(), "agreed": agreed.tolist()}}
+    if classes <= CONFUSION_MAX_CLASSES:
+        matrix = np.zeros((classes, classes), dtype=np.int64)
+        np.add.at(matrix, (source, artifact), 1)
+        found["confusion"] = matrix.tolist()
     return found
 
 

@@ -169,7 +169,7 @@ PROJECT = {
 }
 STAGES = [
     "load", "rewrite", "export", "rewrite_onnx", "rewrite_target", "precheck",
-    "optimize", "quantize", "convert", "verify", "report",
+    "optimize", "quantize", "convert", "verify", "report", "html",
 ]  # fmt: skip
 
 
@@ -196,10 +196,10 @@ def test_each_kind_of_user_file_reruns_exactly_the_stages_that_depend_on_it(
     # the model's helper: the model changes, so does everything built from it
     assert ran(("helpers.py", "1.0", "2.0")) == set(STAGES)
     # the evaluation dataset's helper: the reference outputs and the comparison
-    assert ran(("datahelp.py", "1.0", "0.5")) == {"load", "verify", "report"}
+    assert ran(("datahelp.py", "1.0", "0.5")) == {"load", "verify", "report", "html"}
     # the user rule's helper: the rule's record changes, the exported model does not; the
     # onnx stages see only onnx rules, so nothing after the export reruns
-    assert ran(("rulehelp.py", "first", "second")) == {"rewrite", "export", "report"}
+    assert ran(("rulehelp.py", "first", "second")) == {"rewrite", "export", "report", "html"}
     # the pattern file's helper: the rule's code changes, its (empty) result does not
     assert ran(("pathelp.py", "2.0", "3.0")) == {"rewrite", "export"}
 

@@ -31,7 +31,7 @@ def test_rerun_is_cached_and_quantization_change_reruns_only_downstream(tmp_path
     lines.clear()
     again = run_build(load_recipe(DEMO_RECIPE), cache, build, lines.append)
     assert set(statuses(again).values()) == {"cached"}
-    assert lines[-1] == "  nothing to do: all 11 stages cached"
+    assert lines[-1] == "  nothing to do: all 12 stages cached"
 
     changed = run_build(
         load_recipe(DEMO_RECIPE, {"quantization.per_channel": False}), cache, build, print
@@ -48,6 +48,7 @@ def test_rerun_is_cached_and_quantization_change_reruns_only_downstream(tmp_path
         "convert": "ran",
         "verify": "ran",
         "report": "ran",
+        "html": "ran",
     }
     assert cache.stats.ran.count("export") == 1
 
@@ -258,7 +259,7 @@ def test_a_shared_read_only_cache_serves_a_build_and_names_itself_when_it_lacks_
             pytest.skip("cannot remount read-only here")
         capsys.readouterr()
         assert main([*build, f"cache_dir={mounted}"]) == 0
-        assert "nothing to do: all 11 stages cached" in capsys.readouterr().out
+        assert "nothing to do: all 12 stages cached" in capsys.readouterr().out
         assert main([*build, f"cache_dir={mounted}", "quantization=none"]) == 2
         err = capsys.readouterr().err
         assert f"the cache {mounted} is read-only and has no entry for stage" in err

@@ -62,7 +62,7 @@ def test_each_build_takes_its_path(recipe) -> None:
         assert pipeline_name(load_recipe(path, {"target": target})) == "tensorflow"
     assert pipeline_name(load_recipe(path, {"convert.via": "onnx"})) == "tensorflow"
     native = [s.name for s in load_pipeline("tensorflow_native").stages]
-    assert native == ["tf_load", "tf_convert", "verify", "report"]
+    assert native == ["tf_load", "tf_convert", "verify", "report", "html"]
     onnx = [s.name for s in load_pipeline("tensorflow").stages]
     assert onnx[:3] == ["tf_load", "tf_export", "rewrite_onnx"] and "convert" in onnx
 

@@ -112,6 +112,29 @@ def test_records_say_what_was_checked() -> None:
     ]
 
 
+def test_records_count_the_operators_a_rule_changed() -> None:
+    """What report.md and report.html show per rule: its operator (ONNX) or layer (PyTorch)
+    counts before and after."""
+    from edgeflow.report.markdown import rule_lines
+    from edgeflow.rules.fx.fuse import FuseConvBn
+
+    _, [record], _ = run(log_model(), RuleSpec(Simplify, Simplify.Options(), "onnx.simplify"))
+    assert record["ops"] == {
+        "kind": "operators",
+        "before": {"Add": 1, "Log": 1, "Mul": 1},
+        "after": {"Add": 1, "Log": 1},
+    }
+    assert "    - operators: Mul 1 -> 0" in rule_lines(record)
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2)).eval()
+    images = [TensorSpec(name="x", shape=[1, 1, 6, 6])]
+    fuse = RuleSpec(FuseConvBn, FuseConvBn.Options(), "fx.fuse_conv_bn")
+    _, [record], _ = apply_rules(module, [fuse], ("fx",), RewriteContext(images))
+    assert record["ops"]["kind"] == "layers"
+    assert record["ops"]["before"] == {"BatchNorm2d": 1, "Conv2d": 1}
+    assert record["ops"]["after"] == {"Conv2d": 1}
+
+
 def test_onnxscripts_optimizer_keeps_an_epsilon_and_exact_no_ops_go() -> None:
     """onnxscript matches x + 0 within 1e-8: it deleted the + 1e-10 before a Log, and the
     float build of an audio model output NaN on silence. edgeflow's pass list keeps it."""

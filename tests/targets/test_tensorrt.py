@@ -17,6 +17,7 @@ from edgeflow.targets import load_profile
 from edgeflow.targets.derive import render_tensorrt, tensorrt_operators
 from edgeflow.targets.precheck import check
 from edgeflow.targets.tensorrt import gpu_unavailable
+from tests.report import plots_in
 from tests.targets.opzoo import X, _const, single
 
 MATRIX = """
@@ -80,6 +81,9 @@ def test_without_a_gpu_the_build_says_not_verified(
     assert metrics["accuracy"] is None and metrics["agreement"] is None
     assert "**NOT VERIFIED**: no GPU" in (out / "report.md").read_text()
     assert "(set by the target: symmetric=True)" in (out / "report.md").read_text()
+    page = (out / "report.html").read_text()  # nothing ran: no latency, no output plotted
+    assert '<div class="verdict unverified" id="verdict">NOT VERIFIED: not run here</div>' in page
+    assert plots_in(page) == ["memory"]
     model = onnx.load(str(out / "model.onnx"))
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     qdq = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]

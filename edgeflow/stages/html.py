@@ -1,0 +1,29 @@
+"""html: report.html, the report as a self-contained page with plots (edgeflow.report.html).
+
+Made from the files the build folder gets, nothing else, so that `edgeflow report BUILD_DIR`
+makes the same page again; after a per-layer diff it runs again with the diff's files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeflow.stages.base import Stage, StageContext
+
+
+def run(ctx: StageContext) -> None:
+    from edgeflow.report.html import render_build
+
+    files: dict[str, Path] = {path.name: path for path in ctx.inputs.values()}  # as published
+    ctx.output("html").write_text(render_build(files), encoding="utf-8")
+
+
+STAGE = Stage(
+    name="html",
+    description="Write report.html: report.md's figures with plots, one self-contained page.",
+    run=run,
+    consumes=("report", "metrics", "checks", "verify", "precheck"),
+    optional=("layers", "layers_diff", "diff"),  # no layers.csv on TensorFlow's native path
+    produces={"html": "report.html"},
+    tools=("matplotlib", "markdown-it-py"),
+)
