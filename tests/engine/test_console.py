@@ -24,7 +24,7 @@ from tests.conftest import REPO
 ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 DEMO = ["recipe=digits_cnn", "target=onnxruntime_micro", "quantization=int8"]
 STAGES = ["load", "rewrite", "export", "rewrite_onnx", "rewrite_target", "optimize"]
-STAGES += ["precheck", "quantize", "convert", "verify", "report"]
+STAGES += ["precheck", "quantize", "convert", "verify", "report", "html"]
 STAGE_LINE = re.compile(r"  (\w+) +(ran|cached) +\d+\.\d\d s")
 
 
