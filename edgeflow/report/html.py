@@ -231,8 +231,8 @@ def _memory(rows: list[dict[str, str]], precheck: dict[str, Any], metrics: dict[
         rows,
         memory.get("ram_bytes"),
         memory.get("peak_node"),
-        metrics.get("arena_bytes"),
-        metrics.get("arena_predicted_bytes") or memory.get("arena_bytes"),
+        metrics.get("arena_bytes"),  # measured by the runtime (TFLite Micro)
+        memory.get("arena_bytes"),  # the precheck's estimate (metrics' arena_predicted_bytes)
     )
     caption = (
         "the estimate of activation bytes alive while each layer runs (layers.csv), against "

@@ -18,10 +18,10 @@ BLUE, ORANGE, RED, GREEN, GREY = "#1f77b4", "#ff7f0e", "#d62728", "#2ca02c", "#7
 WIDTH = 7.5  # inches; the page scales the SVG to its column
 
 
-def _figure(height: float = 3.0) -> Any:
+def _figure(height: float = 3.0, width: float = WIDTH) -> Any:
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(WIDTH, height), layout="constrained")
+    return Figure(figsize=(width, height), layout="constrained")
 
 
 def _svg(fig: Any, name: str) -> str:
@@ -103,9 +103,7 @@ def confusion(name: str, matrix: Sequence[Sequence[int]]) -> str:
     share = np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
     classes = len(counts)
     side = min(6.0, 1.6 + 0.35 * classes)
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(side + 1.4, side), layout="constrained")
+    fig = _figure(side, width=side + 1.4)  # square cells, and the colour bar beside them
     ax = fig.add_subplot()
     image = ax.imshow(share, cmap="Blues", vmin=0, vmax=1)
     if classes <= 16:
