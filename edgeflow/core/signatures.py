@@ -134,35 +134,81 @@ def _constant_dtype(value: Any, declared: str | None) -> str:
                 at="value",
             )
         return own
-    try:
-        arr = np.array(value)
-    except ValueError:
-        arr = None
-    if arr is None or arr.dtype.kind not in "biuf":
+    arr = _numbers(value)
+    if isinstance(arr, str):
         raise user_error(
-            f"the value is not a rectangular array of numbers (got {value!r:.80})",
-            "give one number, or nested lists of equal lengths",
+            f"the value {arr} (got {value!r:.80})",
+            "give one number, or nested lists of equal lengths, of finite numbers",
             at="value",
         )
     own = {"b": "bool", "f": "float32"}.get(arr.dtype.kind, "int64")
-    if declared is None:
-        return own
-    target = np.dtype(declared)
-    if target.kind == "b" or arr.dtype.kind == "b":
-        exact = target.kind == arr.dtype.kind  # true/false only as bool, and bool only so
-    elif target.kind in "iu":
-        info = np.iinfo(target)
-        exact = arr.dtype.kind in "iu" and info.min <= arr.min(initial=0)
-        exact = exact and arr.max(initial=0) <= info.max
-    else:
-        exact = True  # a float input takes integers and floats
-    if not exact:
+    target = declared or own
+    kind, wanted = arr.dtype.kind, np.dtype(target).kind
+    # true/false only as bool and bool only so; an integer input takes no fractions
+    if (kind == "b") != (wanted == "b") or (kind == "f" and wanted in "iu"):
         raise user_error(
             f"the value {value!r:.60} does not fit {declared} (it reads as {own})",
             f"set dtype: {own}, or give {declared} values",
             at="value",
         )
-    return declared
+    beyond = out_of_range(arr, target)
+    if beyond:
+        raise user_error(f"the value {beyond}", range_hint(target), at="value")
+    return target
+
+
+def _numbers(value: Any) -> Any:
+    """`value` (a number or nested lists from the recipe) as a numpy array of booleans,
+    integers (an object array for those beyond 64 bits) or finite floats, or what it is
+    instead (a str: ragged lists, strings, NaN or infinities)."""
+    import numpy as np
+
+    try:
+        arr = np.array(value)
+    except (ValueError, OverflowError):
+        return "is not a rectangular array of numbers"
+    if arr.dtype.kind == "O":  # integers beyond 64 bits, or a mix of things
+        leaves = arr.ravel().tolist()
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in leaves):
+            return "is not a rectangular array of numbers"
+        return arr
+    if arr.dtype.kind not in "biuf":
+        return "is not a rectangular array of numbers"
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        return "holds NaN or infinity"
+    return arr
+
+
+def out_of_range(arr: Any, dtype: str) -> str | None:
+    """How the numbers of `arr` fall outside what `dtype` holds (None: they fit): an integer
+    beyond an integer dtype's range, or a number beyond a float dtype's largest (it would
+    become infinity)."""
+    import numpy as np
+
+    target = np.dtype(dtype)
+    if arr.size == 0 or target.kind == "b":
+        return None
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        low, high = arr.min(), arr.max()
+        if low < int(info.min) or high > int(info.max):
+            worst = low if low < int(info.min) else high
+            return f"{worst} is outside {dtype}'s range ({info.min} to {info.max})"
+        return None
+    largest = float(np.finfo(target).max)
+    worst = max(abs(arr.min()), abs(arr.max()))
+    if worst > largest:
+        return f"{worst:g} is beyond {dtype}'s largest ({largest:g}): it would become infinity"
+    return None
+
+
+WIDER = {"float16": "float32", "float32": "float64", "int64": "float64", "int32": "int64"}
+
+
+def range_hint(dtype: str) -> str:
+    """The fix for a value `out_of_range` of `dtype`."""
+    wider = WIDER.get(dtype, "int32" if dtype in ("int8", "uint8") else "float64")
+    return f"declare dtype: {wider}, or give values within {dtype}'s range"
 
 
 SHAPE_HINT = (
@@ -214,21 +260,37 @@ class StateLink(Strict):
         return np.ascontiguousarray(np.broadcast_to(value.astype(spec.dtype), shape))
 
     def initial_fits(self, spec: TensorSpec) -> str | None:
-        """How `initial` fails to fit the state input (None: it fits): a number fits any
-        shape, an array must have the input's declared shape."""
+        """How `initial` fails to fit the state input (None: it fits): finite real numbers the
+        input's dtype holds; a number fits any shape, an array must have the input's shape."""
         import numpy as np
 
         if self.initial is None:
             return None
         if isinstance(self.initial, Path):
             try:
-                shape = list(np.load(self.initial, allow_pickle=False, mmap_mode="r").shape)
+                arr = np.load(self.initial, allow_pickle=False, mmap_mode="r")
             except (ValueError, OSError, EOFError) as exc:
                 return f"cannot read {self.initial.name} as a numpy array: {exc!s:.200}"
+            what = f"{self.initial.name} ({arr.dtype})"
+            if arr.dtype.kind not in "iuf":
+                return f"{what} does not hold real numbers: a state is integers or floats"
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                bad = int((~np.isfinite(arr)).sum())
+                return f"{what} holds {bad} NaN or infinite value(s) of {arr.size}"
         else:
-            shape = list(np.shape(self.initial))
-        if shape and shape != list(spec.shape):
-            return f"initial has shape {shape}, the input '{spec.name}' is {spec.shape}"
+            arr = _numbers(self.initial)
+            what = f"initial {self.initial!r:.60}"
+            if isinstance(arr, str):
+                return f"{what} {arr}"
+            if arr.dtype.kind == "b":
+                return f"{what} holds booleans: a state is integers or floats"
+        beyond = out_of_range(arr, spec.dtype)
+        if beyond:
+            return f"{what}: {beyond} (the input '{spec.name}' is {spec.dtype})"
+        if arr.dtype.kind == "f" and spec.dtype[0] in "iu":
+            return f"{what} holds fractions; the input '{spec.name}' is {spec.dtype}"
+        if arr.shape and list(arr.shape) != list(spec.shape):
+            return f"initial has shape {list(arr.shape)}, the input '{spec.name}' is {spec.shape}"
         return None
 
 

@@ -179,6 +179,15 @@ def _check_signatures(source: Any) -> Any:
             raise user_error(
                 f"two inputs are named '{name}'", "give each input its own name", at="inputs"
             )
+    outputs = source.outputs or []
+    for i, name in enumerate(outputs):
+        if name in outputs[:i]:
+            raise user_error(
+                f"two outputs are named '{name}' (outputs[{outputs.index(name)}] and "
+                f"outputs[{i}])",
+                "name each of the model's outputs once, in the model's order",
+                at=f"outputs.{i}",
+            )
     if not any(s.batch_axis is not None for s in fed_inputs(source.inputs)):
         raise user_error(
             "no fed input has a batch axis: the samples cannot be batched",
@@ -232,7 +241,9 @@ def _check_state(source: Any) -> None:
         misfit = link.initial_fits(spec)
         if misfit:
             raise user_error(
-                misfit, f"give a number or an array of shape {spec.shape}", at=f"state.{i}.initial"
+                misfit,
+                f"give a finite {spec.dtype} number or an array of shape {spec.shape}",
+                at=f"state.{i}.initial",
             )
     data = data_inputs(source.inputs, source.state) if source.state else []
     if source.state and not data:
