@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from edgeflow import __version__
-from edgeflow.core.errors import EdgeflowError, InternalError, Interrupted
+from edgeflow.core.errors import EdgeflowError, InternalError, Interrupted, first_line
 
 RUN_HELP = """\
 usage: edgeflow run recipe=NAME|PATH [target=NAME] [quantization=PRESET] [KEY=VALUE ...] [-m]
@@ -314,6 +314,7 @@ def _precheck(
 
     import onnx
 
+    from edgeflow.core.onnxfile import check_onnx_file, external_size
     from edgeflow.targets import load_profile
     from edgeflow.targets.precheck import (
         check,
@@ -328,10 +329,17 @@ def _precheck(
     profile.board(board)  # an unknown board is an error before the model is read
     if not model_path.is_file():
         raise EdgeflowError(f"model file not found: {model_path}")
+    check_onnx_file(model_path)  # parses, and its initializers hold their data
     try:
         model = onnx.load(str(model_path))
-    except Exception as exc:  # protobuf's DecodeError and friends: not an ONNX file
-        raise EdgeflowError(f"{model_path} is not an ONNX model: {exc}") from exc
+    except MemoryError as exc:  # its external data, read whole into memory
+        raise EdgeflowError(
+            f"{model_path}: its weights ({external_size(model_path):,} bytes with its external "
+            "data) do not fit in this machine's memory",
+            "run the precheck on a machine with more memory, or on a smaller model",
+        ) from exc
+    except Exception as exc:  # onnx's own checks of its external data, which ours passed
+        raise EdgeflowError(f"{model_path}: onnx cannot load it: {first_line(exc)}") from exc
     memory, too_big = check_memory(model, profile, quantization, board)
     findings = to_json(check(model, profile, quantization) + too_big)
     failed = errors(findings)

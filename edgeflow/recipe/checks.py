@@ -207,20 +207,33 @@ def board_of_the_target(s: dict[str, Any], profile: TargetProfile | None) -> lis
     return [("precheck.board", f"target '{profile.name}' has no board '{board}'", hint)]
 
 
+def onnx_source_reads(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    """An ONNX source parses and its initializers hold their data (nothing of it runs; its
+    external data files are only stat'ed)."""
+    from edgeflow.core.onnxfile import HINT, onnx_problems
+
+    source = s.get("source")
+    if source is None or source.kind != "onnx":
+        return []
+    file = source.model.name
+    return [
+        ("source.model", f"{file} is not a readable ONNX model: {p}", HINT)
+        for p in onnx_problems(source.model)
+    ]
+
+
 def inputs_fit_the_model(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
     """An ONNX source's declared inputs against its graph's: names, dtypes, ranks, and the
     sizes of its fixed dims (its -1, 0 and symbolic dims take the recipe's)."""
+    from edgeflow.core.onnxfile import onnx_problems
     from edgeflow.core.onnxgraph import graph_inputs
     from edgeflow.core.signatures import SHAPE_HINT, shape_clash
     from edgeflow.core.suggest import did_you_mean
 
     source = s.get("source")
-    if source is None or source.kind != "onnx":
-        return []
-    try:
-        model = graph_inputs(source.model)
-    except Exception:  # an unreadable model: ingest reports it, with its own error
-        return []
+    if source is None or source.kind != "onnx" or onnx_problems(source.model):
+        return []  # an unreadable model: onnx_source_reads says why
+    model = graph_inputs(source.model)
     file, found = source.model.name, []
     for i, spec in enumerate(source.inputs):
         key = f"source.inputs[{i}]"
@@ -405,6 +418,7 @@ CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...
     quantization_fits_the_target,
     fallback_has_a_budget,
     board_of_the_target,
+    onnx_source_reads,
     inputs_fit_the_model,
     datasets_fit_the_inputs,
     paths_fit_the_source,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from edgeflow.core.errors import EdgeflowError, first_line
+from edgeflow.core.onnxfile import check_onnx_file
 from edgeflow.core.signatures import SHAPE_HINT, shape_clash
 from edgeflow.core.specs import TensorSpec
 from edgeflow.stages.base import Stage, StageContext
@@ -27,6 +28,8 @@ def run(ctx: StageContext) -> None:
 
     source = ctx.recipe.source
     path = ctx.inputs["onnx"]
+    if source.kind == "onnx":  # validate said so too; the file may have changed since
+        check_onnx_file(path, "source.model: ")
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:
