@@ -97,7 +97,35 @@ def load_samples(
     if n == 0:
         raise EdgeflowError(f"{what} dataset {spec.dataset} is empty")
     trimmed = {k: np.ascontiguousarray(first(v, n, axes[k])) for k, v in arrays.items()}
+    if what == "calibration":  # a quantization range of NaN or infinity is no range
+        _finite(trimmed, axes, f"{what} dataset {spec.dataset}")
     return Samples(trimmed, None if labels is None else labels[:n], axes, steps)
+
+
+def _finite(arrays: Mapping[str, np.ndarray], axes: Mapping[str, int | None], what: str) -> None:
+    """Refuse float arrays holding NaN or infinity, saying in how many samples."""
+    for name, arr in arrays.items():
+        if arr.dtype.kind != "f":
+            continue
+        bad = ~np.isfinite(arr)
+        if not bad.any():
+            continue
+        axis = axes.get(name, 0)
+        if axis is None or arr.ndim == 0:
+            where = f"{int(bad.sum()):,} of its {arr.size:,} values (it has no batch axis)"
+        else:
+            others = tuple(i for i in range(arr.ndim) if i != axis)
+            per_sample = bad.any(axis=others) if others else bad
+            first_bad = int(np.argmax(per_sample))
+            where = (
+                f"{int(per_sample.sum()):,} of its {per_sample.size:,} samples (the first: "
+                f"sample {first_bad})"
+            )
+        raise EdgeflowError(
+            f"{what}: '{name}' holds NaN or infinity in {where}",
+            "quantization ranges are measured on these values: drop or fix those samples "
+            "(numpy.isfinite finds them)",
+        )
 
 
 def step_axis(batch_axis: int | None) -> int:
@@ -188,20 +216,72 @@ def _read(spec: DatasetSpec, what: str) -> Mapping[str, Any]:
 def _read_file(path: Path, what: str) -> dict[str, np.ndarray]:
     """The arrays of a .npy or .npz file, read without pickle (object arrays are refused)."""
     import zipfile
+    import zlib
 
+    problem = file_problem(path)
+    if problem:
+        raise EdgeflowError(f"{what} dataset {path} {problem}", FILE_HINT)
     try:
         if path.suffix == ".npy":
             return {"__single__": np.load(path, allow_pickle=False)}
         with np.load(path, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
-    except (ValueError, OSError, EOFError, MemoryError, zipfile.BadZipFile) as exc:
+    except (ValueError, OSError, EOFError, MemoryError, zipfile.BadZipFile, zlib.error) as exc:
         why = first_line(exc)
         if "allow_pickle" in why:
-            why = "it holds Python objects (pickled data), which edgeflow never loads"
-        raise EdgeflowError(
-            f"{what} dataset {path} cannot be read: {why}",
-            "save plain numeric arrays with numpy.save / numpy.savez",
-        ) from exc
+            why = "it holds Python objects (an object array, pickled), which edgeflow never loads"
+        raise EdgeflowError(f"{what} dataset {path} cannot be read: {why}", FILE_HINT) from exc
+
+
+FILE_HINT = "save plain numeric arrays with numpy.save (.npy) / numpy.savez (.npz)"
+NPY_MAGIC, ZIP_MAGICS = b"\x93NUMPY", (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def file_problem(path: Path) -> str | None:
+    """What makes a .npy / .npz dataset file unreadable, from its headers only (None: they
+    are sound): another kind of file, an encrypted member or one of a compression numpy
+    cannot read."""
+    import zipfile
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError as exc:
+        return f"cannot be opened: {exc.strerror or first_line(exc)}"
+    if path.suffix == ".npy":
+        return None if head.startswith(NPY_MAGIC) else f"is not a NumPy .npy file: {_is(head)}"
+    if not head.startswith(ZIP_MAGICS):
+        return f"is not a .npz file (a zip archive of .npy arrays): {_is(head)}"
+    readable = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if info.flag_bits & 0x1:
+                    return f"is an encrypted archive (its member '{info.filename}' needs a password)"
+                if info.compress_type not in readable:
+                    return (
+                        f"stores its member '{info.filename}' with zip compression method "
+                        f"{info.compress_type}, which Python's zipfile cannot read"
+                    )
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        return f"is a damaged zip archive: {first_line(exc)}"
+    return None
+
+
+def _is(head: bytes) -> str:
+    """What a file that starts with `head` is, in words."""
+    if not head:
+        return "it is empty"
+    if head.startswith(NPY_MAGIC):
+        return "it is a single .npy array (name it .npy)"
+    if head.startswith(ZIP_MAGICS):
+        return "it is a zip archive (a .npz? name it .npz)"
+    if head[:1] == b"\x80":
+        return "it is a Python pickle, which edgeflow never loads"
+    text = head.decode("utf-8", errors="replace")
+    if "\ufffd" not in text[:-3] and all(c.isprintable() or c in "\t\r\n" for c in text[:-3]):
+        return f"it is a text file (starting {text[:40]!r}); numpy.loadtxt reads text"
+    return f"it starts with the bytes {head[:8]!r}, not {NPY_MAGIC!r} (.npy) or {ZIP_MAGICS[0]!r} (zip)"
 
 
 def array_shapes(path: Path) -> dict[str, tuple[int, ...]]:

@@ -269,12 +269,13 @@ def inputs_fit_the_model(s: dict[str, Any], profile: TargetProfile | None) -> li
 
 
 def datasets_fit_the_inputs(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
-    """A .npz / .npy dataset's arrays (their headers) against the fed inputs: every axis but
-    the batch axis of the declared shape (datasets from code are checked when loaded)."""
+    """A .npz / .npy dataset's file kind and arrays (their headers) against the fed inputs:
+    every axis but the batch axis of the declared shape (datasets from code are checked when
+    loaded)."""
     from pathlib import Path
 
     from edgeflow.core.specs import data_inputs
-    from edgeflow.data import SHAPE_HINT, array_shapes, shape_mismatch
+    from edgeflow.data import FILE_HINT, SHAPE_HINT, array_shapes, file_problem, shape_mismatch
 
     source = s.get("source")
     if source is None:
@@ -283,6 +284,10 @@ def datasets_fit_the_inputs(s: dict[str, Any], profile: TargetProfile | None) ->
     for section in ("calibration", "evaluation"):
         spec = s.get(section)
         if spec is None or not isinstance(spec.dataset, Path):
+            continue
+        problem = file_problem(spec.dataset)
+        if problem:
+            found.append((f"{section}.dataset", f"{spec.dataset.name} {problem}", FILE_HINT))
             continue
         shapes = array_shapes(spec.dataset)
         if "__single__" in shapes and len(fed) == 1:

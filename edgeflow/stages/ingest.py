@@ -28,8 +28,7 @@ def run(ctx: StageContext) -> None:
 
     source = ctx.recipe.source
     path = ctx.inputs["onnx"]
-    if source.kind == "onnx":  # validate said so too; the file may have changed since
-        check_onnx_file(path, "source.model: ")
+    check_onnx_file(path)  # an ONNX source's was checked at validate; it may have changed since
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:
