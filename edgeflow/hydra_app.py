@@ -319,6 +319,10 @@ def _check_choices(args: list[str], group: str, known: Any, hint: str) -> None:
             continue
         for value in arg.split("=", 1)[1].split(","):
             if value not in known and "/" not in value:
+                if group == "recipe" and Path(value).is_dir():
+                    from edgeflow.recipe import folder_error
+
+                    raise folder_error(Path(value))
                 raise EdgeflowError(
                     f"{arg}: unknown {group} '{value}'", did_you_mean(value, known) or hint
                 )
@@ -335,6 +339,10 @@ def _register_recipe_paths(store: Any, arg: str, given: dict[str, Path]) -> str:
             values.append(value)
             continue
         if not path.is_file():
+            if path.is_dir():
+                from edgeflow.recipe import folder_error
+
+                raise folder_error(path)
             raise EdgeflowError(f"recipe file not found: {value}", "check the path")
         rel = Path("file") / path.with_suffix("")
         if path.is_absolute() or ".." in path.parts:

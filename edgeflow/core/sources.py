@@ -93,10 +93,17 @@ def _tf_model(value: Any, info: ValidationInfo) -> Path | ImportRef:
         raise user_error(
             f"expected a SavedModel folder, a .keras file or 'module:function' (got {value!r:.80})"
         )
-    path = (_base_dir(info) / value).resolve()
-    if ":" in value and not path.exists():
+    try:
+        path = (_base_dir(info) / value).resolve()
+        exists, folder = path.exists(), path.is_dir()
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a name too long, NUL
+        raise user_error(
+            f"not a usable path: {value!s:.200} ({type(exc).__name__}: {exc!s:.200})",
+            "paths are relative to the recipe's folder; fix the path",
+        ) from None
+    if ":" in value and not exists:
         return _import_ref(value, info)
-    if path.is_dir():
+    if folder:
         if not any((path / name).is_file() for name in SAVED_MODEL_FILES):
             raise user_error(
                 f"{value} is a folder without saved_model.pb: not a SavedModel",

@@ -65,13 +65,27 @@ def find_recipe(name_or_path: str, cwd: Path | None = None) -> Path:
     if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
         if candidate.is_file():
             return candidate.resolve()
+        if candidate.is_dir():
+            raise folder_error(candidate)
         raise EdgeflowError(f"recipe file not found: {name_or_path}", "check the path")
     known = resources.available("recipes", cwd)
     if name_or_path in known:
         return known[name_or_path]
+    if ((cwd or Path.cwd()) / candidate).is_dir():
+        raise folder_error(candidate)
     raise EdgeflowError(
         f"unknown recipe '{name_or_path}'",
         did_you_mean(name_or_path, known) or "pass a path to a recipe YAML file",
+    )
+
+
+def folder_error(path: Path) -> EdgeflowError:
+    """The error for a recipe argument that names a folder: its recipe files, if any."""
+    files = sorted(p.name for p in path.iterdir() if p.suffix in (".yaml", ".yml"))[:5]
+    inside = f" (its YAML files: {', '.join(files)})" if files else " (it holds no .yaml file)"
+    example = f"{path / files[0]}" if files else "path/to/recipe.yaml"
+    return EdgeflowError(
+        f"{path} is a folder, not a recipe file{inside}", f"pass a recipe file: {example}"
     )
 
 
@@ -93,9 +107,14 @@ def load_recipe(
     located = apply_overrides(tree, dict(overrides or {}))
     context = {"base_dir": path.parent, "cwd": str(cwd or Path.cwd())}
     problems: list[Problem] = []
-    if path.stem.startswith("."):  # build/<stem>/ must be a folder inside build_dir
-        message = f"the file name {path.name} cannot name a build folder (build/{path.stem}/)"
-        problems.append(Problem(display_path(path), 1, 1, "", message, "rename the file"))
+    if path.stem.startswith("."):  # build/<stem>/ must be a visible folder inside build_dir
+        why = "outside build_dir" if path.stem.strip(".") == "" else "a hidden folder"
+        message = (
+            f"the file name {path.name} cannot name a build folder: build/{path.stem}/ would be "
+            f"{why} (a recipe's file name must not start with '.'; docs/recipe.md)"
+        )
+        hint = f"rename the file (e.g. {path.name.lstrip('.') or 'recipe.yaml'})"
+        problems.append(Problem(display_path(path), 1, 1, "", message, hint))
     entries = tree.get("rewrites")
     specs: list[RuleSpec] = []
     unchecked: list[str] = []
