@@ -249,9 +249,11 @@ def file_problem(path: Path) -> str | None:
     except OSError as exc:
         return f"cannot be opened: {exc.strerror or first_line(exc)}"
     if path.suffix == ".npy":
-        return None if head.startswith(NPY_MAGIC) else f"is not a NumPy .npy file: {_is(head)}"
+        if head.startswith(NPY_MAGIC):
+            return None
+        return f"is not a NumPy .npy file (those start with {NPY_MAGIC!r}): {what_file(head)}"
     if not head.startswith(ZIP_MAGICS):
-        return f"is not a .npz file (a zip archive of .npy arrays): {_is(head)}"
+        return f"is not a .npz file (a zip archive of .npy arrays): {what_file(head)}"
     readable = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
     try:
         with zipfile.ZipFile(path) as archive:
@@ -268,20 +270,20 @@ def file_problem(path: Path) -> str | None:
     return None
 
 
-def _is(head: bytes) -> str:
-    """What a file that starts with `head` is, in words."""
+def what_file(head: bytes) -> str:
+    """What a file that starts with `head` (its first bytes) is, in words."""
     if not head:
         return "it is empty"
     if head.startswith(NPY_MAGIC):
-        return "it is a single .npy array (name it .npy)"
+        return "it is a NumPy .npy array"
     if head.startswith(ZIP_MAGICS):
-        return "it is a zip archive (a .npz? name it .npz)"
+        return "it is a zip archive"
     if head[:1] == b"\x80":
-        return "it is a Python pickle, which edgeflow never loads"
+        return "it is a Python pickle (edgeflow loads no pickled data)"
     text = head.decode("utf-8", errors="replace")
     if "\ufffd" not in text[:-3] and all(c.isprintable() or c in "\t\r\n" for c in text[:-3]):
-        return f"it is a text file (starting {text[:40]!r}); numpy.loadtxt reads text"
-    return f"it starts with the bytes {head[:8]!r}, not {NPY_MAGIC!r} (.npy) or {ZIP_MAGICS[0]!r} (zip)"
+        return f"it is a text file (starting {text[:40]!r})"
+    return f"it starts with the bytes {head[:8]!r}"
 
 
 def array_shapes(path: Path) -> dict[str, tuple[int, ...]]:

@@ -222,6 +222,17 @@ def onnx_source_reads(s: dict[str, Any], profile: TargetProfile | None) -> list[
     ]
 
 
+def weights_are_a_checkpoint(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    """A PyTorch source's weights file is a torch.save checkpoint, by its first bytes."""
+    from edgeflow.source import WEIGHTS_HINT, checkpoint_problem
+
+    source = s.get("source")
+    if source is None or source.kind != "pytorch" or source.weights is None:
+        return []
+    problem = checkpoint_problem(source.weights)
+    return [("source.weights", f"{source.weights.name} {problem}", WEIGHTS_HINT)] if problem else []
+
+
 def inputs_fit_the_model(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
     """An ONNX source's declared inputs against its graph's: names, dtypes, ranks, and the
     sizes of its fixed dims (its -1, 0 and symbolic dims take the recipe's)."""
@@ -424,6 +435,7 @@ CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...
     fallback_has_a_budget,
     board_of_the_target,
     onnx_source_reads,
+    weights_are_a_checkpoint,
     inputs_fit_the_model,
     datasets_fit_the_inputs,
     paths_fit_the_source,
