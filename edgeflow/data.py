@@ -259,7 +259,9 @@ def file_problem(path: Path) -> str | None:
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
                 if info.flag_bits & 0x1:
-                    return f"is an encrypted archive (its member '{info.filename}' needs a password)"
+                    return (
+                        f"is an encrypted archive (its member '{info.filename}' needs a password)"
+                    )
                 if info.compress_type not in readable:
                     return (
                         f"stores its member '{info.filename}' with zip compression method "

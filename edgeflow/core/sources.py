@@ -190,8 +190,7 @@ def _check_signatures(source: Any) -> Any:
     for i, name in enumerate(outputs):
         if name in outputs[:i]:
             raise user_error(
-                f"two outputs are named '{name}' (outputs[{outputs.index(name)}] and "
-                f"outputs[{i}])",
+                f"two outputs are named '{name}' (outputs[{outputs.index(name)}] and outputs[{i}])",
                 "name each of the model's outputs once, in the model's order",
                 at=f"outputs.{i}",
             )

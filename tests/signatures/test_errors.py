@@ -52,8 +52,8 @@ def test_a_value_of_the_wrong_dtype(folder: Path, write_recipe) -> None:
     path = write_recipe(text)
     found = problems(path)
     assert found[0] == (
-        f"{path}:6:51: source.inputs[1].value: the value 16000 does not fit int8 (it reads as "
-        "int64)\n  hint: set dtype: int64, or give int8 values"
+        f"{path}:6:51: source.inputs[1].value: the value 16000 is outside int8's range (-128 "
+        "to 127)\n  hint: declare dtype: int32, or give values within int8's range"
     )
     assert len(found) == 1
 
