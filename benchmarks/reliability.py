@@ -45,11 +45,21 @@ from _reliability.common import BenchError, Row, Settings, render_table, say
 from _reliability.concurrent import part_concurrent
 from _reliability.fuzz_run import part_fuzz
 from _reliability.kill import part_kill
+from _reliability.ownership import part_ownership
+from _reliability.references import part_references
 from _reliability.signals import part_signals
 from _reliability.untrusted import part_untrusted
 
 REPO = Path(__file__).resolve().parent.parent
-PARTS = ("fuzz", "kill", "signals", "concurrent", "untrusted")
+PARTS = (
+    "fuzz",
+    "kill",
+    "signals",
+    "concurrent",
+    "untrusted",
+    "ownership",
+    "references",
+)
 
 RUNNERS: dict[str, Callable[[Settings], list[Row]]] = {
     "fuzz": part_fuzz,
@@ -57,6 +67,8 @@ RUNNERS: dict[str, Callable[[Settings], list[Row]]] = {
     "signals": part_signals,
     "concurrent": part_concurrent,
     "untrusted": part_untrusted,
+    "ownership": part_ownership,
+    "references": part_references,
 }
 
 
@@ -69,6 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--signals", type=int, default=6, help="builds per signal")
     parser.add_argument("--concurrent", type=int, default=8, help="builds started at once")
     parser.add_argument("--untrusted", type=int, default=0, help="untrusted cases (0: all)")
+    parser.add_argument("--ownership", type=int, default=9, help="demo runs beside user files")
+    parser.add_argument("--references", type=int, default=0, help="reference cases (0: all)")
     parser.add_argument("--case-timeout", type=float, default=20.0, help="s per fuzz case")
     parser.add_argument("--timeout", type=float, default=1800.0, help="s per build")
     parser.add_argument("--untrusted-timeout", type=float, default=300.0, help="s per case")
