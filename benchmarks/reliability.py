@@ -45,8 +45,10 @@ from _reliability.common import BenchError, Row, Settings, render_table, say
 from _reliability.concurrent import part_concurrent
 from _reliability.fuzz_run import part_fuzz
 from _reliability.kill import part_kill
+from _reliability.onnx_files import part_onnx
 from _reliability.ownership import part_ownership
 from _reliability.references import part_references
+from _reliability.savedmodels import part_savedmodels
 from _reliability.signals import part_signals
 from _reliability.untrusted import part_untrusted
 
@@ -59,6 +61,8 @@ PARTS = (
     "untrusted",
     "ownership",
     "references",
+    "savedmodels",
+    "onnx",
 )
 
 RUNNERS: dict[str, Callable[[Settings], list[Row]]] = {
@@ -69,6 +73,8 @@ RUNNERS: dict[str, Callable[[Settings], list[Row]]] = {
     "untrusted": part_untrusted,
     "ownership": part_ownership,
     "references": part_references,
+    "savedmodels": part_savedmodels,
+    "onnx": part_onnx,
 }
 
 
@@ -83,6 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--untrusted", type=int, default=0, help="untrusted cases (0: all)")
     parser.add_argument("--ownership", type=int, default=9, help="demo runs beside user files")
     parser.add_argument("--references", type=int, default=0, help="reference cases (0: all)")
+    parser.add_argument("--onnx", type=int, default=0, help="malformed ONNX kinds (0: all)")
+    parser.add_argument("--onnx-timeout", type=float, default=120.0, help="s per ONNX command")
     parser.add_argument("--case-timeout", type=float, default=20.0, help="s per fuzz case")
     parser.add_argument("--timeout", type=float, default=1800.0, help="s per build")
     parser.add_argument("--untrusted-timeout", type=float, default=300.0, help="s per case")
