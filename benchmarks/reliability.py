@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the _reliability pac
 
 from _reliability.common import BenchError, Row, Settings, render_table, say
 from _reliability.concurrent import part_concurrent
-from _reliability.fuzz_run import part_fuzz
+from _reliability.fuzz_run import part_fuzz, part_fuzz_keys
 from _reliability.kill import part_kill
 from _reliability.onnx_files import part_onnx
 from _reliability.ownership import part_ownership
@@ -63,6 +63,7 @@ PARTS = (
     "references",
     "savedmodels",
     "onnx",
+    "fuzzkeys",
 )
 
 RUNNERS: dict[str, Callable[[Settings], list[Row]]] = {
@@ -75,6 +76,7 @@ RUNNERS: dict[str, Callable[[Settings], list[Row]]] = {
     "references": part_references,
     "savedmodels": part_savedmodels,
     "onnx": part_onnx,
+    "fuzzkeys": part_fuzz_keys,
 }
 
 
@@ -87,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--signals", type=int, default=6, help="builds per signal")
     parser.add_argument("--concurrent", type=int, default=8, help="builds started at once")
     parser.add_argument("--untrusted", type=int, default=0, help="untrusted cases (0: all)")
+    parser.add_argument("--fuzz-keys", type=int, default=1000, help="recipes of the new keys")
     parser.add_argument("--ownership", type=int, default=9, help="demo runs beside user files")
     parser.add_argument("--references", type=int, default=0, help="reference cases (0: all)")
     parser.add_argument("--onnx", type=int, default=0, help="malformed ONNX kinds (0: all)")

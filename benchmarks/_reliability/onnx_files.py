@@ -129,8 +129,18 @@ def recursive_function() -> Any:
     """A local function that calls itself."""
     onnx = _onnx()
     h = onnx.helper
-    f = h.make_function("local", "F", ["a"], ["b"], [h.make_node("F", ["a"], ["b"], domain="local")], [h.make_opsetid("", 17)])
-    nodes = [h.make_node("MatMul", ["x", "w"], ["h"]), h.make_node("F", ["h"], ["y"], domain="local")]
+    f = h.make_function(
+        "local",
+        "F",
+        ["a"],
+        ["b"],
+        [h.make_node("F", ["a"], ["b"], domain="local")],
+        [h.make_opsetid("", 17)],
+    )
+    nodes = [
+        h.make_node("MatMul", ["x", "w"], ["h"]),
+        h.make_node("F", ["h"], ["y"], domain="local"),
+    ]
     return model(nodes, [weight()], functions=[f], extra_opsets=[h.make_opsetid("local", 1)])
 
 
@@ -150,37 +160,66 @@ def kinds() -> dict[str, Writer]:
         "text": raw(lambda p: b"ir_version: 8\ngraph { }\n"),
         "tensor_proto": save(weight()),
         "graph_proto": save(h.make_graph([relu("x", "y")], "g", [], [])),
-        "cyclic": save(model([mm, h.make_node("Add", ["h", "z"], ["y2"]), relu("y2", "z"), relu("z", "y")], [weight()])),
-        "unknown_domain": save(mlp("Frob", "com.example", extra_opsets=[h.make_opsetid("com.example", 1)])),
+        "cyclic": save(
+            model(
+                [mm, h.make_node("Add", ["h", "z"], ["y2"]), relu("y2", "z"), relu("z", "y")],
+                [weight()],
+            )
+        ),
+        "unknown_domain": save(
+            mlp("Frob", "com.example", extra_opsets=[h.make_opsetid("com.example", 1)])
+        ),
         "undeclared_domain": save(mlp("Frob", "org.nowhere")),
         "unknown_op": save(mlp("NoSuchOp")),
         "absent_initializer": save(model([mm, relu("h", "y")])),
         "oversized_initializer_no_data": save(mlp(w=big)),
         "unused_initializer_no_data": save(model([mm, relu("h", "y")], [weight(), unused])),
-        "raw_data_short": save(mlp(w=onnx.TensorProto(name="w", data_type=F, dims=[64, 10], raw_data=b"\0" * 12))),
-        "external_parent": save_with(lambda p: mlp(w=external(os.path.relpath(p.secret, p.folder)))),
+        "raw_data_short": save(
+            mlp(w=onnx.TensorProto(name="w", data_type=F, dims=[64, 10], raw_data=b"\0" * 12))
+        ),
+        "external_parent": save_with(
+            lambda p: mlp(w=external(os.path.relpath(p.secret, p.folder)))
+        ),
         "external_absolute": save(mlp(w=external("/etc/passwd"))),
         "external_symlink": save_with(lambda p: mlp(w=external(link(p)))),
         "external_proc_self_mem": save(mlp(w=external("/proc/self/mem", offset="4096"))),
         "external_dev_zero": save(mlp(w=external("/dev/zero"))),
         "external_dev_urandom": save(mlp(w=external("/dev/urandom"))),
         "external_sparse_8gib": save_with(lambda p: mlp(w=external(sparse(p), dims=(2**31,)))),
-        "external_offset_beyond": save_with(lambda p: mlp(w=external(small(p), offset=str(1 << 40)))),
+        "external_offset_beyond": save_with(
+            lambda p: mlp(w=external(small(p), offset=str(1 << 40)))
+        ),
         "ir_99": save(mlp(ir=99)),
         "opset_99": save(mlp(opset=99)),
         "empty_graph": save(model([], inputs=[], outputs=[])),
-        "duplicate_outputs": save(model([mm, relu("h", "y"), h.make_node("Sigmoid", ["h"], ["y"])], [weight()])),
-        "dangling_input": save(model([h.make_node("MatMul", ["nowhere", "w"], ["h"]), relu("h", "y")], [weight()])),
+        "duplicate_outputs": save(
+            model([mm, relu("h", "y"), h.make_node("Sigmoid", ["h"], ["y"])], [weight()])
+        ),
+        "dangling_input": save(
+            model([h.make_node("MatMul", ["nowhere", "w"], ["h"]), relu("h", "y")], [weight()])
+        ),
         "wrong_tensor_types": save(mlp(x_type=onnx.TensorProto.STRING)),
         "nested_if_bomb": raw(lambda p: nested_if(300)),
         "recursive_function": save(recursive_function()),
         "huge_dims": save(mlp(x_shape=[2**40, 64])),
         "negative_dims": save(mlp(x_shape=[-5, 64])),
-        "constant_of_shape_bomb": save(model(
-            [h.make_node("Constant", [], ["s"], value=h.make_tensor("v", onnx.TensorProto.INT64, [2], [200000, 200000])),
-             h.make_node("ConstantOfShape", ["s"], ["big"]), mm,
-             h.make_node("ReduceSum", ["big"], ["t"], keepdims=0), h.make_node("Add", ["h", "t"], ["y"])],
-            [weight()])),
+        "constant_of_shape_bomb": save(
+            model(
+                [
+                    h.make_node(
+                        "Constant",
+                        [],
+                        ["s"],
+                        value=h.make_tensor("v", onnx.TensorProto.INT64, [2], [200000, 200000]),
+                    ),
+                    h.make_node("ConstantOfShape", ["s"], ["big"]),
+                    mm,
+                    h.make_node("ReduceSum", ["big"], ["t"], keepdims=0),
+                    h.make_node("Add", ["h", "t"], ["y"]),
+                ],
+                [weight()],
+            )
+        ),
     }
     return table
 
@@ -229,7 +268,11 @@ class OnnxResult:
         """Every command: exit 2 naming the file, no traceback, nothing read outside, memory
         bounded; and the secret in no output."""
         return not self.leaked and all(
-            o.code == 2 and o.named and not o.traceback and not o.outside and o.rss_mb < RSS_LIMIT_MB
+            o.code == 2
+            and o.named
+            and not o.traceback
+            and not o.outside
+            and o.rss_mb < RSS_LIMIT_MB
             for o in self.outcomes.values()
         )
 
@@ -238,18 +281,27 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
-def measured(s: Settings, argv: list[str], folder: Path, timeout: float) -> tuple[int | None, str, float, str]:
+def measured(
+    s: Settings, argv: list[str], folder: Path, timeout: float
+) -> tuple[int | None, str, float, str]:
     """`edgeflow ARGV` (under strace where there is one): exit, output, peak RSS in MB, trace."""
     folder.mkdir(parents=True, exist_ok=True)
     trace = folder / "strace.txt"
     strace = shutil.which("strace")
-    prefix = [strace, "-f", "-qq", "-e", "trace=open,openat,openat2", "-o", str(trace)] if strace else []
+    prefix = (
+        [strace, "-f", "-qq", "-e", "trace=open,openat,openat2", "-o", str(trace)] if strace else []
+    )
     out = folder / "out.txt"
     with out.open("w") as sink:
         proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "edgeflow", *argv],
-            cwd=folder, env=edgeflow_env(s.repo, "onnx"), stdin=subprocess.DEVNULL,
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_limit,
+            cwd=folder,
+            env=edgeflow_env(s.repo, "onnx"),
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_limit,
         )
         deadline = time.monotonic() + timeout
         while True:
@@ -265,7 +317,12 @@ def measured(s: Settings, argv: list[str], folder: Path, timeout: float) -> tupl
     proc.returncode = 0  # reaped by us
     code = os.waitstatus_to_exitcode(status) if status != -1 else None
     text = out.read_text(errors="replace")
-    return code, text, usage.ru_maxrss / 1024, trace.read_text(errors="replace") if trace.is_file() else ""
+    return (
+        code,
+        text,
+        usage.ru_maxrss / 1024,
+        trace.read_text(errors="replace") if trace.is_file() else "",
+    )
 
 
 def opened(trace: str, cwd: Path) -> set[str]:
@@ -283,11 +340,15 @@ def outside_read(paths: set[str], allowed: set[str], place: Place) -> bool:
     return any(p in targets and p not in allowed for p in paths) or str(place.secret) in paths
 
 
-def run_kind(s: Settings, kind: str, write: Writer, root: Path, allowed: dict[str, set[str]]) -> OnnxResult:
+def run_kind(
+    s: Settings, kind: str, write: Writer, root: Path, allowed: dict[str, set[str]]
+) -> OnnxResult:
     """Write the file, run the three commands on it, judge them."""
     folder = root / kind
     (folder / "model").mkdir(parents=True)
-    place = Place(folder / "model", root / "outside" / "secret.bin", token(root), root / "valid" / "tiny.onnx")
+    place = Place(
+        folder / "model", root / "outside" / "secret.bin", token(root), root / "valid" / "tiny.onnx"
+    )
     path = place.folder / f"{kind}.onnx"
     write(path, place)
     result = OnnxResult(kind)
@@ -316,11 +377,13 @@ def token(root: Path) -> bytes:
 
 
 def leaked(folder: Path, secret: bytes) -> bool:
-    """Whether any output under the case's folder (cache, build, logs) holds the secret."""
+    """Whether any output under the case's folder (cache, build, logs; not the model's own
+    folder, nor the traces) holds the secret."""
     for p in folder.rglob("*"):
-        if p.is_file() and not p.is_symlink() and p.suffix not in (".onnx",) and p.name != "strace.txt":
-            if p.stat().st_size < (256 << 20) and secret in p.read_bytes():
-                return True
+        mine = p.is_relative_to(folder / "model") or p.name == "strace.txt"
+        readable = p.is_file() and not p.is_symlink() and p.stat().st_size < (256 << 20)
+        if not mine and readable and secret in p.read_bytes():
+            return True
     return False
 
 
@@ -342,7 +405,8 @@ def part_onnx(s: Settings) -> list[Row]:
         results.append(r)
         codes = ", ".join(f"{c} {o.code}" for c, o in r.outcomes.items())
         peak = max(o.rss_mb for o in r.outcomes.values())
-        say(f"onnx {i + 1}/{len(chosen)} {kind}: {codes}, peak {peak:.0f} MB, {'holds' if r.holds else 'FAILS'}")
+        verdict = "holds" if r.holds else "FAILS"
+        say(f"onnx {i + 1}/{len(chosen)} {kind}: {codes}, peak {peak:.0f} MB, {verdict}")
     return [onnx_row(results, len(table))]
 
 
@@ -361,7 +425,7 @@ def control(s: Settings, root: Path) -> dict[str, set[str]]:
     }
     allowed = {}
     for command in COMMANDS:
-        code, text, rss, trace = measured(s, argvs[command], folder / command, s.args.onnx_timeout)
+        code, _text, rss, trace = measured(s, argvs[command], folder / command, s.args.onnx_timeout)
         say(f"onnx control {command}: exit {code}, peak {rss:.0f} MB")
         allowed[command] = opened(trace, folder / command)
     return allowed
@@ -373,7 +437,9 @@ def onnx_row(results: list[OnnxResult], total: int) -> Row:
     for r in failing:
         for c, o in r.outcomes.items():
             why = [f"exit {o.code}"] + ["TRACEBACK"] * o.traceback + ["READ OUTSIDE"] * o.outside
-            why += ["file not named"] * (not o.named) + [f"{o.rss_mb:.0f} MB"] * (o.rss_mb >= RSS_LIMIT_MB)
+            why += ["file not named"] * (not o.named) + [f"{o.rss_mb:.0f} MB"] * (
+                o.rss_mb >= RSS_LIMIT_MB
+            )
             say(f"  onnx {r.kind} [{c}] {', '.join(why)}: {o.message}")
         if r.leaked:
             say(f"  onnx {r.kind}: the secret's bytes are in an output")
@@ -386,9 +452,21 @@ def onnx_row(results: list[OnnxResult], total: int) -> Row:
         "read outside": sum(o.outside for o in outs),
         "secret leaked": sum(r.leaked for r in results),
         "peak MB": max((o.rss_mb for o in outs), default=0.0),
-        **{f"{c} exit 2 named": f"{count(c, lambda o: o.code == 2 and o.named)}/{n}" for c in COMMANDS},
+        **{
+            f"{c} exit 2 named": f"{count(c, lambda o: o.code == 2 and o.named)}/{n}"
+            for c in COMMANDS
+        },
     }
-    details = {"cases": [{"kind": r.kind, "leaked": r.leaked, "holds": r.holds,
-                          "outcomes": {c: o.__dict__ for c, o in r.outcomes.items()}} for r in results]}
+    details = {
+        "cases": [
+            {
+                "kind": r.kind,
+                "leaked": r.leaked,
+                "holds": r.holds,
+                "outcomes": {c: o.__dict__ for c, o in r.outcomes.items()},
+            }
+            for r in results
+        ]
+    }
     note = f"quick size, acceptance is {total}" if n < total else ""
     return Row("onnx", f"{n} malformed files x 3 commands", figures, not failing, note, details)

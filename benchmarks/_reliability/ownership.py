@@ -114,9 +114,9 @@ def forget_stage_entries(cache: Path) -> None:
     """Delete the cache's stage folders (those holding `xx` key folders) so the next build is
     cold; the user's folders and the cache's own folders stay."""
     for child in cache.iterdir() if cache.is_dir() else []:
-        if child.is_dir() and not child.is_symlink():
-            if any(re.fullmatch(r"[0-9a-f]{2}", c.name) for c in child.iterdir()):
-                shutil.rmtree(child)
+        stage = child.is_dir() and not child.is_symlink()
+        if stage and any(re.fullmatch(r"[0-9a-f]{2}", c.name) for c in child.iterdir()):
+            shutil.rmtree(child)
 
 
 def part_ownership(s: Settings) -> list[Row]:
@@ -137,7 +137,7 @@ def part_ownership(s: Settings) -> list[Row]:
     for i in range(s.args.ownership):
         if i % 3 == 2:
             forget_stage_entries(cache)
-            tag, start = new_tag(), time.perf_counter()
+            tag = new_tag()
             proc = start_edgeflow(s, demo_args(s, cache, build), root / f"run{i:02d}", tag)
             tags.add(tag)
             finished = wait_or_kill(proc, rng.uniform(0.2, ref.seconds))

@@ -154,18 +154,26 @@ def run_case(s: Settings, worker: Worker, slot: str, ref: str, index: int) -> Re
     result = RefResult(slot, ref)
     v.reset()
     answer = worker.validate(path, s.args.case_timeout)
-    code, text = (None, "(no answer: hang)") if answer is None else (answer[0], answer[1] + answer[2])
+    code, text = (
+        (None, "(no answer: hang)") if answer is None else (answer[0], answer[1] + answer[2])
+    )
     judge(result, "validate", code, text, v, path.name)
     v.reset()
-    ran = run_edgeflow(s, run_args(path, folder / "cache", folder / "build"), folder / "run",
-                       s.args.untrusted_timeout)
+    ran = run_edgeflow(
+        s,
+        run_args(path, folder / "cache", folder / "build"),
+        folder / "run",
+        s.args.untrusted_timeout,
+    )
     judge(result, "run", ran.code, ran.text, v, path.name)
     if v.folder.is_dir():  # a payload that ran may have left the victims half-gone
         shutil.rmtree(v.folder)
     return result
 
 
-def judge(result: RefResult, command: str, code: int | None, text: str, v: Victims, name: str) -> None:
+def judge(
+    result: RefResult, command: str, code: int | None, text: str, v: Victims, name: str
+) -> None:
     """Record one command's outcome."""
     result.codes[command] = code
     result.ran[command] = v.hit()
@@ -195,9 +203,11 @@ def part_references(s: Settings) -> list[Row]:
             r = run_case(s, worker, slot, ref, i)
             results.append(r)
             verdict = "holds" if r.holds else "FAILS"
-            say(f"references {i + 1}/{len(cases)} {slot} = {ref}: validate exit "
+            say(
+                f"references {i + 1}/{len(cases)} {slot} = {ref}: validate exit "
                 f"{r.codes['validate']}, run exit {r.codes['run']}, code ran "
-                f"{sum(r.ran.values())}, {verdict}")
+                f"{sum(r.ran.values())}, {verdict}"
+            )
     finally:
         worker.close()
     return [references_row(results)]
@@ -210,8 +220,8 @@ def references_row(results: list[RefResult]) -> Row:
         say(f"\nreferences: {len(failing)} cases do not hold (all shown)")
     for r in failing:
         for c in ("validate", "run"):
-            what = f"exit {r.codes[c]}" + ", CODE RAN" * r.ran[c] + ", unlocated" * (
-                not r.located[c]
+            what = (
+                f"exit {r.codes[c]}" + ", CODE RAN" * r.ran[c] + ", unlocated" * (not r.located[c])
             )
             say(f"  {r.slot} = {r.ref} [{c}] {what}: " + r.messages[c].replace("\n", " | "))
     n = len(results)
@@ -229,4 +239,3 @@ def references_row(results: list[RefResult]) -> Row:
     size = f"{n} references ({len(SLOTS)} slots x {len(CALLABLES)} callables)"
     note = f"quick size, acceptance is {len(SLOTS) * len(CALLABLES)}" if n < 45 else ""
     return Row("references", size, figures, not failing, note, details)
-
