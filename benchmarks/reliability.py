@@ -1,6 +1,7 @@
 """Measure whether edgeflow's cache, verdict and errors can be trusted, with the real CLI.
 
-The acceptance benchmark of the issue "Trust the cache, the verdict and the errors". Five parts:
+The acceptance benchmark of the issues "Trust the cache, the verdict and the errors" and "Never
+delete what edgeflow did not create, never call what a recipe did not mean to call". Parts:
 
 - fuzz: generated mutations of the shipped recipes (wrong types, booleans where numbers go,
   unknown keys, missing keys, extreme numbers, encodings, deep nesting, aliases, junk bytes,
@@ -17,15 +18,24 @@ The acceptance benchmark of the issue "Trust the cache, the verdict and the erro
   each ran once, every entry complete, a rerun fully cached and verified.
 - untrusted: hostile or broken weights, datasets and ONNX files given to valid recipes: no code
   runs, exit status 2, the message names the file.
+- ownership: user folders and files beside the cache's and build's own (named like them), and
+  symlinks out: survive runs and kills (0 lost, 0 outside touched); a symlinked cache_dir.
+- references: standard-library callables in every reference slot: nothing runs, located exit 2.
+- savedmodels: SavedModels with I/O ops: no I/O runs, exit 2 naming the op.
+- onnx: 33 malformed ONNX files through validate, precheck and run: no traceback, nothing read
+  outside the model's folder, peak RSS under 3 GB, exit 2 naming the file.
+- fuzzkeys: the fuzz of the recipe keys added since the last round (1,000 cases).
 
 Prints one table (one row per check, pass/FAIL) and exits 1 if any check fails. The defaults
 are the acceptance sizes (about an hour on a 2-core machine):
 
-    python benchmarks/reliability.py [--only fuzz,kill,signals,concurrent,untrusted]
+    python benchmarks/reliability.py [--only fuzz,kill,...,onnx,fuzzkeys]
         [--fuzz 1000] [--kills 50] [--signals 6] [--concurrent 8] [--untrusted N]
+        [--ownership 9] [--references N] [--onnx N] [--fuzz-keys 1000]
         [--json PATH] [--keep DIR] [--repo PATH]
 
-A quick run: --fuzz 60 --kills 3 --signals 2 --concurrent 3 --untrusted 10.
+A quick run: --fuzz 60 --kills 3 --signals 2 --concurrent 3 --untrusted 10 --ownership 4
+--references 10 --onnx 8 --fuzz-keys 100.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .mutations import Base, Mutant
+from .mutations import Base, Mutant, Mutator
 
 Tree = dict[str, Any]
-Variant = tuple[str, Callable[[Tree, Path], None], bool]  # (what, edit of the tree, must refuse)
+Variant = tuple[str, Callable[[Tree, Path], Any], bool]  # (what, edit of the tree, must refuse)
 
 
 def _first(tree: Tree) -> Tree:
@@ -110,7 +110,7 @@ def _loop(name: str) -> Callable[[Path], str]:
     return make
 
 
-def _npy(name: str, value: Any) -> Callable[[Tree, Path], Any]:
+def _npy(name: str, value: Any) -> Callable[[Path], str]:
     """An .npy file of `value` in the case's folder."""
 
     def make(folder: Path) -> str:
@@ -423,4 +423,4 @@ def mutate_new_keys(rng: random.Random, base: Base, folder: Path) -> Mutant | No
     return Mutant(what, must, tree)
 
 
-NEW_KEY_CLASSES = {"new keys": mutate_new_keys}
+NEW_KEY_CLASSES: dict[str, Mutator] = {"new keys": mutate_new_keys}

@@ -24,7 +24,7 @@ from .untrusted import untrusted_recipe
 MEMORY_LIMIT = 8 << 30  # address space of each command (a bomb must not take the machine)
 RSS_LIMIT_MB = 3072  # the requirement: peak resident memory of each command
 COMMANDS = ("validate", "precheck", "run")
-Writer = Callable[[Path, "Place"], None]
+Writer = Callable[[Path, "Place"], Any]
 
 
 @dataclass(frozen=True)

@@ -146,8 +146,10 @@ def part_ownership(s: Settings) -> list[Row]:
             continue
         ran = run_edgeflow(s, demo_args(s, cache, build), root / f"run{i:02d}", s.args.timeout)
         codes.append(ran.code)
-        gone = len(lost(planted))
-        say(f"ownership run {i + 1}: exit {ran.code} ({ran.seconds:.1f} s), user files lost {gone}")
+        say(
+            f"ownership run {i + 1}: exit {ran.code} ({ran.seconds:.1f} s), user files lost "
+            f"{len(lost(planted))}"
+        )
         if ran.code != 0:
             say(f"  {error_line(ran)}")
     time.sleep(0.5)

@@ -55,13 +55,14 @@ class Victims:
 
 def arguments(callable_: str, v: Victims) -> dict[str, Any]:
     """The keyword arguments (init / options) that aim the callable at a victim."""
-    return {
+    table: dict[str, dict[str, Any]] = {
         "shutil:rmtree": {"path": str(v.folder)},
         "os:remove": {"path": str(v.file)},
         "subprocess:run": {"args": ["touch", str(v.marker)]},
         "builtins:exec": {"source": f"open({str(v.marker)!r}, 'w').close()"},
         "os:system": {"command": f"touch {v.marker}"},
-    }[callable_]
+    }
+    return table[callable_]
 
 
 def recipe(slot: str, ref: str, v: Victims, repo: Path, folder: Path) -> dict[str, Any]:
