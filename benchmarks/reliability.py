@@ -1,6 +1,7 @@
 """Measure whether edgeflow's cache, verdict and errors can be trusted, with the real CLI.
 
-The acceptance benchmark of the issue "Trust the cache, the verdict and the errors". Five parts:
+The acceptance benchmark of the issues "Trust the cache, the verdict and the errors" and "Never
+delete what edgeflow did not create, never call what a recipe did not mean to call". Parts:
 
 - fuzz: generated mutations of the shipped recipes (wrong types, booleans where numbers go,
   unknown keys, missing keys, extreme numbers, encodings, deep nesting, aliases, junk bytes,
@@ -17,15 +18,24 @@ The acceptance benchmark of the issue "Trust the cache, the verdict and the erro
   each ran once, every entry complete, a rerun fully cached and verified.
 - untrusted: hostile or broken weights, datasets and ONNX files given to valid recipes: no code
   runs, exit status 2, the message names the file.
+- ownership: user folders and files beside the cache's and build's own (named like them), and
+  symlinks out: survive runs and kills (0 lost, 0 outside touched); a symlinked cache_dir.
+- references: standard-library callables in every reference slot: nothing runs, located exit 2.
+- savedmodels: SavedModels with I/O ops: no I/O runs, exit 2 naming the op.
+- onnx: 33 malformed ONNX files through validate, precheck and run: no traceback, nothing read
+  outside the model's folder, peak RSS under 3 GB, exit 2 naming the file.
+- fuzzkeys: the fuzz of the recipe keys added since the last round (1,000 cases).
 
 Prints one table (one row per check, pass/FAIL) and exits 1 if any check fails. The defaults
 are the acceptance sizes (about an hour on a 2-core machine):
 
-    python benchmarks/reliability.py [--only fuzz,kill,signals,concurrent,untrusted]
+    python benchmarks/reliability.py [--only fuzz,kill,...,onnx,fuzzkeys]
         [--fuzz 1000] [--kills 50] [--signals 6] [--concurrent 8] [--untrusted N]
+        [--ownership 9] [--references N] [--onnx N] [--fuzz-keys 1000]
         [--json PATH] [--keep DIR] [--repo PATH]
 
-A quick run: --fuzz 60 --kills 3 --signals 2 --concurrent 3 --untrusted 10.
+A quick run: --fuzz 60 --kills 3 --signals 2 --concurrent 3 --untrusted 10 --ownership 4
+--references 10 --onnx 8 --fuzz-keys 100.
 """
 
 from __future__ import annotations
@@ -43,13 +53,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the _reliability pac
 
 from _reliability.common import BenchError, Row, Settings, render_table, say
 from _reliability.concurrent import part_concurrent
-from _reliability.fuzz_run import part_fuzz
+from _reliability.fuzz_run import part_fuzz, part_fuzz_keys
 from _reliability.kill import part_kill
+from _reliability.onnx_files import part_onnx
+from _reliability.ownership import part_ownership
+from _reliability.references import part_references
+from _reliability.savedmodels import part_savedmodels
 from _reliability.signals import part_signals
 from _reliability.untrusted import part_untrusted
 
 REPO = Path(__file__).resolve().parent.parent
-PARTS = ("fuzz", "kill", "signals", "concurrent", "untrusted")
+PARTS = (
+    "fuzz",
+    "kill",
+    "signals",
+    "concurrent",
+    "untrusted",
+    "ownership",
+    "references",
+    "savedmodels",
+    "onnx",
+    "fuzzkeys",
+)
 
 RUNNERS: dict[str, Callable[[Settings], list[Row]]] = {
     "fuzz": part_fuzz,
@@ -57,6 +82,11 @@ RUNNERS: dict[str, Callable[[Settings], list[Row]]] = {
     "signals": part_signals,
     "concurrent": part_concurrent,
     "untrusted": part_untrusted,
+    "ownership": part_ownership,
+    "references": part_references,
+    "savedmodels": part_savedmodels,
+    "onnx": part_onnx,
+    "fuzzkeys": part_fuzz_keys,
 }
 
 
@@ -69,6 +99,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--signals", type=int, default=6, help="builds per signal")
     parser.add_argument("--concurrent", type=int, default=8, help="builds started at once")
     parser.add_argument("--untrusted", type=int, default=0, help="untrusted cases (0: all)")
+    parser.add_argument("--fuzz-keys", type=int, default=1000, help="recipes of the new keys")
+    parser.add_argument("--ownership", type=int, default=9, help="demo runs beside user files")
+    parser.add_argument("--references", type=int, default=0, help="reference cases (0: all)")
+    parser.add_argument("--onnx", type=int, default=0, help="malformed ONNX kinds (0: all)")
+    parser.add_argument("--onnx-timeout", type=float, default=120.0, help="s per ONNX command")
     parser.add_argument("--case-timeout", type=float, default=20.0, help="s per fuzz case")
     parser.add_argument("--timeout", type=float, default=1800.0, help="s per build")
     parser.add_argument("--untrusted-timeout", type=float, default=300.0, help="s per case")

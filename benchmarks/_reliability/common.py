@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 TAG = "EDGEFLOW_RELIABILITY_TAG"  # in the environment of every process this script starts
-ACCEPTANCE = {"fuzz": 1000, "kills": 50, "signals": 6, "concurrent": 8, "untrusted": 57}
+ACCEPTANCE = {
+    "fuzz": 1000,
+    "fuzzkeys": 1000,
+    "kills": 50,
+    "signals": 6,
+    "concurrent": 8,
+    "untrusted": 57,
+}
 EXAMPLES = 10  # failing examples printed per outcome
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .common import BenchError
 from .inputs import tiny_onnx
-from .mutations import CLASSES, Base, Mutant
+from .mutations import CLASSES, Base, Mutant, Mutator
 from .recipe_tree import to_yaml
 
 SHIPPED = ("digits_cnn", "digits_cnn_qat", "digits_mobilenet", "ssdlite320", "ssdlite320_tflite")
@@ -101,17 +101,19 @@ def write_recipe(mutant: Mutant, path: Path) -> None:
         path.chmod(0)
 
 
-def generate_cases(count: int, bases: list[Base], root: Path) -> list[Case]:
+def generate_cases(
+    count: int, bases: list[Base], root: Path, classes: dict[str, Mutator] = CLASSES
+) -> list[Case]:
     """`count` reproducible cases, the classes in turn, no two the same where avoidable."""
     rng = random.Random(0)
     seen: set[tuple[str, str, str]] = set()
     cases = []
-    names = list(CLASSES)
+    names = list(classes)
     for i in range(count):
         klass = names[i % len(names)]
         ident = f"c{i + 1:04d}"
         folder = root / ident
-        mutant, base = new_mutant(rng, klass, bases, folder, seen)
+        mutant, base = new_mutant(rng, klass, bases, folder, seen, classes)
         path = root / f"{ident}-{base.name}.yaml"
         write_recipe(mutant, path)
         fault = path if mutant.recipe != "file" else mutant.fault
@@ -122,14 +124,19 @@ def generate_cases(count: int, bases: list[Base], root: Path) -> list[Case]:
 
 
 def new_mutant(
-    rng: random.Random, klass: str, bases: list[Base], folder: Path, seen: set[tuple[str, str, str]]
+    rng: random.Random,
+    klass: str,
+    bases: list[Base],
+    folder: Path,
+    seen: set[tuple[str, str, str]],
+    classes: dict[str, Mutator] = CLASSES,
 ) -> tuple[Mutant, Base]:
     """A mutation of class `klass` of a random base, different from those made so far."""
     for attempt in range(60):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         base = rng.choice(bases)
-        mutant = CLASSES[klass](rng, base, folder)
+        mutant = classes[klass](rng, base, folder)
         if mutant is None:
             continue
         key = (klass, base.name, mutant.mutation)

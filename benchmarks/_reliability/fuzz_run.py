@@ -17,7 +17,8 @@ from typing import Any
 
 from .common import EXAMPLES, Row, Settings, below_acceptance, exception_line, first_lines, say
 from .fuzz import Case, control_cases, generate_cases, onnx_base, shipped_bases
-from .mutations import CLASSES
+from .mutations import CLASSES, Mutator
+from .mutations_keys import NEW_KEY_CLASSES
 
 Result = tuple[int | None, str, str]  # exit status or None, output, an escaped traceback
 
@@ -157,34 +158,44 @@ FUZZ_OUTCOMES = ("ok", *FUZZ_FAILURES, "unlocated", "bad exit status")
 
 def part_fuzz(s: Settings) -> list[Row]:
     """Run generated recipes through `edgeflow validate`; count each outcome per class."""
-    root = s.work / "fuzz"
+    return fuzz_classes(s, "fuzz", s.args.fuzz, CLASSES)
+
+
+def part_fuzz_keys(s: Settings) -> list[Row]:
+    """The same, for the class of the recipe keys added since the last round alone."""
+    return fuzz_classes(s, "fuzzkeys", s.args.fuzz_keys, NEW_KEY_CLASSES)
+
+
+def fuzz_classes(s: Settings, name: str, count: int, classes: dict[str, Mutator]) -> list[Row]:
+    """`count` cases of `classes` (and the controls) through the validate worker."""
+    root = s.work / name
     cases_dir = root / "cases"
     cases_dir.mkdir(parents=True)
     bases = [*shipped_bases(s.repo, root), onnx_base(root)]
     controls = control_cases(bases, cases_dir)
-    cases = generate_cases(s.args.fuzz, bases, cases_dir)
-    say(f"fuzz: {len(cases):,} cases and {len(controls)} controls in {cases_dir}")
+    cases = generate_cases(count, bases, cases_dir, classes)
+    say(f"{name}: {len(cases):,} cases and {len(controls)} controls in {cases_dir}")
     worker = Worker(root, s.repo, s.args.fuzz_memory_mb)
     start = time.perf_counter()
     try:
         for i, case in enumerate([*controls, *cases]):
             case.outcome = classify(case, worker.validate(case.path, s.args.case_timeout))
             if (i + 1) % 100 == 0:
-                say(f"fuzz: {i + 1:,} run, {time.perf_counter() - start:.0f} s")
+                say(f"{name}: {i + 1:,} run, {time.perf_counter() - start:.0f} s")
     finally:
         worker.close()
-    report_fuzz(cases, controls)
-    return [fuzz_row(s, cases, controls, worker.restarts)]
+    report_fuzz(cases, controls, classes)
+    return [fuzz_row(name, cases, controls, worker.restarts, classes)]
 
 
-def report_fuzz(cases: list[Case], controls: list[Case]) -> None:
+def report_fuzz(cases: list[Case], controls: list[Case], classes: dict[str, Mutator]) -> None:
     """Counts per class and outcome, and up to EXAMPLES failing examples per outcome."""
     say("\nfuzz: outcomes per class (MUST = cases that must be refused)")
     header = f"  {'class':<16} {'cases':>5} {'MUST':>5} " + " ".join(
         f"{o:>{max(len(o), 5)}}" for o in FUZZ_OUTCOMES
     )
     say(header)
-    for klass in [*CLASSES, "control"]:
+    for klass in [*classes, "control"]:
         chosen = [c for c in [*cases, *controls] if c.klass == klass]
         counts = Counter(c.outcome for c in chosen)
         cells = " ".join(f"{counts[o]:>{max(len(o), 5)}}" for o in FUZZ_OUTCOMES)
@@ -201,7 +212,9 @@ def report_fuzz(cases: list[Case], controls: list[Case]) -> None:
             say(f"    exit {case.code}: " + output.replace("\n", "\n      "))
 
 
-def fuzz_row(s: Settings, cases: list[Case], controls: list[Case], restarts: int) -> Row:
+def fuzz_row(
+    name: str, cases: list[Case], controls: list[Case], restarts: int, classes: dict[str, Mutator]
+) -> Row:
     """The fuzz line of the table: tracebacks, hangs, invalid accepted, unlocated."""
     counts = Counter(c.outcome for c in [*cases, *controls])
     figures = {
@@ -216,7 +229,7 @@ def fuzz_row(s: Settings, cases: list[Case], controls: list[Case], restarts: int
     details = {
         "must_refuse": sum(c.must_refuse for c in cases),
         "worker_restarts": restarts,
-        "per_class": {k: dict(Counter(c.outcome for c in cases if c.klass == k)) for k in CLASSES},
+        "per_class": {k: dict(Counter(c.outcome for c in cases if c.klass == k)) for k in classes},
         "failures": [
             {
                 "id": c.ident,
@@ -233,4 +246,4 @@ def fuzz_row(s: Settings, cases: list[Case], controls: list[Case], restarts: int
         ],
     }
     size = f"{len(cases):,} recipes"
-    return Row("fuzz", size, figures, passed, below_acceptance("fuzz", len(cases)), details)
+    return Row(name, size, figures, passed, below_acceptance(name, len(cases)), details)
