@@ -124,7 +124,7 @@ class GraphOp:
 
     def render(self) -> str:
         where = f"in function {self.function}" if self.function else "in the graph"
-        return f"{self.op} (node '{self.node}' {where}: {self.why})"
+        return f"{self.op} (node '{self.node}' {where}): {self.why}"
 
 
 def read(folder: Path) -> Any:
@@ -183,11 +183,12 @@ class GraphOpsRefused(EdgeflowError):
     def __init__(self, folder: Path, found: list[GraphOp]) -> None:
         self.folder, self.found = folder, found
         ops = list(dict.fromkeys(g.op for g in found))
-        shown = "; ".join(g.render() for g in found[: self.SHOWN])
-        more = f"; and {len(found) - self.SHOWN} more" if len(found) > self.SHOWN else ""
+        lines = [g.render() for g in found[: self.SHOWN]]
+        if len(found) > self.SHOWN:
+            lines.append(f"and {len(found) - self.SHOWN} more")
         super().__init__(
-            f"the SavedModel {folder} runs ops that reach outside the model, refused before "
-            f"TensorFlow loads it: {shown}{more}",
+            f"the SavedModel {folder} runs ops that reach outside the model (refused before "
+            "TensorFlow loads it):" + "".join(f"\n    {line}" for line in lines),
             f"export the model without them, or, if it must run them, allow them by name: "
             f"source.allow_graph_ops: [{', '.join(ops)}]",
         )
