@@ -77,8 +77,8 @@ def _saved_model_class() -> Any:
     for message, fields in _SCHEMA.items():
         described = file.message_type.add(name=message)
         for name, number, kind, repeated, type_name in fields:
-            field = described.field.add(name=name, number=number, type=kind)  # type: ignore[arg-type]
-            field.label = _REPEATED if repeated else 1  # type: ignore[assignment]
+            field = described.field.add(name=name, number=number, type=kind)
+            field.label = _REPEATED if repeated else 1
             if type_name:
                 field.type_name = f".{_PACKAGE}.{type_name}"
     pool = descriptor_pool.DescriptorPool()

@@ -176,9 +176,9 @@ class TensorFlowSource(Signature):
                 "remove allow_graph_ops:",
                 at="allow_graph_ops",
             )
-        if saved_model:  # its graph, read before anything runs: no file, Python or network ops
-            try:
-                savedmodel.check(Path(self.model), self.allow_graph_ops)
+        if isinstance(self.model, Path) and saved_model:  # its graph, read before anything
+            try:  # runs: no file, Python or network ops
+                savedmodel.check(self.model, self.allow_graph_ops)
             except EdgeflowError as exc:
                 raise user_error(exc.message, exc.hint, at="model") from None
         return _check_signatures(self)
