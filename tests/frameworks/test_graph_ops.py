@@ -15,7 +15,9 @@ import pytest
 
 from edgeflow.core import savedmodel
 from edgeflow.core.errors import EXIT_USER, EdgeflowError, RecipeError
+from edgeflow.engine.keys import recipe_slice
 from edgeflow.recipe import load_recipe
+from edgeflow.stages import STAGES
 
 RECIPE = """
 source:
@@ -159,7 +161,9 @@ def test_the_recipe_names_the_ops_nodes_and_key(tmp_path: Path, write_recipe) ->
         problem.hint is not None and "source.allow_graph_ops: [PrintV2, RestoreV2" in problem.hint
     )
     every = sorted({op for op, _, _ in EXPECTED})
-    load_recipe(write_recipe(recipe_text("sm", every)))  # all allowed: it validates
+    allowed = load_recipe(write_recipe(recipe_text("sm", every)))  # all allowed: it validates
+    key = recipe_slice(allowed, STAGES["tf_load"].reads)["source"]
+    assert key["allow_graph_ops"] == every  # in tf_load's cache key
 
 
 def test_allow_graph_ops_takes_refused_op_names_only(tmp_path: Path, write_recipe) -> None:
@@ -266,7 +270,6 @@ def test_validate_and_run_refuse_the_writer_and_nothing_runs(tf, recipe_dir: Pat
 
 
 def stage_context(tmp_path: Path, path: Path) -> Any:
-    from edgeflow.stages import STAGES
     from edgeflow.stages.base import StageContext
 
     out = tmp_path / "out"
