@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Field,
     PositiveInt,
@@ -16,6 +17,8 @@ from pydantic import (
     model_validator,
 )
 
+from edgeflow.core import savedmodel
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.refs import ImportRef
 from edgeflow.core.signatures import (
     StateLink,
@@ -32,6 +35,7 @@ from edgeflow.core.specbase import (
     _import_ref,
     user_error,
 )
+from edgeflow.core.suggest import closest
 
 
 class DynamicBatch(Strict):
@@ -120,6 +124,21 @@ def _tf_model(value: Any, info: ValidationInfo) -> Path | ImportRef:
     return _existing_file(value, info)
 
 
+def _refused_op(value: str) -> str:
+    """An op of graph_ops.yaml: allowing any other would allow nothing (a typo)."""
+    names = savedmodel.refused_ops().names
+    if value not in names:
+        guess = closest(value, names)
+        raise user_error(
+            f"'{value:.80}' is not an op edgeflow refuses in a SavedModel: allowing it changes "
+            "nothing",
+            f"did you mean '{guess}'?"
+            if guess
+            else "name ops the refusal listed (the list: edgeflow/core/graph_ops.yaml)",
+        )
+    return value
+
+
 class TensorFlowSource(Signature):
     """A Keras model or SavedModel: loaded with TensorFlow, converted by TensorFlow's own TFLite
     converter (convert.via: native) or through tf2onnx into the ONNX pipeline (via: onnx)."""
@@ -128,6 +147,10 @@ class TensorFlowSource(Signature):
     model: Annotated[Path | ImportRef, BeforeValidator(_tf_model)]
     init: dict[str, Any] = Field(default_factory=dict)  # the builder function's arguments
     weights: RecipeFile | None = None  # a Keras weights file (.weights.h5), loaded by name
+    # ops of a SavedModel's graph that reach outside the model (files, Python), run anyway
+    allow_graph_ops: list[Annotated[str, AfterValidator(_refused_op)]] = Field(
+        default_factory=list, max_length=128
+    )
 
     @property
     def builder(self) -> ImportRef | None:
@@ -154,6 +177,17 @@ class TensorFlowSource(Signature):
                 "remove it: the build takes the declared batch size",
                 at="dynamic_batch",
             )
+        if self.allow_graph_ops and not saved_model:
+            raise user_error(
+                "allow_graph_ops: applies to a SavedModel's graph; this source is not one",
+                "remove allow_graph_ops:",
+                at="allow_graph_ops",
+            )
+        if isinstance(self.model, Path) and saved_model:  # its graph, read before anything
+            try:  # runs: no file, Python or network ops
+                savedmodel.check(self.model, self.allow_graph_ops)
+            except EdgeflowError as exc:
+                raise user_error(exc.message, exc.hint, at="model") from None
         return _check_signatures(self)
 
 

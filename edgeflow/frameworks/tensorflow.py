@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgeflow.core import savedmodel
 from edgeflow.core.errors import EdgeflowError, MissingDependency, first_line
 from edgeflow.core.refs import ImportRef, user_frame
 from edgeflow.core.signatures import fed_inputs
@@ -66,10 +67,13 @@ class TfModel:
 
 def load(source: TensorFlowSource) -> TfModel:
     """The source model, its weights loaded; a problem of the user's model is an
-    EdgeflowError that names it."""
+    EdgeflowError that names it (a SavedModel with ops that reach outside it:
+    savedmodel.GraphOpsRefused, before TensorFlow runs anything of it)."""
+    model = source.model
+    if isinstance(model, Path) and model.is_dir():
+        savedmodel.check(model, source.allow_graph_ops)  # its graph runs when it loads
     tf = require()
     keras = require("keras")
-    model = source.model
     if isinstance(model, ImportRef):
         what = f"{Path(model.module).name}:{model.attr}" if model.is_file else str(model)
         return _keras_model(_built(model, source.init, keras), what, source.weights, keras)

@@ -4,7 +4,10 @@ and write the canonical SavedModel that both conversion paths start from."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.savedmodel import GraphOpsRefused
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.load import save_reference
 
@@ -18,7 +21,13 @@ def run(ctx: StageContext) -> None:
     from edgeflow.verify.stream import run_stream
 
     source = ctx.recipe.source
-    model = tfw.load(source)
+    try:
+        model = tfw.load(source)
+    except GraphOpsRefused as exc:  # read again here: the folder may have changed since
+        title = "the SavedModel's graph reaches outside the model"
+        raise EdgeflowError(
+            located(ctx, [("source.model", exc.message, exc.hint)], title)
+        ) from None
     problems = tfw.signature_problems(model, source.inputs)
     if problems:
         raise EdgeflowError(located(ctx, problems), "declare the model's own inputs")
@@ -58,14 +67,19 @@ def run(ctx: StageContext) -> None:
     )
 
 
-def located(ctx: StageContext, problems: list[tuple[str, str, str]]) -> str:
-    """Problems the model shows (its signature) at their keys in the recipe file, every one."""
+def located(
+    ctx: StageContext,
+    problems: Sequence[tuple[str, str, str | None]],
+    title: str = "the recipe does not match the model",
+) -> str:
+    """Problems the model shows (its signature, its graph) at their keys in the recipe file,
+    every one."""
     from edgeflow.core.loader import locate, read_yaml
 
     path = ctx.loaded.path
     tree = read_yaml(path)
     found = [locate(tree, path, {}, key, message, hint) for key, message, hint in problems]
-    return "the recipe does not match the model:\n" + "\n".join(p.render() for p in found)
+    return f"{title}:\n" + "\n".join(p.render() for p in found)
 
 
 STAGE = Stage(
