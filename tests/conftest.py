@@ -9,9 +9,24 @@ from pathlib import Path
 
 import pytest
 
+from tests import needs
+
 REPO = Path(__file__).resolve().parent.parent
 DEMO_RECIPE = REPO / "recipes" / "digits_cnn.yaml"
 DEMO_WEIGHTS = REPO / "models" / "digits_cnn.pt"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs(*names): dependencies of tests/needs.py; a skip, a failure under CI"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """needs.mark(...): checked before any fixture is made (a module's builds among them)."""
+    for marker in item.iter_markers("needs"):
+        needs.require(*marker.args)
 
 
 @pytest.fixture(scope="session")
