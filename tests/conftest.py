@@ -26,7 +26,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """needs.mark(...): checked before any fixture is made (a module's builds among them)."""
     for marker in item.iter_markers("needs"):
-        needs.require(*marker.args)
+        try:
+            needs.require(*marker.args)
+        except pytest.skip.Exception as skip:  # reported at the test, as skipif's skips are
+            raise pytest.skip.Exception(skip.msg, _use_item_location=True) from None
 
 
 @pytest.fixture(scope="session")

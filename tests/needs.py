@@ -4,7 +4,9 @@ which holds every other extra, and its apt-get line) and a missing runtime must 
 a green run.
 
 CI counts as set when the environment variable CI has any value but "", "0", "false", "no" or
-"off" (any case); .ci/run sets CI=true. Name a dependency of DEPENDENCIES, never a module:
+"off" (any case); .ci/run sets CI=true. mark, require and installed take the names of
+DEPENDENCIES; module and command a module or command of one of them. Under CI a marked test
+errors at setup; a module-level require or module() stops the collection:
 
     pytestmark = needs.mark("espeak-ng")           # every test of a module, at setup
     @needs.mark("tflite", "armnn")                 # one test
@@ -76,7 +78,8 @@ def _pyarmnn_under(python: str) -> str | None:
     probe = "import sys; sys.path.append('/usr/lib/python3/dist-packages'); import pyarmnn"
     done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
-        return f"{python} cannot import pyarmnn: {done.stderr.strip().splitlines()[-1:]}"
+        last = (done.stderr.strip().splitlines() or ["(no error message)"])[-1]
+        return f"{python} cannot import pyarmnn: {last}"
     return None
 
 
@@ -133,6 +136,7 @@ def missing(name: str) -> str | None:
 
 def unavailable(name: str, why: str) -> NoReturn:
     """Skip the test for a missing dependency, or fail it where CI is set."""
+    __tracebackhide__ = True  # a skip or failure located at the caller
     dep = DEPENDENCIES[name]
     message = f"{dep.what} is not installed ({why}): install {dep.what} with {dep.install}"
     if ci():
@@ -143,6 +147,7 @@ def unavailable(name: str, why: str) -> NoReturn:
 
 def require(*names: str) -> None:
     """Go on only where every named dependency is installed."""
+    __tracebackhide__ = True  # a skip or failure located at the caller
     for name in names:
         if (why := missing(name)) is not None:
             unavailable(name, why)
@@ -150,6 +155,7 @@ def require(*names: str) -> None:
 
 def installed(name: str) -> bool:
     """True where the dependency is installed; False where not, but a failure under CI."""
+    __tracebackhide__ = True  # a skip or failure located at the caller
     if (why := missing(name)) is None:
         return True
     if ci():
@@ -159,6 +165,7 @@ def installed(name: str) -> bool:
 
 def module(name: str) -> ModuleType:
     """Import a module of a registered dependency, once that dependency is required."""
+    __tracebackhide__ = True  # a skip or failure located at the caller
     dep = next((k for k, d in DEPENDENCIES.items() if name in d.modules), None)
     assert dep is not None, f"{name} is no module of a dependency in tests/needs.py"
     require(dep)
@@ -167,6 +174,7 @@ def module(name: str) -> ModuleType:
 
 def command(name: str) -> str:
     """The path of a registered dependency's command, once that dependency is required."""
+    __tracebackhide__ = True  # a skip or failure located at the caller
     dep = next((k for k, d in DEPENDENCIES.items() if name in d.commands), None)
     assert dep is not None, f"{name} is no command of a dependency in tests/needs.py"
     require(dep)

@@ -48,7 +48,7 @@ ENV = {
 
 def needs_dvc(test: T) -> T:
     """DVC, which .ci/run installs; git, which it does not (every checkout has it): a skip."""
-    git = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
+    git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git (not installed by CI)")
     return git(needs.mark("dvc")(test))
 
 

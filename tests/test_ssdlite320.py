@@ -1,9 +1,9 @@
 """recipes/ssdlite320.yaml: torchvision's SSDlite to a static ONNX graph that matches eager.
 
 torchvision is not part of edgeflow's install (it needs torch 2.14.1 on this machine; see
-docs/detection.md), so these tests skip where it is missing, as in CI: .ci/run does not
-install it, and this skip is no dependency of tests/needs.py. Run them in the
-environment docs/detection.md describes: `venv-tv/bin/python -m pytest tests/test_ssdlite320.py`.
+docs/detection.md), so these tests skip where it is missing, CI included: .ci/run does not
+install it, so it is no dependency of tests/needs.py. Run them in the environment
+docs/detection.md describes: `venv-tv/bin/python -m pytest tests/test_ssdlite320.py`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from edgeflow.stages.rewrite import rewritten_module
 from edgeflow.verify.detections import padded
 from tests import needs
 
-pytest.importorskip("torchvision", reason="torchvision is not installed (see docs/detection.md)")
+pytest.importorskip(
+    "torchvision", reason="torchvision is not installed (not by CI either; see docs/detection.md)"
+)
 needs.require("pillow")  # the evaluation photographs
 
 FORBIDDEN = {"NonZero", "Loop", "If", "Scan", "NonMaxSuppression"}
