@@ -72,14 +72,16 @@ def _pyarmnn() -> str | None:
 
 @functools.cache
 def _pyarmnn_under(python: str) -> str | None:
-    """Arm NN is Debian's pyarmnn, imported by the system Python (targets/_armnn_worker.py)."""
+    """Debian's pyarmnn, imported with numpy by the system Python that runs
+    targets/_armnn_worker.py, as the worker imports them."""
     if not Path(python).is_file():
         return f"no Python at {python}"
-    probe = "import sys; sys.path.append('/usr/lib/python3/dist-packages'); import pyarmnn"
-    done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [python, "-c", "import numpy, pyarmnn"], capture_output=True, text=True, timeout=60
+    )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no error message)"])[-1]
-        return f"{python} cannot import pyarmnn: {last}"
+        return f"{python} cannot import pyarmnn and numpy: {last}"
     return None
 
 
