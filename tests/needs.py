@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
@@ -44,8 +44,9 @@ NOT_SET = ("", "0", "false", "no", "off")
 class Dependency:
     """One thing tests need, how to tell it is there, and how .ci/run installs it."""
 
-    what: str  # as messages name it
+    what: str  # as messages name it: "<what> is not installed (no module flax)"
     extra: str = ""  # the pyproject extra that installs it; .ci/run installs [dev]
+    _: KW_ONLY
     apt: str = ""  # or the Debian packages, on .ci/run's apt-get line
     modules: tuple[str, ...] = ()  # importable by this interpreter
     commands: tuple[str, ...] = ()  # on PATH or beside this interpreter
@@ -89,16 +90,12 @@ TFLITE_STACK = ("onnx2tf", "tensorflow", "tf_keras", "ai_edge_litert", "tflite_m
 DEPENDENCIES = {
     "tflite": Dependency("the TFLite stack", "tflite", modules=TFLITE_STACK),
     "tensorflow": Dependency("TensorFlow", "tflite", modules=("tensorflow", "keras")),
-    "onnx2tf": Dependency("onnx2tf", "tflite", modules=("onnx2tf",)),
     "tf2onnx": Dependency("tf2onnx", "tflite", modules=("tf2onnx",)),
-    "jax": Dependency("JAX, Flax and Optax", "jax", modules=("jax", "flax", "optax")),
+    "jax": Dependency("JAX", "jax", modules=("jax", "flax", "optax")),
     "jax2onnx": Dependency("jax2onnx", "jax", modules=("jax2onnx",)),
     "dvc": Dependency("DVC", "dvc", commands=("dvc",)),
     "ray": Dependency(
-        "Ray and Hydra's Ray launcher",
-        "cluster",
-        modules=("hydra_plugins.hydra_ray_launcher",),
-        commands=("ray",),
+        "Ray", "cluster", modules=("hydra_plugins.hydra_ray_launcher",), commands=("ray",)
     ),
     "pillow": Dependency("Pillow", "dev", modules=("PIL",)),
     "playwright": Dependency("playwright", "dev", modules=("playwright.sync_api",)),
