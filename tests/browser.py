@@ -3,15 +3,13 @@ requests it tried (recorded and refused), its plots, its text and a screenshot."
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
-import pytest
+from tests import needs
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Route, ViewportSize, WebSocket
@@ -32,8 +30,6 @@ CHROMIUM_ARGS = (
     "--host-resolver-rules=MAP * ~NOTFOUND",
 )
 VIEWPORT: ViewportSize = {"width": 1280, "height": 720}
-INSTALL_PLAYWRIGHT = "install playwright with pip install -c constraints.txt -e '.[dev]'"
-INSTALL_CHROMIUM = "install Chromium with sudo apt-get install -y chromium"
 
 # What a plot draws with; glyphs, clip paths and markers defined but not drawn do not count.
 _PLOTS_JS = """() => [...document.querySelectorAll("figure.plot")].map((figure) => {
@@ -138,13 +134,10 @@ class Chromium:
 def launch_chromium() -> Iterator[Chromium]:
     """Start headless Chromium; skip the test when it or playwright is missing (fail under CI).
     One at a time per process: playwright's sync API refuses a second while one is open."""
-    executable = shutil.which("chromium")
-    if executable is None:
-        _unavailable(f"Chromium is not installed: {INSTALL_CHROMIUM}")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable(f"playwright is not installed: {INSTALL_PLAYWRIGHT}")
+    executable = needs.command("chromium")
+    needs.require("playwright")
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
@@ -175,9 +168,3 @@ def variation(png: Path) -> float:
 def is_blank(png: Path, min_variation: float = 1e-4) -> bool:
     """True when (almost) every pixel has one colour: fewer than 1 in 10,000 differ by default."""
     return variation(png) < min_variation
-
-
-def _unavailable(what: str) -> NoReturn:
-    if os.environ.get("CI"):  # CI installs both (.ci/run): never let the check vanish there
-        pytest.fail(f"{what} (CI is set, so this fails instead of skipping)", pytrace=False)
-    pytest.skip(what)

@@ -9,9 +9,27 @@ from pathlib import Path
 
 import pytest
 
+from tests import needs
+
 REPO = Path(__file__).resolve().parent.parent
 DEMO_RECIPE = REPO / "recipes" / "digits_cnn.yaml"
 DEMO_WEIGHTS = REPO / "models" / "digits_cnn.pt"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs(*names): dependencies of tests/needs.py; a skip, a failure under CI"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """needs.mark(...): checked before any fixture is made (a module's builds among them)."""
+    for marker in item.iter_markers("needs"):
+        try:
+            needs.require(*marker.args)
+        except pytest.skip.Exception as skip:  # reported at the test, as skipif's skips are
+            raise pytest.skip.Exception(skip.msg, _use_item_location=True) from None
 
 
 @pytest.fixture(scope="session")

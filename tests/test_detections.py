@@ -11,6 +11,7 @@ import torch
 from edgeflow.datasets import sample_image_crops
 from edgeflow.recipe import load_recipe
 from edgeflow.verify.detections import compare, from_arrays, padded
+from tests import needs
 
 SIZE = (320, 320)
 
@@ -82,7 +83,7 @@ def test_from_arrays_checks_the_layout() -> None:
 
 
 def test_sample_image_crops_are_real_distinct_photographs() -> None:
-    pytest.importorskip("PIL", reason="scikit-learn reads its sample photographs with Pillow")
+    needs.require("pillow")  # scikit-learn reads its sample photographs with it
     test = sample_image_crops("test", size=(320, 320), count=8)["images"]
     calibration = sample_image_crops("calibration", size=(320, 320), count=8)["images"]
     assert test.shape == (8, 3, 320, 320) and test.dtype == np.float32

@@ -12,7 +12,6 @@ tests/test_devmodels.py -s` prints the agreement table that docs/coverage.md quo
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 import torch
 
 from edgeflow.zoo.devmodels import DigitsPReLU, SpeechLSTMEncoder, paddle_style_onnx
+from tests import needs
 from tests.conftest import REPO
 from tests.targets.conftest import needs_tflite
 from tests.targets.test_armnn import needs_armnn
@@ -40,8 +40,8 @@ TARGETS = ("tflite", "tflite_micro", "armnn", "onnxruntime_micro")
 def needs_data(model: str) -> None:
     """The speech models' data are made with espeak-ng (edgeflow.speech)."""
     speech = ("speech_lstm_encoder", "streaming_keywords")
-    if model in speech and shutil.which("espeak-ng") is None:
-        pytest.skip("the keyword data need espeak-ng: apt-get install -y espeak-ng")
+    if model in speech:
+        needs.require("espeak-ng")
 
 
 def exported_ops(model: torch.nn.Module, example: torch.Tensor) -> list[str]:

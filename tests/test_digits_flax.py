@@ -4,16 +4,14 @@ parameters and the committed weights' accuracy in JAX."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
+from tests import needs
 from tests.conftest import REPO
 
-pytest.importorskip("jax")
-pytest.importorskip("flax")
-pytest.importorskip("optax")
+needs.require("jax")
 
-from edgeflow.frameworks import jax as fj
-from edgeflow.zoo.digits_flax import MOBILENET_SCALE, _nhwc
+from edgeflow.frameworks import jax as fj  # noqa: E402
+from edgeflow.zoo.digits_flax import MOBILENET_SCALE, _nhwc  # noqa: E402
 
 MOBILENET = "edgeflow.zoo.digits_flax:digits_mobilenet"
 WEIGHTS = REPO / "models" / "digits_flax_mobilenet.msgpack"

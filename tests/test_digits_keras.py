@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from edgeflow.datasets import sklearn_digits
+from tests import needs
 from tests.conftest import REPO
 
-pytest.importorskip("tensorflow", reason="the Keras demo needs tensorflow (pip install tensorflow)")
-keras = pytest.importorskip("keras")
+keras = needs.module("keras")  # TensorFlow's
 
 from edgeflow.zoo.digits_keras import digits_cnn, digits_mobilenet, digits_nhwc  # noqa: E402
 

@@ -11,6 +11,7 @@ import pytest
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
+from tests import needs
 from tests.conftest import REPO
 from tests.report import plots_in
 
@@ -26,7 +27,9 @@ BUILDS = [
 
 
 def build(recipe: str, target: str, mode: str, via: str, cache: Path, out: Path) -> dict:
-    pytest.importorskip("tensorflow" if recipe == "digits_keras" else "jax2onnx")
+    needs.require("tensorflow" if recipe == "digits_keras" else "jax2onnx")
+    if target in ("tflite", "tflite_micro", "armnn"):
+        needs.require("tflite", *(["armnn"] if target == "armnn" else []))
     overrides = {"target": target, "quantization.mode": mode}
     if recipe == "digits_keras":
         overrides["convert.via"] = via
@@ -72,7 +75,7 @@ def test_tensorrt_builds_from_keras_through_onnx(shared_cache: Path, tmp_path: P
 def test_the_flax_mobilenet_through_onnx2tf(shared_cache: Path, tmp_path: Path) -> None:
     """jax2onnx wraps every Conv in Transposes; the TFLite family's onnx.cancel_transposes
     takes them out before onnx2tf guesses layouts (without it: top-1 0.10, SQNR -5.7 dB)."""
-    pytest.importorskip("jax2onnx")
+    needs.require("jax2onnx", "tflite")
     path = REPO / "recipes" / "digits_jax_mobilenet.yaml"
     loaded = load_recipe(path, {"target": "tflite", "quantization.mode": "none"})
     result = run_build(loaded, Cache(shared_cache), tmp_path, print)

@@ -4,7 +4,6 @@ synthesized with espeak-ng, the real exporter and runtime, accuracy on unseen sp
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,14 +11,10 @@ import pytest
 
 from edgeflow.cli import main
 from edgeflow.recipe import load_recipe
+from tests import needs
 from tests.conftest import REPO
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        shutil.which("espeak-ng") is None, reason="needs espeak-ng (apt-get install -y espeak-ng)"
-    ),
-]
+pytestmark = [pytest.mark.slow, needs.mark("espeak-ng")]
 RECIPE = REPO / "recipes" / "keyword_spotter.yaml"
 
 

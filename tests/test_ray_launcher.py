@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -14,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from edgeflow.engine.cache import Cache
+from tests import needs
 from tests.conftest import DEMO_RECIPE
 
 pytestmark = pytest.mark.slow
-RAY = shutil.which("ray", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
 
 def free_port() -> int:
@@ -26,14 +25,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.skipif(
-    RAY is None, reason="needs Ray and Hydra's Ray launcher (pip install 'edgeflow[cluster]')"
-)
 def test_sweep_on_a_local_ray_cluster(tmp_path: Path) -> None:
-    assert RAY is not None
+    ray = needs.command("ray")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     port = free_port()
-    head = [RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}"]
+    head = [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}"]
     head += ["--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"]
     subprocess.run(head, env=env, capture_output=True, text=True, check=True, timeout=180)
     try:
@@ -54,7 +50,7 @@ def test_sweep_on_a_local_ray_cluster(tmp_path: Path) -> None:
             timeout=900,
         )
     finally:
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, check=False)
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "_run_job pid=" in run.stdout + run.stderr  # the jobs ran as Ray tasks
     events = Cache(tmp_path / "cache").events()  # counted by the Ray workers

@@ -4,7 +4,6 @@ and the error when espeak-ng is missing."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +12,9 @@ import pytest
 from edgeflow import speech
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.datasets import synthetic_keywords
+from tests import needs
 
-needs_espeak = pytest.mark.skipif(
-    shutil.which("espeak-ng") is None, reason="needs espeak-ng (apt-get install -y espeak-ng)"
-)
+needs_espeak = needs.mark("espeak-ng")
 
 
 @pytest.fixture
@@ -127,7 +125,7 @@ def _no_synthesis(*args: object) -> np.ndarray:
 @needs_espeak
 def test_splits_differ_and_speech_sits_inside_the_window(cache: Path) -> None:
     item = next(u for u in speech.plan("test", 2) if u.word == "stop")
-    audio = speech.render(item, shutil.which("espeak-ng") or "")
+    audio = speech.render(item, needs.command("espeak-ng"))
     assert audio.shape == (speech.CLIP,) and audio.dtype == np.float32
     assert np.abs(audio).max() <= 1.0
     peak_db = 20 * np.log10(np.abs(audio).max())

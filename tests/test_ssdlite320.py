@@ -1,8 +1,9 @@
 """recipes/ssdlite320.yaml: torchvision's SSDlite to a static ONNX graph that matches eager.
 
 torchvision is not part of edgeflow's install (it needs torch 2.14.1 on this machine; see
-docs/detection.md), so these tests skip where it is missing, as in CI. Run them in the
-environment docs/detection.md describes: `venv-tv/bin/python -m pytest tests/test_ssdlite320.py`.
+docs/detection.md), so these tests skip where it is missing, CI included: .ci/run does not
+install it, so it is no dependency of tests/needs.py. Run them in the environment
+docs/detection.md describes: `venv-tv/bin/python -m pytest tests/test_ssdlite320.py`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pytest
-
-pytest.importorskip("torchvision", reason="torchvision is not installed (see docs/detection.md)")
-pytest.importorskip("PIL", reason="the evaluation photographs are read with Pillow")
-
 import onnx
+import pytest
 import torch
 
 from edgeflow.core.errors import EdgeflowError
@@ -28,6 +25,12 @@ from edgeflow.recipe import find_recipe, load_recipe
 from edgeflow.source import build_module
 from edgeflow.stages.rewrite import rewritten_module
 from edgeflow.verify.detections import padded
+from tests import needs
+
+pytest.importorskip(
+    "torchvision", reason="torchvision is not installed (not by CI either; see docs/detection.md)"
+)
+needs.require("pillow")  # the evaluation photographs
 
 FORBIDDEN = {"NonZero", "Loop", "If", "Scan", "NonMaxSuppression"}
 
@@ -94,7 +97,7 @@ def test_recipe_builds_a_static_graph_whose_detections_match_eager(tmp_path: Pat
 def test_tflite_recipe_ships_the_post_processing_beside_the_artifact(tmp_path: Path) -> None:
     """recipes/ssdlite320_tflite.yaml: model.tflite ends at the head; postprocess.onnx + the
     generated postprocess.py compute the detections; verified together against eager."""
-    pytest.importorskip("ai_edge_litert", reason="the [tflite] extra is not installed")
+    needs.require("tflite")
     recipe = load_recipe(find_recipe("ssdlite320_tflite"), {})
     result = run_build(recipe, Cache(tmp_path / "cache"), tmp_path / "build", echo=lambda _: None)
     metrics = result.metrics

@@ -6,7 +6,6 @@ input is an `If` that binding the rate folds away."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +16,13 @@ from edgeflow.cli import main
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
+from tests import needs
 from tests.targets.conftest import needs_tflite
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "streaming_keywords.yaml"
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng (the data)"),
+    needs.mark("espeak-ng"),  # the data
 ]
 
 

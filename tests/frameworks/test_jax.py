@@ -7,12 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("jax")
-pytest.importorskip("flax")
+from tests import needs
 
-from edgeflow.core.errors import EdgeflowError, MissingDependency
-from edgeflow.frameworks import jax as fj
-from edgeflow.zoo.digits_flax import _nhwc
+needs.require("jax")
+
+from edgeflow.core.errors import EdgeflowError, MissingDependency  # noqa: E402
+from edgeflow.frameworks import jax as fj  # noqa: E402
+from edgeflow.zoo.digits_flax import _nhwc  # noqa: E402
 
 DEMO = "edgeflow.zoo.digits_flax:digits_cnn"
 WEIGHTS = Path(__file__).resolve().parents[2] / "models" / "digits_flax.msgpack"
@@ -48,7 +49,7 @@ def test_demo_runs_and_is_accurate(demo: fj.JaxModel, test_split: tuple) -> None
 def test_export_matches_jax_in_onnxruntime(
     demo: fj.JaxModel, test_split: tuple, tmp_path: Path
 ) -> None:
-    pytest.importorskip("jax2onnx")
+    needs.require("jax2onnx")
     import onnx
     import onnxruntime as ort
 
@@ -71,7 +72,7 @@ def test_export_matches_jax_in_onnxruntime(
 
 
 def test_export_renames_and_orders_outputs(tmp_path: Path) -> None:
-    pytest.importorskip("jax2onnx")
+    needs.require("jax2onnx")
     import onnx
     import onnxruntime as ort
 
@@ -93,7 +94,7 @@ def test_export_renames_and_orders_outputs(tmp_path: Path) -> None:
 
 
 def test_export_refuses_wrong_output_count(demo: fj.JaxModel, tmp_path: Path) -> None:
-    pytest.importorskip("jax2onnx")
+    needs.require("jax2onnx")
     with pytest.raises(EdgeflowError, match="returns 1 output"):
         fj.export_onnx(demo, [("image", (1, 8, 8, 1), "float32")], ["a", "b"], 18, tmp_path / "m")
 
@@ -137,7 +138,7 @@ def test_set_names_renames_every_use() -> None:
 
 
 def test_opset_below_18_is_refused_with_a_hint(demo: fj.JaxModel, tmp_path: Path) -> None:
-    pytest.importorskip("jax2onnx")  # jax2onnx 0.17.1 writes ReduceMean's opset-18 form
+    needs.require("jax2onnx")  # jax2onnx 0.17.1 writes ReduceMean's opset-18 form
     with pytest.raises(EdgeflowError, match=r"invalid ONNX model .* at opset 17") as info:
         fj.export_onnx(demo, [("image", (1, 8, 8, 1), "float32")], ["logits"], 17, tmp_path / "m")
     assert info.value.hint == "export at opset 18 or later"

@@ -8,14 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("tensorflow")
+from tests import needs
 
-from edgeflow.core.errors import EXIT_USER, StageFailed
-from edgeflow.engine.cache import Cache
-from edgeflow.engine.runner import run_build
-from edgeflow.recipe import load_recipe
-from edgeflow.targets import load_profile
-from edgeflow.targets.precheck import check_builtins
+needs.require("tensorflow")
+
+from edgeflow.core.errors import EXIT_USER, StageFailed  # noqa: E402
+from edgeflow.engine.cache import Cache  # noqa: E402
+from edgeflow.engine.runner import run_build  # noqa: E402
+from edgeflow.recipe import load_recipe  # noqa: E402
+from edgeflow.targets import load_profile  # noqa: E402
+from edgeflow.targets.precheck import check_builtins  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -6,16 +6,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 
 from edgeflow.core.errors import EdgeflowError, MissingDependency
 from edgeflow.core.signatures import TensorSpec
 from edgeflow.frameworks.tensorflow import from_keras, save_canonical
 from edgeflow.frameworks.tf2onnx import export_onnx, require
+from tests import needs
 
-tf = pytest.importorskip("tensorflow")
-pytest.importorskip("tf2onnx")
-keras = pytest.importorskip("keras")
+tf = needs.module("tensorflow")
+keras = needs.module("keras")
+needs.require("tf2onnx")
 
 
 def save_signature(model: Any, inputs: list[TensorSpec], outputs: list[str], path: Path) -> Path:
@@ -23,9 +26,6 @@ def save_signature(model: Any, inputs: list[TensorSpec], outputs: list[str], pat
     save_canonical(from_keras(model), inputs, outputs, path)
     return path
 
-
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
 
 layers = keras.layers
 TOLERANCE = 1e-5

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import browser
+from tests import browser, needs
 
 
 def test_open_page_launches_a_browser_of_its_own(tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_a_missing_chromium_skips_but_fails_under_ci(
     monkeypatch: pytest.MonkeyPatch, ci: str
 ) -> None:
     monkeypatch.setenv("CI", ci)
-    monkeypatch.setattr(browser.shutil, "which", lambda name: None)
+    monkeypatch.setattr(needs.shutil, "which", lambda name, path=None: None)
     outcome = pytest.fail.Exception if ci else pytest.skip.Exception
 
     with pytest.raises(outcome, match="install Chromium with sudo apt-get install -y chromium"):
@@ -37,7 +37,7 @@ def test_a_missing_playwright_skips_but_fails_under_ci(
     monkeypatch: pytest.MonkeyPatch, ci: str
 ) -> None:
     monkeypatch.setenv("CI", ci)
-    monkeypatch.setattr(browser.shutil, "which", lambda name: "/usr/bin/chromium")
+    monkeypatch.setattr(needs.shutil, "which", lambda name, path=None: "/usr/bin/chromium")
     monkeypatch.setitem(sys.modules, "playwright.sync_api", None)  # import raises ImportError
     outcome = pytest.fail.Exception if ci else pytest.skip.Exception
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from edgeflow.recipe import RecipeError, load_recipe
+from tests import needs
 from tests.signatures.models import MODELS
 from tests.signatures.test_builds import build, entry, model_class
 
@@ -128,7 +129,7 @@ def test_tflite_int8_of_a_state_batched_on_axis_1(
     (TensorFlow's converter on onnx2tf's SavedModel). Measured SQNR of the state: 36.2 dB
     (int8), 48.9 dB (16x8). In 16x8 the head's input, a ReduceSum, loses 50 -> 11 dB in
     LiteRT's int16 SUM (the per-layer diff's first divergence): y is held to 10 dB there."""
-    pytest.importorskip("onnx2tf")
+    needs.require("tflite")
     head = floor if activations == "int8" else 10
     text = STREAM.replace("target: onnxruntime_micro", "target: tflite").replace(
         "verify: {max_abs_diff: 1.0e-5}", f"verify: {{min_sqnr_db: {head}}}"

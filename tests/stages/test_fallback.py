@@ -19,6 +19,7 @@ from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
 from edgeflow.verify import fallback
 from edgeflow.zoo.digits import DigitsCNN
+from tests import needs
 from tests.conftest import DEMO_WEIGHTS
 
 BUDGET = {"max_accuracy_drop": 0.01, "min_top1_agreement": 0.98}
@@ -189,8 +190,8 @@ def test_fallback_keeps_exactly_the_broken_layer_float(
     """Measured: plain int8 0.1000-0.1028 accuracy on the test split (source 0.9917) on every
     target; with fallback the classifier alone stays float and the build scores 0.9917,
     top-1 agreement 0.9972 (onnxruntime) / 1.0000 (TFLite family)."""
-    if target == "armnn" and not Path("/usr/lib/python3/dist-packages/pyarmnn").is_dir():
-        pytest.skip("Arm NN's Debian packages are not installed")
+    if target == "armnn":
+        needs.require("armnn")
     recipe = _recipe(write_recipe, tmp_path, target, "", THRESHOLDS)
     # armnn's default onnx.equalize_channels mends this outlier by itself (the dead channel's
     # classifier column is scaled down, its conv channel up): fallback is tested without it

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-TFLITE_STACK = ("onnx2tf", "tensorflow", "tf_keras", "ai_edge_litert", "tflite_micro")
-needs_tflite = pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in TFLITE_STACK),
-    reason="the [tflite] extra is not installed: pip install -e '.[tflite]'",
-)
+from tests import needs
+
+needs_tflite = needs.mark("tflite")
 
 
 def tiny_conv_onnx(path: Path, activation: str = "Relu", opset: int = 17) -> Path:

@@ -10,14 +10,13 @@ gives wrong numbers counts as not supported.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from edgeflow.targets import load_profile
-from edgeflow.targets.armnn import python as armnn_python
 from edgeflow.targets.precheck import check
+from tests import needs
 from tests.targets.conftest import needs_tflite
 from tests.targets.opzoo import Case, cases
 
@@ -97,19 +96,20 @@ def family_verdicts() -> dict[str, Any]:
     """The zoo through onnx2tf and the TFLite-family runtimes, once for all three tests."""
     from edgeflow.targets.trial import Trial, run_trials
 
-    targets = ["tflite", "tflite_micro"] + (["armnn"] if Path(armnn_python()).is_file() else [])
+    armnn = [] if needs.missing("armnn") else ["armnn"]  # its test: needs.mark("armnn")
+    targets = ["tflite", "tflite_micro", *armnn]
     trials = [Trial(c.name, c.model.SerializeToString(), c.feeds) for c in CASES]
     return run_trials(trials, targets, ["none", "int8"])
 
 
 @needs_tflite
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["tflite", "tflite_micro", "armnn"])
+@pytest.mark.parametrize(
+    "target", ["tflite", "tflite_micro", pytest.param("armnn", marks=needs.mark("armnn"))]
+)
 def test_tflite_family_precheck_agrees_with_the_runtime(
     target: str, family_verdicts: dict[str, Any], capsys: pytest.CaptureFixture
 ) -> None:
-    if not any(k.startswith(f"{target}/") for k in family_verdicts[CASES[0].name]):
-        pytest.skip(f"{target}'s runtime is not installed here")
     profile = load_profile(target)
     rows = []
     for case in CASES:

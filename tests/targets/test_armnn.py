@@ -4,27 +4,18 @@ aborts become reported failures."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from edgeflow.cli import main
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.targets.armnn import INSTALL, ArmnnRunner, python
+from edgeflow.targets.armnn import ArmnnRunner
+from tests import needs
 from tests.conftest import DEMO_RECIPE, DEMO_WEIGHTS
 from tests.targets.conftest import needs_tflite
 
-
-def _pyarmnn_missing() -> str | None:
-    try:
-        done = subprocess.run([python(), "-c", "import pyarmnn"], capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"no {python()}: {exc}"
-    return None if done.returncode == 0 else f"pyarmnn is not installed: {INSTALL}"
-
-
-needs_armnn = pytest.mark.skipif(_pyarmnn_missing() is not None, reason=f"{_pyarmnn_missing()}")
+needs_armnn = needs.mark("armnn")
 
 
 def test_without_the_system_python_the_error_says_how_to_install(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,6 @@ from onnx import TensorProto as T
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets import load_profile
-from edgeflow.targets.armnn import python as armnn_python
 from edgeflow.targets.derive import (
     FAMILY,
     MARKER,
@@ -22,6 +21,7 @@ from edgeflow.targets.derive import (
 )
 from edgeflow.targets.precheck import check
 from edgeflow.targets.profile import TargetProfile
+from tests import needs
 from tests.targets.conftest import needs_tflite
 from tests.targets.opzoo import DW, W, X, _const, single
 
@@ -45,8 +45,8 @@ def test_onnxruntime_micro_operators_are_those_of_the_installed_onnxruntime() ->
 @pytest.mark.parametrize("target", FAMILY)
 def test_measured_profiles_name_the_installed_tools(target: str) -> None:
     """The tflite-family lists are measurements of these versions (derive tflite_family)."""
-    if target == "armnn" and not Path(armnn_python()).is_file():
-        pytest.skip("Arm NN is not installed here (Debian's python3-pyarmnn)")
+    if target == "armnn":
+        needs.require("armnn")
     profile = load_profile(target)
     text = Path(f"targets/{target}.yaml").read_text(encoding="utf-8")
     assert f"# Measured with {family_versions(target)}:" in text, (

@@ -11,15 +11,14 @@ import numpy as np
 import pytest
 from onnx import TensorProto as T
 
-from edgeflow.targets.armnn import python as armnn_python
 from edgeflow.targets.probes import const, single
 from edgeflow.targets.trial import Trial, run_trials, try_graph
+from tests import needs
 from tests.targets.conftest import needs_tflite
 from tests.targets.opzoo import cases
 
 pytestmark = [needs_tflite, pytest.mark.slow]
 X = [("x", T.FLOAT, [1, 4, 6, 6])]
-HAS_ARMNN = Path(armnn_python()).is_file()
 
 
 def trial(name: str, op: str, **kwargs: object) -> Trial:
@@ -28,7 +27,7 @@ def trial(name: str, op: str, **kwargs: object) -> Trial:
 
 
 def test_a_graph_every_runtime_runs_is_verified_everywhere() -> None:
-    targets = ["tflite", "tflite_micro"] + (["armnn"] if HAS_ARMNN else [])
+    targets = ["tflite", "tflite_micro"] + (["armnn"] if needs.installed("armnn") else [])
     found = try_graph(trial("Relu", "Relu"), targets, ["none", "int8"])
     assert sorted(found) == sorted(f"{t}/{m}" for t in targets for m in ("none", "int8"))
     for key, verdict in found.items():
