@@ -98,7 +98,8 @@ def test_validate_refuses_the_standard_library_in_every_slot(
     victim = tmp_path / "victim"
     (victim / "keep").mkdir(parents=True)
     marker = tmp_path / "marker"
-    (tmp_path / "patterns.py").write_text("import torch\n\ndef good(x):\n    return torch.relu(x)\n")
+    good = "import torch\n\ndef good(x):\n    return torch.relu(x)\n"
+    (tmp_path / "patterns.py").write_text(good)
     text, key = _slots(ref, victim, marker)[slot]
     path = tmp_path / "recipe.yaml"
     path.write_text(text.lstrip("\n"), encoding="utf-8")
@@ -128,7 +129,10 @@ def test_a_user_file_that_only_re_exports_the_standard_library_is_refused(
         ("shutil", "shutil"),
     ]:
         text = PYTORCH.format(
-            model=f"mine.py:{attr}", init="{}", options="{}", calibration=GOOD_DATA,
+            model=f"mine.py:{attr}",
+            init="{}",
+            options="{}",
+            calibration=GOOD_DATA,
             evaluation=GOOD_DATA,
         )
         path = write_recipe(text)
@@ -153,7 +157,10 @@ def test_a_pytorch_model_must_be_a_module_class_or_a_function(
     name = source.split()[1].split("(")[0].rstrip(":") if source.startswith("class") else "Model"
     (tmp_path / "net.py").write_text(source)
     text = PYTORCH.format(
-        model=f"net.py:{name}", init="{}", options="{}", calibration=GOOD_DATA,
+        model=f"net.py:{name}",
+        init="{}",
+        options="{}",
+        calibration=GOOD_DATA,
         evaluation=GOOD_DATA,
     )
     assert main(["validate", str(write_recipe(text))]) == 2
@@ -165,7 +172,8 @@ def test_module_classes_functions_and_undecidable_bases_pass_validate(
 ) -> None:
     """Bases followed through the user's files and torch (nn.Module, Module, torch.nn.Module,
     another user class); a base computed at run time is checked after import instead."""
-    (tmp_path / "base.py").write_text("from torch.nn import Module\n\nclass Base(Module):\n    pass\n")
+    base = "from torch.nn import Module\n\nclass Base(Module):\n    pass\n"
+    (tmp_path / "base.py").write_text(base)
     (tmp_path / "net.py").write_text(
         "import torch\nfrom torch import nn\nimport base\n\n"
         "class A(nn.Module):\n    pass\n\nclass B(torch.nn.Module):\n    pass\n\n"
@@ -175,7 +183,10 @@ def test_module_classes_functions_and_undecidable_bases_pass_validate(
     )
     for name in "ABCDE":
         text = PYTORCH.format(
-            model=f"net.py:{name}", init="{}", options="{}", calibration=GOOD_DATA,
+            model=f"net.py:{name}",
+            init="{}",
+            options="{}",
+            calibration=GOOD_DATA,
             evaluation=GOOD_DATA,
         )
         assert main(["validate", str(write_recipe(text))]) == 0, capsys.readouterr().err
