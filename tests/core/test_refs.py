@@ -155,3 +155,13 @@ def test_a_package_with_side_effects_is_checked_without_importing_it_and_runs_at
     assert not (namespace / "imported").exists()
     module = build_module(_pytorch(ref, {}))  # a run imports it: that is the user's package
     assert type(module).__name__ == "Net" and (namespace / "imported").exists()
+
+
+@pytest.mark.parametrize("key", ["to", "with"])
+def test_an_ast_replacement_of_the_standard_library_is_refused_when_loaded(key: str) -> None:
+    """ast.replace_call's `to` and ast.replace_method's `with` are what the model will call."""
+    from edgeflow.rules.ast.calls import load
+
+    with pytest.raises(EdgeflowError, match="standard-library object"):
+        load("os.system", key, must_call=key == "to")
+    assert callable(load("os.system", "from"))  # matched, never called: any may be replaced

@@ -59,6 +59,13 @@ def _slots(ref: str, victim: Path, marker: Path) -> dict[str, tuple[str, str]]:
         "rewrites[0].functions[1]": (
             f"rewrites:\n  - {{rule: fx.wrap_leaf, functions: [patterns.py:good, {ref}]}}\n"
         ),
+        "rewrites[0].to": (
+            f"rewrites:\n  - {{rule: ast.replace_call, from: torch.relu, to: {ref}}}\n"
+        ),
+        "rewrites[0].with": (
+            "rewrites:\n  - {rule: ast.replace_method, method: "
+            f"edgeflow.zoo.digits.DigitsCNN.forward, with: {ref}}}\n"
+        ),
         "rewrites[0].functions[0]": (
             f"rewrites:\n  - {{rule: fx.wrap_leaf, functions: [{ref.replace(':', '.')}]}}\n"
         ),
