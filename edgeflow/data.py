@@ -193,6 +193,11 @@ def _read(spec: DatasetSpec, what: str) -> Mapping[str, Any]:
         return _read_file(source, what)
     assert isinstance(source, ImportRef)
     fn = source.load()
+    if not callable(fn):
+        raise EdgeflowError(
+            f"{what} dataset {source} is a {type(fn).__name__}, not a function",
+            "name a function that returns the samples, or a .npz / .npy file",
+        )
     kwargs = dict(spec.options)
     if spec.split is not None:
         kwargs["split"] = spec.split

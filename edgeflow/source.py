@@ -27,6 +27,17 @@ def build_module(source: PyTorchSource) -> torch.nn.Module:
     ref: Any = source.model
     assert isinstance(ref, ImportRef)
     cls = ref.load()
+    # what the recipe's source could not show, checked before anything is called
+    if isinstance(cls, type) and not issubclass(cls, torch.nn.Module):
+        raise EdgeflowError(
+            f"{ref} is a class that does not subclass torch.nn.Module",
+            "name your torch.nn.Module subclass, or a function that returns the module",
+        )
+    if not callable(cls):
+        raise EdgeflowError(
+            f"{ref} is a {type(cls).__name__}, not a class or function",
+            "name your torch.nn.Module subclass, or a function that returns the module",
+        )
     try:
         # Fixed seed: a recipe without weights builds the same module in every stage.
         with torch.random.fork_rng():

@@ -20,8 +20,9 @@ import sys
 import sysconfig
 from collections.abc import Callable, Iterable
 from functools import lru_cache
-from importlib.machinery import ModuleSpec, PathFinder
+from importlib.machinery import ModuleSpec
 from pathlib import Path
+from typing import Any
 
 Follow = Callable[[str, Path], bool]
 
@@ -81,18 +82,24 @@ def closure(
 
 
 def closure_files(
-    roots: Iterable[Path], follow: Follow = user_code, search: Iterable[str] = ()
+    roots: Iterable[Path],
+    follow: Follow = user_code,
+    search: Iterable[str] = (),
+    names: Iterable[str] = (),
 ) -> dict[str, Path]:
     """Module name -> file for each root file and each module it reaches by imports.
 
     `search` adds folders to look for top-level modules in, before sys.path (the folder of a
-    recipe's `file.py:Name`, which edgeflow puts on sys.path when it loads the file)."""
+    recipe's `file.py:Name`, which edgeflow puts on sys.path when it loads the file). `names`
+    are the roots' dotted names where known (a module in a namespace package, whose folders
+    have no __init__.py to tell them by); the others get module_name's."""
     roots = [Path(r).resolve() for r in roots]
+    known = list(names)
     path = [*search, *(str(r.parent) for r in roots), *(p or "." for p in sys.path)]
     path += [str(package_root(r)) for r in roots]
     search_path = list(dict.fromkeys(str(Path(p).resolve()) for p in path))
     found: dict[str, Path] = {}
-    todo = [(module_name(r), r) for r in roots]
+    todo = [(known[i] if i < len(known) else module_name(r), r) for i, r in enumerate(roots)]
     while todo:
         name, file = todo.pop()
         if name in found:
@@ -192,13 +199,49 @@ def resolve(name: str, search: list[str]) -> list[tuple[str, ModuleSpec]]:
         full = ".".join(parts[: i + 1])
         if locations is None:
             break
-        try:
-            spec = PathFinder.find_spec(full, locations)
-        except (ImportError, ValueError):
-            spec = None
+        spec = _find(full, locations)
         if spec is None:
             break
         found.append((full, spec))
         sub = spec.submodule_search_locations
         locations = list(sub) if sub is not None else None
     return found
+
+
+def _find(name: str, locations: list[str]) -> ModuleSpec | None:
+    """PathFinder.find_spec(name, locations), with a namespace package's portions as a plain
+    list: PathFinder's _NamespacePath looks the parent package up in sys.modules (a KeyError
+    for a package nobody imported)."""
+    portions: list[str] = []
+    for entry in locations:
+        finder = _finder(entry)
+        if finder is None:
+            continue
+        try:
+            spec = finder.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            continue
+        if spec.loader is not None:
+            return spec  # a module or a regular package: the first one on the path wins
+        portions += list(spec.submodule_search_locations or [])
+    if not portions:
+        return None
+    spec = ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = portions
+    return spec
+
+
+def _finder(entry: str) -> Any:
+    """The path-entry finder for a folder (or zip) on the path, as PathFinder finds it."""
+    if entry in sys.path_importer_cache:
+        return sys.path_importer_cache[entry]
+    for hook in sys.path_hooks:
+        try:
+            finder = hook(entry)
+        except ImportError:
+            continue
+        sys.path_importer_cache[entry] = finder
+        return finder
+    return None

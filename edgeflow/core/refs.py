@@ -11,11 +11,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeflow.core.codehash import closure_files, digest, file_sha256, find_spec, tree_sha256
+from edgeflow.core.codehash import (
+    closure_files,
+    digest,
+    file_sha256,
+    find_spec,
+    module_name,
+    tree_sha256,
+)
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.refcheck import (
+    Found,
+    StdlibRef,
+    check_loaded,
+    definition,
+    is_stdlib_file,
+    is_stdlib_module,
+)
 
 __all__ = ["ImportRef", "file_sha256", "top_level_names", "tree_sha256"]
 
+
+ONLY = "a recipe may name code of your own files or of an installed package only"
 
 # reference -> the hashes of its closure's files when this process last loaded it
 _LOADED: dict[str, dict[str, str]] = {}
@@ -52,8 +69,13 @@ class ImportRef:
             return None
         return Path(spec.origin)
 
-    def check(self) -> None:
-        """Raise ValueError unless the module exists and plausibly defines `attr`."""
+    def check(self, code_only: bool = True) -> Found:
+        """What the reference names, from source (nothing is imported): ValueError unless the
+        module exists and plausibly defines `attr`, and (`code_only`) that is no module or
+        constant; StdlibRef (a ValueError with a hint) where it is, or leads through imports
+        to, the standard library or builtins."""
+        if not self.is_file and is_stdlib_module(self.module):
+            raise StdlibRef(f"{self} names the standard library ('{self.module}'): {ONLY}")
         path = self.source_file()
         if path is None or not path.is_file():
             what = "file" if self.is_file else "module"
@@ -65,6 +87,17 @@ class ImportRef:
             guess = closest(self.attr, sorted(names))
             hint = f" (did you mean '{guess}'?)" if guess else ""
             raise ValueError(f"'{self.attr}' is not defined in {path.name}{hint}")
+        module = module_name(path) if self.is_file else self.module
+        search = [str(path.parent)] if self.is_file else []
+        search += [str(Path(p or ".").resolve()) for p in sys.path]
+        try:
+            found = definition(module, path, self.attr, search)
+        except StdlibRef as exc:
+            raise StdlibRef(f"{self} names the standard library ({exc}): {ONLY}") from None
+        if code_only and found.kind in ("module", "data"):
+            what = f"a module ({found.name})" if found.kind == "module" else "a constant"
+            raise ValueError(f"{self} is {what}, not a class or function")
+        return found
 
     def files(self) -> dict[str, Path]:
         """The module's file and the file of every module of the user's that it imports
@@ -72,7 +105,9 @@ class ImportRef:
         path = self.source_file()
         if path is None or not path.is_file():
             return {}
-        return closure_files([path], search=[str(path.parent)] if self.is_file else [])
+        if self.is_file:
+            return closure_files([path], search=[str(path.parent)])
+        return closure_files([path], names=[self.module])
 
     def fingerprint(self) -> dict[str, Any]:
         """What a cache key records: the reference, and the source of its module and of every
@@ -95,6 +130,8 @@ class ImportRef:
         notebook, a test session) imports the changed code afresh: the module and the user's
         modules it imports are dropped from sys.modules when any of their files changed since
         the last load, so a stage never runs old code under the new code's cache key."""
+        if is_stdlib_file(Path(self.module)) if self.is_file else is_stdlib_module(self.module):
+            raise EdgeflowError(f"{self} names the standard library: {ONLY}", StdlibRef.hint)
         files = self.files()
         hashes = {name: file_sha256(path) for name, path in files.items()}
         name = self._module_name
@@ -132,9 +169,14 @@ class ImportRef:
                 "import the module in Python to reproduce it",
             ) from exc
         try:
-            return getattr(module, self.attr)
+            found = getattr(module, self.attr)
         except AttributeError:
             raise EdgeflowError(f"'{self.module}' has no attribute '{self.attr}'") from None
+        try:  # what its source could not show: nothing of the standard library is called
+            check_loaded(found, str(self))
+        except StdlibRef as exc:
+            raise EdgeflowError(f"{exc}: {ONLY}", StdlibRef.hint) from None
+        return found
 
 
 def top_level_names(source: str) -> set[str] | None:

@@ -30,6 +30,7 @@ from edgeflow.core.specbase import (
     CodeRef,
     RecipeFile,
     Strict,
+    TorchModuleRef,
     _base_dir,
     _existing_file,
     _import_ref,
@@ -60,7 +61,7 @@ class Signature(Strict):
 
 class PyTorchSource(Signature):
     kind: Literal["pytorch"]
-    model: CodeRef
+    model: TorchModuleRef
     init: dict[str, Any] = Field(default_factory=dict)
     weights: RecipeFile | None = None
 

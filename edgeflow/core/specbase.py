@@ -14,6 +14,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from edgeflow.core.refcheck import TORCH_MODULE, Found, subclass_of
 from edgeflow.core.refs import ImportRef
 
 
@@ -48,18 +49,38 @@ def _existing_file(value: Any, info: ValidationInfo) -> Path:
 
 
 def _import_ref(value: Any, info: ValidationInfo) -> ImportRef:
+    return _checked_ref(value, info)[0]
+
+
+def _checked_ref(value: Any, info: ValidationInfo) -> tuple[ImportRef, Found]:
+    """A reference, and what it names found from its source (refs.ImportRef.check)."""
     if not isinstance(value, str):
         raise user_error(f"expected 'package.module:Name' (got {value!r})")
     try:
         ref = ImportRef.parse(value, _base_dir(info))
-        ref.check()
+        found = ref.check()
     except ValueError as exc:
-        raise user_error(str(exc), "write it as 'package.module:Name' or 'file.py:Name'") from None
+        hint = getattr(exc, "hint", None) or "write it as 'package.module:Name' or 'file.py:Name'"
+        raise user_error(str(exc), hint) from None
+    return ref, found
+
+
+def _torch_module_ref(value: Any, info: ValidationInfo) -> ImportRef:
+    """A class that subclasses torch.nn.Module, or a function that builds one: a class whose
+    bases its source shows to lead elsewhere is refused (a class source cannot decide is
+    checked with issubclass after import, before it is called)."""
+    ref, found = _checked_ref(value, info)
+    if found.kind == "class" and subclass_of(found, TORCH_MODULE) is False:
+        raise user_error(
+            f"{ref} is a class that does not subclass torch.nn.Module ({found.name})",
+            "name your torch.nn.Module subclass, or a function that returns the module",
+        )
     return ref
 
 
 RecipeFile = Annotated[Path, BeforeValidator(_existing_file)]
 CodeRef = Annotated[ImportRef, BeforeValidator(_import_ref)]
+TorchModuleRef = Annotated[ImportRef, BeforeValidator(_torch_module_ref)]
 
 
 class Strict(BaseModel):

@@ -77,7 +77,8 @@ def load(
         except ValueError as exc:
             raise EdgeflowError(
                 f"source.model: {exc}",
-                "name a function that returns (apply_fn, params): 'pkg.module:function' or "
+                getattr(exc, "hint", None)
+                or "name a function that returns (apply_fn, params): 'pkg.module:function' or "
                 "'path/file.py:function'",
             ) from exc
     builder = target.load()

@@ -93,6 +93,11 @@ def load(source: TensorFlowSource) -> TfModel:
 
 def _built(ref: ImportRef, init: dict[str, Any], keras: Any) -> Any:
     function = ref.load()
+    if not callable(function):
+        raise EdgeflowError(
+            f"{ref} is a {type(function).__name__}, not a function",
+            "name a function that builds and returns the keras.Model",
+        )
     try:
         return function(**init)
     except TypeError as exc:

@@ -103,6 +103,11 @@ def resolve_rewrites(
             except RecipeError as exc:
                 problems.extend(exc.problems)
                 continue
+            code = _code_problems(opts, base_dir)
+            for option, message, hint in code:
+                problem(message, hint, key=f"{key}.{option}")
+            if code:
+                continue
             level, name = rule.level, rule.name
             specs.append(RuleSpec(rule, opts, source, base_dir))
         assert level is not None
@@ -143,9 +148,11 @@ def _user_rule(ref_text: str, base_dir: Path, base: type) -> tuple[Any, str, str
     from edgeflow.core.errors import EdgeflowError
     from edgeflow.core.refs import ImportRef
 
+    _, message = _user_rule_from_source(ref_text, base_dir)  # nothing imported before this
+    if message:
+        return None, message, ref_text
     try:
         ref = ImportRef.parse(ref_text, base_dir)
-        ref.check()
         rule = ref.load()
     except (ValueError, EdgeflowError) as exc:
         return None, f"cannot load rule '{ref_text}': {exc}", ref_text
@@ -154,32 +161,47 @@ def _user_rule(ref_text: str, base_dir: Path, base: type) -> tuple[Any, str, str
     return rule, "", str(ref)
 
 
-# A user rule's level, from the base class its source names (edgeflow validate runs no code).
-_BASES = {"AstRule": "ast", "FxRule": "fx", "OnnxRule": "onnx"}
+def _code_problems(options: Any, base_dir: Path) -> list[tuple[str, str, str]]:
+    """(option key, message, hint) for each function an entry's options name that is not
+    code of the user's or of an installed package (checked from source: nothing imported)."""
+    from edgeflow.core.refs import ImportRef
+    from edgeflow.rules.base import code_options
+
+    found = []
+    for key, text in code_options(options).items():
+        try:
+            ImportRef.parse(text, base_dir).check()
+        except ValueError as exc:
+            hint = getattr(exc, "hint", None) or "name a function: 'pkg.module:fn' or 'file.py:fn'"
+            found.append((key, str(exc), hint))
+    return found
+
+
+# A user rule's level, from the base class its source leads to (edgeflow validate runs no code).
+_BASES = {
+    "edgeflow.rules.base.AstRule": "ast",
+    "edgeflow.rules.base.FxRule": "fx",
+    "edgeflow.rules.base.OnnxRule": "onnx",
+    "edgeflow.rules.base.Rule": None,
+}
 
 
 def _user_rule_from_source(ref_text: str, base_dir: Path) -> tuple[str | None, str]:
     """(level if its source shows it, error message) for a user rule, without importing it:
-    the module must exist and define a class of that name."""
-    import ast
-
+    the module must define a class of that name whose bases lead to edgeflow's Rule (a base
+    its source cannot follow is checked with issubclass when the rule is loaded to run)."""
+    from edgeflow.core.refcheck import subclass_of
     from edgeflow.core.refs import ImportRef
 
     try:
         ref = ImportRef.parse(ref_text, base_dir)
-        ref.check()
+        found = ref.check(code_only=False)
     except ValueError as exc:
         return None, f"cannot load rule '{ref_text}': {exc}"
-    source = ref.source_file()
-    assert source is not None  # check() found it
-    try:
-        tree = ast.parse(source.read_bytes())
-    except (SyntaxError, ValueError) as exc:
-        return None, f"cannot load rule '{ref_text}': {source.name} does not parse: {exc}"
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == ref.attr:
-            if not node.bases:
-                return None, f"'{ref_text}' is not a Rule subclass"
-            names = [getattr(b, "id", getattr(b, "attr", "")) for b in node.bases]
-            return next((_BASES[n] for n in names if n in _BASES), None), ""
-    return None, f"'{ref_text}' is not a Rule subclass (no class {ref.attr} in {source.name})"
+    if found.kind not in ("class", "unknown", "value"):
+        what = "a constant" if found.kind == "data" else f"a {found.kind}"
+        return None, f"'{ref_text}' is not a Rule subclass (it is {what})"
+    verdict = subclass_of(found, frozenset(_BASES))
+    if verdict is False:
+        return None, f"'{ref_text}' is not a Rule subclass ({found.name})"
+    return (_BASES[verdict] if isinstance(verdict, str) else None), ""

@@ -184,7 +184,9 @@ class OnnxRule(Rule[Any]):
     level: ClassVar[Level] = "onnx"
 
 
-CODE_REF = "edgeflow:code-ref"  # Annotated[str, CODE_REF]: an option naming a function
+# Annotated[str, CODE_REF] (or a list of them): an option naming a function, checked from
+# source when the recipe loads like every reference (edgeflow.core.refcheck)
+CODE_REF = "edgeflow:code-ref"
 
 
 @dataclass(frozen=True)
@@ -236,11 +238,25 @@ class RuleSpec:
         from edgeflow.core.refs import ImportRef
 
         refs = {"rule": ImportRef.parse(self.source, Path("/"))} if self.is_user_rule else {}
-        for name, info in type(self.options).model_fields.items():
-            value = getattr(self.options, name)
-            if CODE_REF in info.metadata and isinstance(value, str):
-                refs[name] = ImportRef.parse(value, self.base_dir)
+        for key, text in code_options(self.options).items():
+            refs[key] = ImportRef.parse(text, self.base_dir)
         return refs
+
+
+def code_options(options: RuleOptions) -> dict[str, str]:
+    """The references an entry's options name code by (`Annotated[str, CODE_REF]` or a list
+    of them), by option key (`functions[1]` for a list's), as 'module:attr'."""
+    found: dict[str, str] = {}
+    for name, info in type(options).model_fields.items():
+        if CODE_REF not in info.metadata:
+            continue
+        value = getattr(options, name)
+        texts = {name: value} if isinstance(value, str) else {}
+        if isinstance(value, list):
+            texts = {f"{name}[{i}]": text for i, text in enumerate(value)}
+        for key, text in texts.items():
+            found[key] = text if ":" in text else ":".join(text.rpartition(".")[::2])
+    return found
 
 
 def _restore_spec(

@@ -43,6 +43,22 @@ def _import_path(text: str) -> str:
     return text
 
 
+def _replacement_path(text: str) -> str:
+    """An import path of code the model will call: never the standard library's (as every
+    code reference, see edgeflow.core.refcheck; checked again on the object when loaded)."""
+    from edgeflow.core.refcheck import StdlibRef, is_stdlib_module
+    from edgeflow.core.specbase import user_error as located
+
+    module = _import_path(text).partition(":")[0]
+    if is_stdlib_module(module):
+        raise located(
+            f"{text} names the standard library: a replacement must be code of your own files "
+            "or of an installed package",
+            StdlibRef.hint,
+        )
+    return text
+
+
 class ReplaceCall(AstRule):
     name = "ast.replace_call"
     description = "Call another function (by import path) wherever the model calls a given one."
@@ -53,10 +69,15 @@ class ReplaceCall(AstRule):
         from_: str = Field(alias="from")  # import path of the function the model calls
         to: str  # import path of its replacement, e.g. edgeflow.ops.static:nms_fixed
 
-        @field_validator("from_", "to")
+        @field_validator("from_")
         @classmethod
         def _import_path(cls, text: str) -> str:
-            return _import_path(text)
+            return _import_path(text)  # matched, never called: any function may be replaced
+
+        @field_validator("to")
+        @classmethod
+        def _replacement(cls, text: str) -> str:
+            return _replacement_path(text)
 
     def apply(self, model: Any, opts: Options, ctx: RewriteContext) -> RuleResult[Any]:
         old, new = load(opts.from_, "from"), load(opts.to, "to")
@@ -95,6 +116,13 @@ def load(path: str, key: str, rule: str = "ast.replace_call", must_call: bool = 
         ) from exc
     if must_call and not callable(obj):
         raise EdgeflowError(f"{rule}: {key} '{path}' is not callable")
+    if key in ("to", "with"):  # what the model will call instead
+        from edgeflow.core.refcheck import StdlibRef, check_loaded
+
+        try:
+            check_loaded(obj, f"{rule}: {key} '{path}'")
+        except StdlibRef as exc:
+            raise EdgeflowError(str(exc), StdlibRef.hint) from None
     return obj
 
 

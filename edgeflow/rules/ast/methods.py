@@ -31,7 +31,7 @@ from pydantic import Field, field_validator
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.ast._source import _give
-from edgeflow.rules.ast.calls import _import_path, load
+from edgeflow.rules.ast.calls import _import_path, _replacement_path, load
 from edgeflow.rules.base import AstRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 
@@ -96,10 +96,15 @@ class ReplaceMethod(AstRule):
         with_: str | None = Field(None, alias="with")  # replacement; default: built-in library
         source_sha256: str | None = None  # the original's source hash the replacement expects
 
-        @field_validator("method", "with_")
+        @field_validator("method")
         @classmethod
-        def _import_path(cls, text: str | None) -> str | None:
-            return None if text is None else _import_path(text)
+        def _import_path(cls, text: str) -> str:
+            return _import_path(text)
+
+        @field_validator("with_")
+        @classmethod
+        def _replacement(cls, text: str | None) -> str | None:
+            return None if text is None else _replacement_path(text)
 
     def apply(self, model: Any, opts: Options, ctx: RewriteContext) -> RuleResult[Any]:
         cls, attr, original = _method(opts.method)

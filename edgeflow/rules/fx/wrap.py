@@ -9,16 +9,23 @@ Put this rule before the other fx.* rules: they then rewrite its graph.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import user_error
-from edgeflow.rules.base import FxRule, GraphOrigin, RewriteContext, RuleOptions, RuleResult, Site
+from edgeflow.rules.base import (
+    CODE_REF,
+    FxRule,
+    GraphOrigin,
+    RewriteContext,
+    RuleOptions,
+    RuleResult,
+    Site,
+)
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import SYMBOLIC, first_line
 
@@ -38,7 +45,7 @@ class WrapLeaf(FxRule):
         """functions: the functions to keep as single calls while tracing, as 'pkg.mod:fn',
         'file.py:fn' (relative to the recipe's folder) or 'pkg.mod.fn'."""
 
-        functions: list[str] = Field(min_length=1)
+        functions: Annotated[list[str], CODE_REF] = Field(min_length=1)
 
         @field_validator("functions")
         @classmethod
@@ -97,21 +104,12 @@ def _resolve(text: str, base_dir: Path) -> Any:
     'pkg.mod.fn'."""
     from edgeflow.core.refs import ImportRef
 
-    if ":" in text:
-        try:
-            ref = ImportRef.parse(text, base_dir)
-        except ValueError as exc:
-            raise EdgeflowError(str(exc), "write 'package.module:function'") from None
-        function = ref.load()
-    else:
-        module_name, _, attr = text.rpartition(".")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise EdgeflowError(f"cannot import '{module_name}': {exc}") from exc
-        function = getattr(module, attr, None)
-        if function is None:
-            raise EdgeflowError(f"'{module_name}' has no attribute '{attr}'")
+    written = text if ":" in text else ":".join(text.rpartition(".")[::2])
+    try:
+        ref = ImportRef.parse(written, base_dir)
+    except ValueError as exc:
+        raise EdgeflowError(str(exc), "write 'package.module:function'") from None
+    function = ref.load()
     if not callable(function):
         raise EdgeflowError(f"{text} is not a function", "name a def")
     return function
