@@ -18,6 +18,7 @@ from edgeflow.core.errors import EXIT_USER, EdgeflowError, RecipeError
 from edgeflow.engine.keys import recipe_slice
 from edgeflow.recipe import load_recipe
 from edgeflow.stages import STAGES
+from tests import needs
 
 RECIPE = """
 source:
@@ -214,7 +215,7 @@ def test_the_op_list_is_consistent() -> None:
 
 @pytest.fixture(scope="module")
 def tf() -> Any:
-    return pytest.importorskip("tensorflow")
+    return needs.module("tensorflow")
 
 
 def save_writer(tf: Any, folder: Path, marker: Path) -> None:
