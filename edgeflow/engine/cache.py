@@ -217,7 +217,7 @@ class Cache:
 
     def _lock(self, key: str, timeout: float = -1) -> FileLock:
         (self.root / "locks").mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.root / "locks" / f"{key[:2]}.lock"), timeout=timeout)
+        return owned.lock(self.root / "locks" / f"{key[:2]}.lock", timeout=timeout)
 
     def sweep(self) -> list[Path]:
         """Remove temporary folders no live process is writing (left by a killed run): a

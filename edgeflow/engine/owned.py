@@ -28,6 +28,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
+
+from edgeflow.core.errors import EdgeflowError
+
 MARKER = ".edgeflow-owner.json"
 CONTENT = "content"
 HOST = socket.gethostname()
@@ -146,6 +150,17 @@ def remove(folder: Path, within: Path) -> bool:
     except OSError:
         return False  # not removable here (permissions): left for whoever can
     return not os.path.lexists(folder)
+
+
+def lock(path: Path, timeout: float = -1) -> FileLock:
+    """A lock file at `path`; a folder or a link there (not edgeflow's) is refused, not used."""
+    if os.path.islink(path) or (os.path.lexists(path) and not path.is_file()):
+        what = "a symbolic link" if os.path.islink(path) else "not a file"
+        raise EdgeflowError(
+            f"{path} is {what}, where edgeflow keeps a lock file",
+            f"move {path} away (edgeflow makes the file again)",
+        )
+    return FileLock(str(path), timeout=timeout)
 
 
 def alive(pid: int) -> bool:

@@ -20,8 +20,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from filelock import FileLock
-
 from edgeflow.core.codehash import file_sha256
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.engine import owned
@@ -48,7 +46,7 @@ def publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
 def _publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
     parent = build_dir.parent
     _make_folder(parent)
-    with FileLock(str(parent / f".{build_dir.name}.lock")):
+    with owned.lock(parent / f".{build_dir.name}.lock"):
         _recover(build_dir)
         sources = {src.name: src for path in files.values() for src in _files(path)}
         keep = _foreign_files(build_dir, set(sources), recipe)
@@ -75,7 +73,7 @@ def replace_file(build_dir: Path, name: str, text: str) -> Path:
     remaking report.html), atomically, its record updated so that the next publish still
     knows it as edgeflow's."""
     path = build_dir / name
-    with FileLock(str(build_dir.parent / f".{build_dir.name}.lock")):
+    with owned.lock(build_dir.parent / f".{build_dir.name}.lock"):
         record = _read_record(build_dir)
         if path.exists() and (record is None or name not in record["files"]):
             raise EdgeflowError(
