@@ -1,4 +1,4 @@
-"""Temporary folders edgeflow makes beside other people's files, and the proof that they are its own.
+"""Temporary folders edgeflow makes beside other people's files, and the proof they are its own.
 
 Every temporary folder edgeflow makes (the cache's `tmp/` folders, a publish's `.tmp-` and
 `.old-` folders, a DVC stage's `.work-` folder) is a *holder*: a new folder (never one that
@@ -71,19 +71,19 @@ def mark(folder: Path, new_name: str | None = None, **fields: object) -> None:
     """Write the marker of a folder this process made, atomically; `new_name`: add the name
     the folder is about to be renamed to (the old name stays valid until the rename)."""
     found = read(folder)
+    names = list(found.names) if found is not None else [folder.name]
     record: dict[str, object] = {
         "pid": os.getpid(),
         "host": HOST,
         "token": secrets.token_hex(16),
         "created": time.time(),
-        "names": [folder.name],
         "stripe": None,
     }
     if found is not None:
-        record.update({**found.__dict__, "names": list(found.names)})
+        record.update(pid=found.pid, host=found.host, token=found.token, created=found.created)
+        record.update(stripe=found.stripe)
     record.update(fields)
-    if new_name is not None:
-        record["names"] = [*record["names"], new_name]  # type: ignore[list-item]
+    record["names"] = [*names, new_name] if new_name is not None else names
     part = folder / f"{MARKER}.{secrets.token_hex(4)}"
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as f:

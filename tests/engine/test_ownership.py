@@ -178,7 +178,7 @@ def test_a_cache_dir_that_is_a_link_is_followed_and_only_edgeflows_folders_go(
     (tmp_path / "link").symlink_to(var)
     cache = Cache(tmp_path / "link")
     assert cache.sweep() == [tmp_path / "link" / "tmp" / killed.name]
-    entry, cached = cache.get_or_create("s", KEY, _write("good"), {})
+    _, cached = cache.get_or_create("s", KEY, _write("good"), {})
     assert not cached and (var / "s" / KEY[:2] / KEY / "result.txt").read_text() == "good"
     _intact(made)
 
@@ -221,7 +221,7 @@ def test_an_entry_replaced_by_a_file_is_computed_again(tmp_path: Path, level: st
 def test_a_damaged_entry_behind_a_link_out_of_the_cache_is_not_removed(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     cache = Cache(tmp_path / "cache")
-    entry, _ = cache.get_or_create("s", KEY, _write("good"), {})
+    cache.get_or_create("s", KEY, _write("good"), {})
     shutil.move(tmp_path / "cache" / "s", elsewhere)
     (tmp_path / "cache" / "s").symlink_to(elsewhere)
     (elsewhere / KEY[:2] / KEY / "result.txt").write_text("changed")
@@ -255,9 +255,8 @@ def test_a_folder_where_a_lock_file_goes_is_refused_and_kept(tmp_path: Path) -> 
     with pytest.raises(EdgeflowError) as info:
         Cache(tmp_path / "cache").get_or_create("s", KEY, _write("good"), {})
     assert info.value.exit_code == 2
-    assert info.value.message == (
-        f"{tmp_path / 'cache' / 'locks' / 'ab.lock'} is not a file, where edgeflow keeps a lock file"
-    )
+    lock = tmp_path / "cache" / "locks" / "ab.lock"
+    assert info.value.message == f"{lock} is not a file, where edgeflow keeps a lock file"
     build = tmp_path / "build" / "r" / "t-none"
     made |= _user_things(build.parent / ".t-none.lock", ["photos"])
     entry = tmp_path / "metrics.json"
