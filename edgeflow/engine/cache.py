@@ -1,14 +1,18 @@
 """A content-addressed stage cache: atomic, checked entries and one lock per key stripe.
 
 An entry is the folder `<root>/<stage>/<key[:2]>/<key>/`. It appears by a single rename of a
-fully written temporary folder (`<root>/tmp/`), and records the size and sha256 of each of its
-files in `.edgeflow-entry.json`. Every hit checks them: an entry with a file missing, truncated,
-changed or added is discarded with a warning and computed again, never served.
+fully written temporary folder (in a holder in `<root>/tmp/`, edgeflow/engine/owned.py), and
+records the size and sha256 of each of its files in `.edgeflow-entry.json`. Every hit checks
+them: an entry with a file missing, truncated, changed or added, or a file where the entry's
+folder should be, is discarded with a warning and computed again, never served.
 
 Concurrent processes that need the same key serialise on `<root>/locks/<key[:2]>.lock` (256
 lock files at most, never deleted, so no lock can go stale: the operating system releases
 the lock of a killed process). The same lock tells whether a temporary folder is still being
-written; those of dead processes are removed by the next run (`sweep`).
+written; those of dead processes are removed by the next run (`sweep`), and only those: a
+folder in `tmp/` without edgeflow's ownership marker is never removed, whatever its name. The
+cache folder may be a symbolic link (followed); its `tmp/` and `failed/` folders, where
+edgeflow removes things, must be real folders inside it (a link there is refused, exit 2).
 
 A stage that fails with a bug in edgeflow (an InternalError) or a native crash leaves its
 partial output and the full traceback in `<root>/failed/<stage>-<key[:16]>/`.
@@ -25,18 +29,19 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 from edgeflow.core.errors import EdgeflowError, InternalError, StageCrashed
+from edgeflow.engine import owned
 
 DEFAULT_ROOT = Path(".edgeflow/cache")
 ENTRY_FILE = ".edgeflow-entry.json"
@@ -78,8 +83,8 @@ class Cache:
         """The entry for `key`, made by `produce(tmp_dir)` if absent or damaged; returns
         (dir, was_cached)."""
         final = self.entry(stage, key)
-        damage = check_entry(final) if final.is_dir() else None
-        if final.is_dir() and damage is None:
+        present, damage = _state(final)
+        if present and damage is None:
             return self._hit(stage, key, final)
         if not self.writable():
             what = f"a damaged entry ({damage})" if damage else "no entry"
@@ -89,17 +94,17 @@ class Cache:
             )
         try:
             with self._lock(key):
-                if final.is_dir():
-                    damage = check_entry(final)
-                    if damage is None:
-                        return self._hit(stage, key, final)
+                present, damage = _state(final)
+                if present and damage is None:
+                    return self._hit(stage, key, final)
+                if present:
                     self.warn(
                         f"cache entry {final} of stage '{stage}' is damaged ({damage}): "
                         "discarded and computed again"
                     )
                     self.stats.discarded.append(stage)
                     self._log(stage, key, "discarded")
-                    self._discard(final, stage, key)
+                    self._discard(self._inside(final), stage, key)
                 self._produce(stage, key, produce, meta, final)
         except OSError as exc:
             if exc.errno not in ENVIRONMENT_ERRNOS:
@@ -121,68 +126,119 @@ class Cache:
         meta: dict[str, object],
         final: Path,
     ) -> None:
-        tmp = self.root / "tmp" / f"{stage}-{key[:16]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir(parents=True)
+        holder = self._holder(stage, key)
+        tmp = holder / owned.CONTENT
         try:
+            tmp.mkdir()
             start = time.perf_counter()
             produce(tmp)
             meta = {**meta, "stage": stage, "key": key, "seconds": time.perf_counter() - start}
             meta["files"] = file_manifest(tmp)
             (tmp / ENTRY_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-            final.parent.mkdir(parents=True, exist_ok=True)
+            self._entry_parent(final, stage, key)
             try:
                 os.rename(tmp, final)
             except OSError as exc:  # another machine, where locks do not hold, was first
                 if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or check_entry(final):
                     raise
-                shutil.rmtree(tmp, ignore_errors=True)
         except (InternalError, StageCrashed) as exc:
             exc.details = self._keep_failed(tmp, stage, key)
             raise
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        finally:
+            owned.remove(holder, holder.parent)  # what is left of it: nothing, or a half
 
     def _keep_failed(self, tmp: Path, stage: str, key: str) -> Path:
-        """Move a failed stage's folder to failed/ (the newest failure per stage and key)."""
-        kept = self.root / "failed" / f"{stage}-{key[:16]}"
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        if kept.exists():
+        """Move a failed stage's folder to failed/ (the newest failure per stage and key),
+        marked as edgeflow's, so that the next failure may replace it; a folder of that name
+        that is not provably edgeflow's stays, and the failure gets a name of its own."""
+        failed = self._own_folder("failed")
+        kept = failed / f"{stage}-{key[:16]}"
+        if owned.read(kept) is not None:
             self._discard(kept, stage, key)
+        elif os.path.lexists(kept):
+            kept = failed / f"{stage}-{key[:16]}-{uuid.uuid4().hex[:8]}"
+        owned.mark(tmp, new_name=kept.name)
         os.rename(tmp, kept)
         return kept
 
-    def _discard(self, folder: Path, stage: str, key: str) -> None:
-        """Remove a folder by first renaming it into tmp/ (so a kill midway leaves only a
-        temporary folder, which `sweep` removes)."""
-        name = f"{stage}-{key[:16]}-{os.getpid()}-discard{uuid.uuid4().hex[:8]}"
-        trash = self.root / "tmp" / name
-        trash.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(folder, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+    def _discard(self, path: Path, stage: str, key: str) -> None:
+        """Remove a damaged entry (or a replaced failed/ folder) by first renaming it into a
+        holder in tmp/ (so a kill midway leaves only a holder, which `sweep` removes)."""
+        trash = self._holder(stage, key)
+        os.rename(path, trash / owned.CONTENT)
+        owned.remove(trash, trash.parent)
+
+    def _holder(self, stage: str, key: str) -> Path:
+        """A new temporary folder in tmp/, marked as this process's, under the key's stripe."""
+        return owned.make(self._own_folder("tmp"), f"{stage}-{key[:16]}", stripe=key[:2])
+
+    def _own_folder(self, name: str) -> Path:
+        """`<root>/<name>` (tmp/, failed/), made if absent: edgeflow removes folders there, so
+        it must be a real folder inside the cache, not a link out of it."""
+        folder = self.root / name
+        if not os.path.lexists(folder):
+            folder.mkdir(parents=True, exist_ok=True)
+        if folder.is_symlink() or not folder.is_dir():
+            what = f"a symbolic link to {os.readlink(folder)}" if folder.is_symlink() else "a file"
+            raise EdgeflowError(
+                f"the cache's {name}/ folder {folder} is {what}; edgeflow removes its own "
+                f"temporary folders there, so it must be a real folder inside the cache",
+                f"remove {folder} (edgeflow makes the folder again), or set cache_dir=PATH "
+                "to another folder",
+            )
+        return folder
+
+    def _inside(self, entry: Path) -> Path:
+        """An entry path to discard, checked to lie in the cache itself: a stage folder that is
+        a link out of the cache is written through, but nothing is removed there."""
+        real = os.path.join(os.path.realpath(self.root), *entry.relative_to(self.root).parts)
+        if os.path.realpath(entry.parent) != os.path.dirname(real):
+            raise EdgeflowError(
+                f"the damaged cache entry {entry} lies behind a symbolic link out of the cache "
+                f"({os.path.realpath(entry.parent)}); edgeflow removes nothing there",
+                f"delete {entry} yourself, or set cache_dir=PATH to a folder without links",
+            )
+        return entry
+
+    def _entry_parent(self, final: Path, stage: str, key: str) -> None:
+        """Make `<root>/<stage>/<key[:2]>/`; a file in place of the key prefix's folder is
+        damage of the cache's own (discarded with a warning), one in place of the stage's
+        folder is refused."""
+        prefix, stage_dir = final.parent, final.parent.parent
+        if os.path.lexists(stage_dir) and not stage_dir.is_dir():
+            raise EdgeflowError(
+                f"{stage_dir} is a file where the cache keeps the entries of stage '{stage}'",
+                f"move {stage_dir} out of the cache folder",
+            )
+        if os.path.lexists(prefix) and not prefix.is_dir():
+            self.warn(f"cache folder {prefix} is a file, not a folder: discarded")
+            self._discard(self._inside(prefix), stage, key)
+        prefix.mkdir(parents=True, exist_ok=True)
 
     def _lock(self, key: str, timeout: float = -1) -> FileLock:
         (self.root / "locks").mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.root / "locks" / f"{key[:2]}.lock"), timeout=timeout)
+        return owned.lock(self.root / "locks" / f"{key[:2]}.lock", timeout=timeout)
 
     def sweep(self) -> list[Path]:
         """Remove temporary folders no live process is writing (left by a killed run): a
         folder is being written only while its writer holds the lock of its key's stripe."""
         tmp_root = self.root / "tmp"
-        if not tmp_root.is_dir() or not self.writable():
+        if not os.path.lexists(tmp_root) or not self.writable():
             return []
+        tmp_root = self._own_folder("tmp")  # a link out of the cache is refused
         removed = []
         for folder in sorted(tmp_root.iterdir()):
-            parts = folder.name.split("-")
-            if len(parts) < 4 or parts[-2] == str(os.getpid()):
-                continue  # not ours to judge, or this process's own
-            key16 = parts[-3]
+            owner = owned.read(folder)
+            if owner is None or owner.mine() or not owner.dead():
+                continue  # not provably edgeflow's, this process's own, or its writer lives
+            lock = self._lock(owner.stripe, timeout=0) if owner.stripe else nullcontext()
             try:
-                with self._lock(key16, timeout=0):
-                    shutil.rmtree(folder, ignore_errors=True)
+                with lock:
+                    gone = owned.remove(folder, tmp_root)
             except Timeout:
                 continue  # a live process holds the stripe: it may be writing this folder
-            removed.append(folder)
+            if gone:
+                removed.append(folder)
         return removed
 
     def _hit(self, stage: str, key: str, final: Path) -> tuple[Path, bool]:
@@ -207,6 +263,15 @@ class Cache:
         path = self.root / "events.jsonl"
         lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
         return Counter((e["stage"], e["event"]) for e in map(json.loads, lines))
+
+
+def _state(entry: Path) -> tuple[bool, str | None]:
+    """Whether something is at an entry's path, and what is wrong with it (None: sound)."""
+    if entry.is_dir():
+        return True, check_entry(entry)
+    if os.path.lexists(entry):
+        return True, "a file, not a folder" if entry.is_file() else "not a folder"
+    return False, None
 
 
 def file_manifest(folder: Path) -> dict[str, dict[str, object]]:

@@ -1,21 +1,20 @@
 """`edgeflow dvc stage`: the command of each DVC stage that `edgeflow dvc init` writes.
 
 One edgeflow stage, its inputs read from the upstream stages' DVC outputs, its result renamed
-into place only when complete; the last stage of a build writes build/<recipe>/<build>/
-exactly as `edgeflow run` does.
+into place only when complete (from a `.work-` holder beside it, edgeflow/engine/owned.py,
+which the stage's next run removes if its process was killed); the last stage of a build
+writes build/<recipe>/<build>/ exactly as `edgeflow run` does.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from edgeflow.core.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError
 from edgeflow.core.loader import display_path
+from edgeflow.engine import owned
 from edgeflow.engine.dvcfile import plan
 from edgeflow.engine.dvcparams import Params, read_params
 from edgeflow.recipe import load_recipe
@@ -54,9 +53,11 @@ def run_stage(
             f"{wanted}: input {missing[0]} is missing", "run `dvc repro`, which makes it first"
         )
     out = root / step.out
+    out.parent.mkdir(parents=True, exist_ok=True)
     _sweep_work_folders(out)
-    tmp = out.parent / f".{out.name}.work-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    tmp.mkdir(parents=True)
+    holder = owned.make(out.parent, f".{out.name}.work")
+    tmp = holder / owned.CONTENT
+    tmp.mkdir()
     start = time.perf_counter()
     inputs = {slot: root / path for slot, path in step.inputs.items()}
     try:
@@ -69,12 +70,10 @@ def run_stage(
                 {s: tmp / f for s, f in step.stage.produces.items() if s in PUBLISHED_SLOTS}
             )
             publish(out, slots, recipe_path)
-            shutil.rmtree(tmp)
         else:
             replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    finally:
+        owned.remove(holder, out.parent)
     echo(f"  {wanted:<40} ran {time.perf_counter() - start:7.2f} s")
     for message in messages:
         echo("  warning: " + message.replace("\n", "\n  "))
@@ -94,18 +93,9 @@ def run_stage(
 
 
 def _sweep_work_folders(out: Path) -> None:
-    """Remove the work folders of this stage's killed runs (their process is gone)."""
+    """Remove the work holders of this stage's killed runs (provably edgeflow's, their
+    process gone); any other folder of that name shape stays."""
     for folder in out.parent.glob(f".{out.name}.work-*"):
-        pid = folder.name.rsplit("-", 2)[-2]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        owner = owned.read(folder)
+        if owner is not None and owner.dead():
+            owned.remove(folder, out.parent)

@@ -7,7 +7,9 @@ tell its own files from the user's: files the user put there are carried into th
 an edgeflow file the user changed, or a user file of the name edgeflow is about to write, stops
 the publish (exit 2, naming the files). A build folder made from another recipe file of the same
 stem (a/model.yaml and b/model.yaml) is refused, not replaced. The temporary and old folders a
-killed publish leaves behind are removed (or, for an old folder, put back) by the next one.
+killed publish leaves behind are removed (or, for an old folder, put back) by the next one:
+they are holders (edgeflow/engine/owned.py), and a folder beside the build without edgeflow's
+ownership marker is never touched, whatever its name.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
-
-from filelock import FileLock
 
 from edgeflow.core.codehash import file_sha256
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.engine import owned
 
 RECORD = ".edgeflow-build.json"
 
@@ -44,14 +46,14 @@ def publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
 def _publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
     parent = build_dir.parent
     _make_folder(parent)
-    with FileLock(str(parent / f".{build_dir.name}.lock")):
+    with owned.lock(parent / f".{build_dir.name}.lock"):
         _recover(build_dir)
         sources = {src.name: src for path in files.values() for src in _files(path)}
         keep = _foreign_files(build_dir, set(sources), recipe)
-        tmp = parent / f".{build_dir.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        holder = owned.make(parent, f".{build_dir.name}.tmp")
+        tmp = holder / owned.CONTENT
         try:
+            tmp.mkdir()
             for name, src in sources.items():
                 shutil.copy2(src, tmp / name)
             for name in keep:  # the user's files go with the folder, as links: the originals
@@ -62,9 +64,8 @@ def _publish(build_dir: Path, files: dict[str, Path], recipe: Path) -> None:
             }
             (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
             replace_folder(tmp, build_dir)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)  # copies and links only
-            raise
+        finally:
+            owned.remove(holder, parent)  # copies and links only, if the swap did not happen
 
 
 def replace_file(build_dir: Path, name: str, text: str) -> Path:
@@ -72,16 +73,21 @@ def replace_file(build_dir: Path, name: str, text: str) -> Path:
     remaking report.html), atomically, its record updated so that the next publish still
     knows it as edgeflow's."""
     path = build_dir / name
-    with FileLock(str(build_dir.parent / f".{build_dir.name}.lock")):
+    with owned.lock(build_dir.parent / f".{build_dir.name}.lock"):
         record = _read_record(build_dir)
         if path.exists() and (record is None or name not in record["files"]):
             raise EdgeflowError(
                 f"{path} was not written by edgeflow; not replacing it",
                 "move it out of the build folder",
             )
-        tmp = build_dir / f".{name}.tmp-{os.getpid()}"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        fd, part = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=build_dir)  # a new file
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(part, path)
+        except BaseException:
+            os.unlink(part)
+            raise
         if record is not None:
             record["files"][name] = file_sha256(path)
             (build_dir / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -127,16 +133,25 @@ def _make_folder(folder: Path) -> None:
 
 
 def _recover(build_dir: Path) -> None:
-    """Under the build's lock no publish is running: a temporary folder is a killed
-    publish's, and an old folder without a build folder is the build it had moved away."""
+    """Under the build's lock no publish is running: a temporary holder is a killed
+    publish's, and an old holder without a build folder holds the build it had moved away.
+    Only holders edgeflow can prove its own (and whose process is gone) are touched."""
     parent, name = build_dir.parent, build_dir.name
     for tmp in parent.glob(f".{name}.tmp-*"):
-        shutil.rmtree(tmp, ignore_errors=True)
-    olds = sorted(parent.glob(f".{name}.old-*"), key=lambda p: p.stat().st_mtime)
-    if olds and not build_dir.exists():
-        os.rename(olds.pop(), build_dir)
-    for old in olds:
-        shutil.rmtree(old, ignore_errors=True)
+        if _left_behind(tmp):
+            owned.remove(tmp, parent)
+    olds = [old for old in parent.glob(f".{name}.old-*") if _left_behind(old)]
+    olds.sort(key=lambda old: owned.read(old).created)  # type: ignore[union-attr]
+    for old in reversed(olds):  # the newest old build first
+        if not os.path.lexists(build_dir) and os.path.lexists(old / owned.CONTENT):
+            os.rename(old / owned.CONTENT, build_dir)
+        owned.remove(old, parent)
+
+
+def _left_behind(folder: Path) -> bool:
+    """Whether a folder is a holder of this process or of one that is gone."""
+    owner = owned.read(folder)
+    return owner is not None and (owner.mine() or owner.dead())
 
 
 def _foreign_files(build_dir: Path, publishing: set[str], recipe: Path) -> list[str]:
@@ -199,9 +214,16 @@ def _read_record(build_dir: Path) -> dict | None:
 
 
 def replace_folder(new: Path, final: Path) -> None:
-    """Put the complete folder `new` at `final` by renames; the old one is removed after."""
-    old = final.parent / f".{final.name}.old-{os.getpid()}"
-    if final.exists():
-        os.rename(final, old)
-    os.rename(new, final)
-    shutil.rmtree(old, ignore_errors=True)
+    """Put the complete folder `new` at `final` by renames; the old one is moved into a
+    holder first, and removed with it after."""
+    if not os.path.lexists(final):
+        os.rename(new, final)
+        return
+    old = owned.make(final.parent, f".{final.name}.old")
+    try:
+        os.rename(final, old / owned.CONTENT)
+        os.rename(new, final)
+    finally:
+        if not os.path.lexists(final):  # interrupted between the renames: put it back
+            os.rename(old / owned.CONTENT, final)
+        owned.remove(old, final.parent)

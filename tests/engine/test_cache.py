@@ -123,12 +123,14 @@ def test_a_damaged_entry_is_recomputed_with_a_warning_never_served(
 
 
 def test_a_killed_runs_temporary_folders_are_swept_a_live_ones_kept(tmp_path: Path) -> None:
+    from tests.engine.killed import holder_of_a_dead_process
+
     cache = Cache(tmp_path)
-    dead = tmp_path / "tmp" / f"export-{'a' * 16}-999999-deadbeef"
-    dead.mkdir(parents=True)
-    (dead / ".job.pkl").write_bytes(b"partial")
-    live = tmp_path / "tmp" / f"convert-{'b' * 16}-999998-cafecafe"
-    live.mkdir()
+    (tmp_path / "tmp").mkdir()
+    dead = holder_of_a_dead_process(tmp_path / "tmp", f"export-{'a' * 16}", "aa")
+    (dead / "content").mkdir()
+    (dead / "content" / ".job.pkl").write_bytes(b"partial")
+    live = holder_of_a_dead_process(tmp_path / "tmp", f"convert-{'b' * 16}", "bb")
     with cache._lock("b" * 64):  # a producer of that key stripe is still at work
         assert cache.sweep() == [dead]
     assert not dead.exists() and live.exists()

@@ -62,12 +62,17 @@ def test_a_build_dir_that_is_a_file_is_a_clear_error(tmp_path: Path, outputs) ->
 
 
 def test_a_killed_publishs_folders_are_cleaned_or_put_back(tmp_path: Path, outputs) -> None:
+    from tests.engine.killed import holder_of_a_dead_process
+
     build, recipe = tmp_path / "build" / "r" / "t-none", tmp_path / "r.yaml"
     publish(build, outputs, recipe)
     (build / "my_results.csv").write_text("mine")
-    # killed between its two renames: the build is in .old-PID, a half copy in .tmp-PID
-    os.rename(build, build.parent / ".t-none.old-12345")
-    (build.parent / ".t-none.tmp-12345").mkdir()
+    # killed between its two renames: the build is in an .old- holder, a half copy in a .tmp-
+    old = holder_of_a_dead_process(build.parent, ".t-none.old")
+    os.rename(build, old / "content")
+    tmp = holder_of_a_dead_process(build.parent, ".t-none.tmp")
+    (tmp / "content").mkdir()
+    (tmp / "content" / "model.ort").write_bytes(b"half")
     publish(build, outputs, recipe)
     assert (build / "my_results.csv").read_text() == "mine"
     assert sorted(p.name for p in build.parent.iterdir()) == [".t-none.lock", "t-none"]
@@ -81,14 +86,20 @@ def test_a_publish_interrupted_at_the_swap_loses_no_file_of_the_users(
     build, recipe = tmp_path / "build" / "r" / "t-none", tmp_path / "r.yaml"
     publish(build, outputs, recipe)
     (build / "my_results.csv").write_text("mine")
+    renames, real_rename = [], os.rename
 
-    def interrupted(new: Path, final: Path) -> None:
-        os.rename(final, final.parent / f".{final.name}.old-{os.getpid()}")
-        raise KeyboardInterrupt  # Ctrl-C between the two renames
+    def rename(src: object, dst: object) -> None:
+        renames.append(dst)
+        if len(renames) == 2:
+            raise KeyboardInterrupt  # Ctrl-C between the two renames of the swap
+        real_rename(src, dst)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(module, "replace_folder", interrupted)
+    monkeypatch.setattr(module.os, "rename", rename)
     with pytest.raises(KeyboardInterrupt):
         publish(build, outputs, recipe)
     monkeypatch.undo()
-    publish(build, outputs, recipe)  # the next publish puts the old folder back first
+    assert renames[0].name == "content" and renames[1] == build  # it was at the swap
+    assert (build / "my_results.csv").read_text() == "mine"  # the old folder is put back
+    assert sorted(p.name for p in build.parent.iterdir()) == [".t-none.lock", "t-none"]
+    publish(build, outputs, recipe)
     assert (build / "my_results.csv").read_text() == "mine"

@@ -221,7 +221,8 @@ def test_sigterm_and_ctrl_c_stop_a_build_cleanly(tmp_path: Path) -> None:
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 120
-        while not list((cache / "tmp").glob("export-*/.job.pkl")):  # the worker exports (~2 s)
+        # the worker exports (~2 s)
+        while not list((cache / "tmp").glob("export-*/content/.job.pkl")):
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.05)
         if group:
