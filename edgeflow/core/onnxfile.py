@@ -1,7 +1,8 @@
 """Whether a file is an ONNX model edgeflow can read, found without running anything: it
-parses (its external data not loaded), it has a graph, and every initializer holds its data or
-names an external file inside the model's folder that holds it (the files are only stat'ed).
-validate, `edgeflow precheck` and ingest ask it before onnx or onnxruntime read the model."""
+parses (its external data not loaded), it has a well-formed graph (core/onnxcheck), every
+initializer holds its data or names an external file inside the model's folder that holds it
+(the files are only stat'ed), and its weights fit in this machine's memory. validate,
+`edgeflow precheck` and ingest ask it before onnx or onnxruntime read the model."""
 
 from __future__ import annotations
 
@@ -34,8 +35,32 @@ def onnx_problems(path: Path) -> list[str]:
         return [f"it does not parse as an ONNX protobuf: {first_line(exc)}"]
     if not model.ir_version or not model.HasField("graph"):
         return ["it parses, but holds no ONNX model (no ir_version or no graph)"]
+    from edgeflow.core.onnxcheck import graph_problems
+
     folder = path.resolve().parent
-    return [p for tensor in _initializers(model.graph) for p in _tensor_problems(tensor, folder)]
+    problems = [p for t in _initializers(model.graph) for p in _tensor_problems(t, folder)]
+    if not problems:  # every external length checked: their sum means something
+        problems += _memory_problems(_external_size(model, size))
+    return graph_problems(model) + problems
+
+
+def _memory_problems(needed: int) -> list[str]:
+    """Weights that cannot fit: beyond the machine's memory or the process's address space
+    (onnx and onnxruntime read external data whole)."""
+    import resource
+
+    import psutil
+
+    limit, what = psutil.virtual_memory().total, "this machine's memory"
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < limit:
+        limit, what = soft, "this process's address-space limit (ulimit -v)"
+    if needed <= limit:
+        return []
+    return [
+        f"its weights ({needed:,} bytes with its external data) do not fit in {what} "
+        f"({limit:,} bytes)"
+    ]
 
 
 def check_onnx_file(path: Path, what: str = "") -> None:
@@ -52,7 +77,13 @@ def external_size(path: Path) -> int:
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
-    total = path.stat().st_size
+    return _external_size(model, path.stat().st_size)
+
+
+def _external_size(model: onnx.ModelProto, total: int) -> int:
+    """`total` plus the bytes of the external data the model's initializers read."""
+    import onnx
+
     for tensor in _initializers(model.graph):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             info = {entry.key: entry.value for entry in tensor.external_data}
