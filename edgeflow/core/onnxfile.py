@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgeflow.core.errors import EdgeflowError, first_line
+from edgeflow.core.onnxcheck import graph_problems
 
 if TYPE_CHECKING:
     import onnx
@@ -20,6 +21,8 @@ HINT = (
     "export the model again, or save it with its weights (onnx.save_model; over 2 GiB with "
     "save_as_external_data=True, the data beside the model)"
 )
+MEMORY_HINT = "run it on a machine with more memory (or a higher ulimit -v), or on a smaller model"
+TOO_BIG = "its weights ("  # how a problem of memory begins
 
 
 def onnx_problems(path: Path) -> list[str]:
@@ -35,8 +38,6 @@ def onnx_problems(path: Path) -> list[str]:
         return [f"it does not parse as an ONNX protobuf: {first_line(exc)}"]
     if not model.ir_version or not model.HasField("graph"):
         return ["it parses, but holds no ONNX model (no ir_version or no graph)"]
-    from edgeflow.core.onnxcheck import graph_problems
-
     folder = path.resolve().parent
     problems = [p for t in _initializers(model.graph) for p in _tensor_problems(t, folder)]
     if not problems:  # every external length checked: their sum means something
@@ -58,9 +59,13 @@ def _memory_problems(needed: int) -> list[str]:
     if needed <= limit:
         return []
     return [
-        f"its weights ({needed:,} bytes with its external data) do not fit in {what} "
-        f"({limit:,} bytes)"
+        f"{TOO_BIG}{needed:,} bytes with its external data) do not fit in {what} ({limit:,} bytes)"
     ]
+
+
+def hint_for(problems: list[str]) -> str:
+    """The fix for these problems: more memory when that is all they are, else a new export."""
+    return MEMORY_HINT if all(p.startswith(TOO_BIG) for p in problems) else HINT
 
 
 def check_onnx_file(path: Path, what: str = "") -> None:
@@ -68,7 +73,8 @@ def check_onnx_file(path: Path, what: str = "") -> None:
     problems = onnx_problems(path)
     if problems:
         raise EdgeflowError(
-            f"{what}{path} is not a readable ONNX model: {'; '.join(problems)}", HINT
+            f"{what}{path} is not a readable ONNX model: {'; '.join(problems)}",
+            hint_for(problems),
         )
 
 

@@ -208,17 +208,17 @@ def board_of_the_target(s: dict[str, Any], profile: TargetProfile | None) -> lis
 
 
 def onnx_source_reads(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
-    """An ONNX source parses and its initializers hold their data (nothing of it runs; its
-    external data files are only stat'ed)."""
-    from edgeflow.core.onnxfile import HINT, onnx_problems
+    """An ONNX source parses, its graph is well formed, its initializers hold their data and
+    its weights fit in memory (nothing of it runs; its external data files are only stat'ed)."""
+    from edgeflow.core.onnxfile import hint_for, onnx_problems
 
     source = s.get("source")
     if source is None or source.kind != "onnx":
         return []
-    file = source.model.name
+    file, problems = source.model.name, onnx_problems(source.model)
     return [
-        ("source.model", f"{file} is not a readable ONNX model: {p}", HINT)
-        for p in onnx_problems(source.model)
+        ("source.model", f"{file} is not a readable ONNX model: {p}", hint_for([p]))
+        for p in problems
     ]
 
 
