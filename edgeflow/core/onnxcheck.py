@@ -146,10 +146,13 @@ def _scope_problems(
     sources = set(_sources(graph))
     known = set(scope.outer) | sources
     producer: dict[str, int] = {}
+    types = _source_types(graph)
     for i, (label, node) in enumerate(_labelled(graph)):
         op = _op_problem(node, scope.opsets, functions)
         if op:
             problems.append(f"{where}{label}: {op}")
+        elif (node.domain, node.op_type) not in functions:
+            problems += [f"{where}{label}: {p}" for p in _type_problems(node, scope.opsets, types)]
         for name in node.output:
             if not name:
                 continue
@@ -171,6 +174,54 @@ def _scope_problems(
     for name in outputs:
         if name and name not in known and name not in producer:
             problems.append(f"{where}nothing produces the graph output '{name}'")
+    return problems
+
+
+def _source_types(graph: onnx.GraphProto | onnx.FunctionProto) -> dict[str, str]:
+    """The tensor types ('tensor(float)') of a graph's inputs and initializers, where known."""
+    import onnx
+
+    if isinstance(graph, onnx.FunctionProto):
+        return {}
+    name = onnx.TensorProto.DataType.Name
+    types = {
+        v.name: f"tensor({name(v.type.tensor_type.elem_type).lower()})"
+        for v in graph.input
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type
+    }
+    types.update(
+        {t.name: f"tensor({name(t.data_type).lower()})" for t in graph.initializer if t.data_type}
+    )
+    return types
+
+
+def _type_problems(
+    node: onnx.NodeProto, opsets: dict[str, int], types: dict[str, str]
+) -> list[str]:
+    """Inputs fed straight from a graph input or initializer of a type the op's schema does
+    not take (nothing is inferred: only the types the file states)."""
+    import onnx
+
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    if domain not in _schema_domains() or not any(n in types for n in node.input):
+        return []
+    schema = _schema(node.op_type, opsets[domain], domain)
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    formals = list(schema.inputs)
+    variadic = (
+        bool(formals) and formals[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+    )
+    problems = []
+    for i, name in enumerate(node.input):
+        if name not in types or (i >= len(formals) and not variadic):
+            continue
+        formal = formals[min(i, len(formals) - 1)]
+        takes = allowed.get(formal.type_str, {formal.type_str})
+        if types[name] not in takes:
+            problems.append(
+                f"its input '{name}' is {types[name]}; {node.op_type}'s {formal.name} takes "
+                f"{', '.join(sorted(takes))}"
+            )
     return problems
 
 
@@ -227,6 +278,13 @@ def _schema_domains() -> frozenset[str]:
     import onnx
 
     return frozenset(s.domain for s in onnx.defs.get_all_schemas_with_history())
+
+
+@cache
+def _schema(op: str, version: int, domain: str) -> onnx.defs.OpSchema:
+    import onnx
+
+    return onnx.defs.get_schema(op, version, domain)
 
 
 @cache

@@ -17,6 +17,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from edgeflow.core.onnxcheck import graph_problems
 from edgeflow.core.onnxfile import onnx_problems
 
 F = TensorProto.FLOAT
@@ -118,6 +119,12 @@ MALFORMED = {
     "absent_producer": (
         build([node("Add", ["x", "nowhere"], ["y"], name="a")]),
         "nothing produces 'nowhere' (node 'a' (Add))",
+    ),
+    "wrong_tensor_type": (
+        build([node("Add", ["x", "w"], ["y"], name="a")],
+              inputs=[vi("x", dtype=TensorProto.STRING)]),
+        "node 'a' (Add): its input 'x' is tensor(string); Add's A takes tensor(bfloat16), "
+        "tensor(double), tensor(float)",
     ),
     "ir_99": (build([node("Relu", ["x"], ["y"])], ir=99), "its IR version 99 is newer than"),
     "opset_99": (build([node("Relu", ["x"], ["y"])], opset=99), "it imports opset 99 of 'ai.onnx'"),
@@ -298,3 +305,18 @@ def test_external_data_beyond_the_address_space_is_refused_at_validate_too(
 
         fits = psutil.virtual_memory().total >= needed
         assert (onnx_problems(tmp_path / "m.onnx") == []) == fits
+
+
+def test_every_model_of_onnx_s_own_node_tests_passes() -> None:
+    """onnx's backend test models (1,884 with onnx 1.23: every op, Loop, If, Scan, sequences,
+    optional inputs, functions, ML and training ops) are well formed: none is refused."""
+    import warnings
+
+    from onnx.backend.test.case import node as cases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy, in onnx's expected outputs
+        models = [(c.name, c.model) for c in cases.collect_testcases(None) if c.model is not None]
+    assert len(models) > 1000
+    refused = {name: graph_problems(model) for name, model in models if graph_problems(model)}
+    assert refused == {}
