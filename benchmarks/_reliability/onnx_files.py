@@ -24,6 +24,12 @@ from .untrusted import untrusted_recipe
 MEMORY_LIMIT = 8 << 30  # address space of each command (a bomb must not take the machine)
 RSS_LIMIT_MB = 3072  # the requirement: peak resident memory of each command
 COMMANDS = ("validate", "precheck", "run")
+# Well-formed files that stress a runtime rather than break the format: a 2^40 input dim (a
+# legal static shape), a negative dim (onnxruntime reads it as dynamic, as old exporters meant),
+# a 160 GB ConstantOfShape (well formed; it fails only when it runs). A command may accept them
+# or judge them against the target (precheck exit 1); what must hold is the rest: no
+# traceback, nothing read outside, bounded memory, and a refusal that names the file.
+STRESS = frozenset({"huge_dims", "negative_dims", "constant_of_shape_bomb"})
 Writer = Callable[[Path, "Place"], Any]
 
 
@@ -265,14 +271,17 @@ class OnnxResult:
 
     @property
     def holds(self) -> bool:
-        """Every command: exit 2 naming the file, no traceback, nothing read outside, memory
+        """Every command: exit 2 naming the file (a STRESS kind: accepted, judged against the
+        target, or refused naming the file), no traceback, nothing read outside, memory
         bounded; and the secret in no output."""
+
+        def answered(o: Outcome) -> bool:
+            if self.kind in STRESS:
+                return o.code in (0, 1) or (o.code == 2 and o.named)
+            return o.code == 2 and o.named
+
         return not self.leaked and all(
-            o.code == 2
-            and o.named
-            and not o.traceback
-            and not o.outside
-            and o.rss_mb < RSS_LIMIT_MB
+            answered(o) and not o.traceback and not o.outside and o.rss_mb < RSS_LIMIT_MB
             for o in self.outcomes.values()
         )
 
@@ -446,8 +455,12 @@ def onnx_row(results: list[OnnxResult], total: int) -> Row:
     n = len(results)
     outs = [o for r in results for o in r.outcomes.values()]
     count = lambda c, pred: sum(pred(r.outcomes[c]) for r in results)  # noqa: E731
+    malformed = [r for r in results if r.kind not in STRESS]
     figures: dict[str, Any] = {
         "hold": f"{n - len(failing)}/{n}",
+        "malformed refused by every command": (
+            f"{sum(r.holds for r in malformed)}/{len(malformed)}"
+        ),
         "tracebacks": sum(o.traceback for o in outs),
         "read outside": sum(o.outside for o in outs),
         "secret leaked": sum(r.leaked for r in results),
@@ -469,4 +482,5 @@ def onnx_row(results: list[OnnxResult], total: int) -> Row:
         ]
     }
     note = f"quick size, acceptance is {total}" if n < total else ""
-    return Row("onnx", f"{n} malformed files x 3 commands", figures, not failing, note, details)
+    size = f"{len(malformed)} malformed + {n - len(malformed)} stress files x 3 commands"
+    return Row("onnx", size, figures, not failing, note, details)
