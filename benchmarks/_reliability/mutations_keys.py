@@ -412,15 +412,26 @@ def mutate_new_keys(rng: random.Random, base: Base, folder: Path) -> Mutant | No
     tree = copy.deepcopy(base.tree)
     picks[0][1](tree, folder)
     if len(picks) == 2:
-        try:
-            picks[1][1](tree, folder)
-        except (OSError, KeyError, TypeError, AttributeError):  # the two edits clash: one only
-            picks = picks[:1]
-            tree = copy.deepcopy(base.tree)
-            picks[0][1](tree, folder)
+        first = copy.deepcopy(tree)
+        if not _combine(tree, base, picks, folder):
+            picks, tree = picks[:1], first  # they clash, or one undoes the other: the first
     what = "; ".join(p[0] for p in picks)
     must = any(p[2] for p in picks)
     return Mutant(what, must, tree)
+
+
+def _combine(tree: Tree, base: Base, picks: list[Any], folder: Path) -> bool:
+    """Apply the second edit to `tree` (the first applied) if the two commute: applied in the
+    other order they give the same recipe. Otherwise (both set `batch_axis`, say) the second
+    would undo the first, and the case's label would not describe it."""
+    other = copy.deepcopy(base.tree)
+    try:
+        picks[1][1](tree, folder)
+        picks[1][1](other, folder)
+        picks[0][1](other, folder)
+    except (OSError, KeyError, TypeError, AttributeError, IndexError):
+        return False
+    return tree == other
 
 
 NEW_KEY_CLASSES: dict[str, Mutator] = {"new keys": mutate_new_keys}
