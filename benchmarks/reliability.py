@@ -27,7 +27,7 @@ delete what edgeflow did not create, never call what a recipe did not mean to ca
 - fuzzkeys: the fuzz of the recipe keys added since the last round (1,000 cases).
 
 Prints one table (one row per check, pass/FAIL) and exits 1 if any check fails. The defaults
-are the acceptance sizes (about an hour on a 2-core machine):
+are the acceptance sizes (about 15 minutes on a 2-core machine, docs/reliability.md):
 
     python benchmarks/reliability.py [--only fuzz,kill,...,onnx,fuzzkeys]
         [--fuzz 1000] [--kills 50] [--signals 6] [--concurrent 8] [--untrusted N]
