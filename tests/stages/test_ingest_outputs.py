@@ -206,3 +206,29 @@ def test_pytorch_output_named_embedding(tmp_path: Path, write_recipe, exporter: 
     info = json.loads(next((tmp_path / "cache").glob("export/*/*/export.json")).read_text())
     if exporter == "dynamo":
         assert info["renamed"] == {"embedding": "embedding_1"}
+
+
+def test_an_output_named_as_an_input_is_refused_at_its_key(tmp_path: Path, write_recipe) -> None:
+    from edgeflow.core.errors import RecipeError
+
+    onnx.save(
+        _model(helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4])),
+        str(tmp_path / "m.onnx"),
+    )
+    np.savez(tmp_path / "data.npz", x=np.zeros((2, 8), np.float32))
+    recipe = write_recipe(
+        """
+        source:
+          kind: onnx
+          model: m.onnx
+          inputs: [{name: x, shape: [1, 8]}]
+          outputs: [x]
+        evaluation: {dataset: data.npz, metric: agreement}
+        target: onnxruntime_micro
+        """
+    )
+    with pytest.raises(
+        RecipeError,
+        match=r"recipe\.yaml:\d+:\d+: source\.outputs\.0: output 'x' has the name of an input",
+    ):
+        load_recipe(recipe)
