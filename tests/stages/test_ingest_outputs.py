@@ -229,6 +229,6 @@ def test_an_output_named_as_an_input_is_refused_at_its_key(tmp_path: Path, write
     )
     with pytest.raises(
         RecipeError,
-        match=r"recipe\.yaml:\d+:\d+: source\.outputs\.0: output 'x' has the name of an input",
+        match=r"recipe\.yaml:\d+:\d+: source\.outputs\[0\]: output 'x' has the name of an input",
     ):
         load_recipe(recipe)
