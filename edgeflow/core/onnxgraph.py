@@ -96,6 +96,61 @@ class Namer:
         return name
 
 
+def value_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name of a graph and its subgraphs (node names excluded)."""
+    names: set[str] = set()
+    for g in all_graphs(graph):
+        names.update(v.name for v in (*g.input, *g.output, *g.value_info))
+        names.update(t.name for t in g.initializer)
+        for node in g.node:
+            names.update((*node.input, *node.output))
+    names.discard("")
+    return names
+
+
+def rename_values(graph: onnx.GraphProto, mapping: dict[str, str]) -> None:
+    """Rename tensors everywhere in a graph and its subgraphs: producers, consumers, inputs,
+    outputs, initializers, value_info (names there are unique, so one map serves every scope)."""
+    if not mapping:
+        return
+    for g in all_graphs(graph):
+        for node in g.node:
+            node.input[:] = [mapping.get(n, n) for n in node.input]
+            node.output[:] = [mapping.get(n, n) for n in node.output]
+        for item in (*g.input, *g.output, *g.value_info, *g.initializer):
+            item.name = mapping.get(item.name, item.name)
+
+
+def name_outputs(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
+    """Name the graph's outputs `names`, in order. A tensor that already holds one of them
+    (an exporter's internal name, in any subgraph) takes a fresh name first: the output gets
+    the name, never the internal tensor. Returns those internal renames, old -> new."""
+    import onnx
+
+    graph = model.graph
+    if len(graph.output) != len(names):
+        raise ValueError(f"{len(graph.output)} graph outputs, {len(names)} names")
+    namer, taken = Namer(model), value_names(graph)
+    initializers = {t.name for t in graph.initializer}
+    fed = {v.name for v in graph.input if v.name not in initializers}
+    kept = {new for value, new in zip(graph.output, names, strict=True) if value.name == new}
+    clashes = {name: namer(name) for name in names if name in taken and name not in kept}
+    if fed & set(clashes):  # the recipe's checks refuse an output named as an input
+        raise ValueError(f"outputs {sorted(fed & set(clashes))} are named as graph inputs")
+    rename_values(graph, clashes)
+    for value, new in zip(graph.output, names, strict=True):
+        old = value.name
+        if old == new:
+            continue
+        shared = old in fed or old in initializers or [v.name for v in graph.output].count(old) > 1
+        if shared:  # the output is an input, a weight or another output too: a copy takes the name
+            graph.node.append(onnx.helper.make_node("Identity", [old], [new], name=namer(new)))
+            value.name = new
+        else:
+            rename_values(graph, {old: new})
+    return clashes
+
+
 def outer_references(graph: onnx.GraphProto) -> set[str]:
     """Names a (sub)graph reads but does not define: its outer-scope references."""
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}

@@ -223,6 +223,12 @@ def _check_signatures(source: Any) -> Any:
             )
     outputs = source.outputs or []
     for i, name in enumerate(outputs):
+        if name in names:
+            raise user_error(
+                f"output '{name}' has the name of an input",
+                "give the output a name no input has",
+                at=f"outputs.{i}",
+            )
         if name in outputs[:i]:
             raise user_error(
                 f"two outputs are named '{name}' (outputs[{outputs.index(name)}] and outputs[{i}])",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from edgeflow.core.errors import EdgeflowError, first_line
+from edgeflow.core.onnxgraph import name_outputs
 from edgeflow.core.specs import default_output_names, fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 
@@ -27,6 +28,16 @@ def run(ctx: StageContext) -> None:
     n_out = len(flat_tensors(result))
     input_names = [s.name for s in fed_inputs(source.inputs)]
     output_names = source.outputs or default_output_names(n_out)
+    # The exporter's own names for internal tensors may be the recipe's (the dynamo exporter
+    # calls an nn.Embedding's output `embedding`, then writes that name twice): export with
+    # placeholders, then name_outputs frees the recipe's names.
+    placeholders = [f"edgeflow_output_{i}" for i in range(n_out)]
+    if len(output_names) != n_out:
+        raise EdgeflowError(
+            f"source.outputs: the module returns {n_out} tensor(s), {len(output_names)} named "
+            f"({', '.join(output_names)})",
+            "name each tensor the module returns once, in its order",
+        )
     kwargs: dict = {}
     if dynamic is not None:
         axes = {s.name: s.batch_axis for s in fed_inputs(source.inputs)}
@@ -38,7 +49,7 @@ def run(ctx: StageContext) -> None:
         else:
             kwargs["dynamic_axes"] = {
                 name: {axes[name]: "batch"} for name in input_names if axes[name] is not None
-            } | {name: {0: "batch"} for name in output_names}
+            } | {name: {0: "batch"} for name in placeholders}
     if options.exporter == "dynamo":
         kwargs.update(dynamo=True, external_data=False, verbose=False)
     else:
@@ -51,7 +62,7 @@ def run(ctx: StageContext) -> None:
             str(path),
             opset_version=options.opset,
             input_names=input_names,
-            output_names=output_names,
+            output_names=placeholders,
             **kwargs,
         )
     except Exception as exc:
@@ -63,6 +74,8 @@ def run(ctx: StageContext) -> None:
     extra = sorted(p.name for p in ctx.out_dir.iterdir() if p.suffix == ".data")
     if extra:
         raise AssertionError(f"export wrote external data {extra}; expected one file")
+    renamed = name_outputs(model, output_names)
+    onnx.save(model, str(path))
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     ctx.write_json(
         "export",
@@ -71,6 +84,7 @@ def run(ctx: StageContext) -> None:
             "opset": opset,
             "inputs": input_names,
             "outputs": output_names,
+            "renamed": renamed,  # internal tensors that held a name of source.outputs
             "nodes": len(model.graph.node),
             "ops": dict(Counter(n.op_type for n in model.graph.node)),
         },

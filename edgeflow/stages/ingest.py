@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.onnxfile import check_onnx_file
+from edgeflow.core.onnxgraph import name_outputs
+from edgeflow.core.onnxoutputs import type_outputs
 from edgeflow.core.signatures import SHAPE_HINT, shape_clash
 from edgeflow.core.specs import TensorSpec
 from edgeflow.stages.base import Stage, StageContext
@@ -42,16 +44,24 @@ def run(ctx: StageContext) -> None:
         )
     if not session.get_outputs():
         raise EdgeflowError(f"{path.name} has no graph outputs", "export the model again")
+    if source.outputs is not None and len(source.outputs) != len(session.get_outputs()):
+        raise EdgeflowError(
+            f"source.outputs names {len(source.outputs)} output(s), {path.name} has "
+            f"{len(session.get_outputs())} ({', '.join(o.name for o in session.get_outputs())})",
+            "name each graph output once, in the file's order",
+        )
     for name, spec in declared.items():
         problem = shape_clash(list(actual[name].shape), spec)
         if problem:
             raise EdgeflowError(f"source.inputs: {name}: {problem} in {path.name}", SHAPE_HINT)
     model = onnx.load(str(path))
     signed = bind(model, source.inputs, source.dynamic_batch is not None)
+    typed = type_outputs(signed, path.name)
+    renamed = name_outputs(signed, source.outputs) if source.outputs else {}
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
     constants = {s.name: s.constant() for s in source.inputs if s.value is not None}
-    names = [o.name for o in session.get_outputs()]
-    extra: dict[str, object] = {}
+    names = source.outputs or [o.name for o in session.get_outputs()]
+    extra: dict[str, object] = {"typed_outputs": typed, "renamed": renamed}
     try:
         runner = WithConstants(OnnxRunner(session), constants)
         if source.state:  # step by step, the state fed back
@@ -132,7 +142,7 @@ STAGE = Stage(
     run=run,
     consumes=("onnx",),
     produces={"onnx": "model.onnx", "reference": "reference.npz", "source": "source.json"},
-    reads=("source.inputs", "source.state", "source.dynamic_batch", "evaluation"),
+    reads=("source.inputs", "source.outputs", "source.state", "source.dynamic_batch", "evaluation"),
     tools=("onnxruntime", "onnx", "numpy"),
     isolated=True,
 )
