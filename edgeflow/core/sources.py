@@ -87,9 +87,9 @@ class OnnxSource(Signature):
 
 
 # A SavedModel folder holds one of these; a .keras file is Keras 3's whole-model format
-# (.h5 its legacy one).
+# (.h5 its legacy one, which older Keras also wrote as .hdf5).
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
-KERAS_SUFFIXES = (".keras", ".h5")
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
 
 
 def _tf_model(value: Any, info: ValidationInfo) -> Path | ImportRef:
@@ -118,8 +118,8 @@ def _tf_model(value: Any, info: ValidationInfo) -> Path | ImportRef:
         return path
     if path.suffix not in KERAS_SUFFIXES:
         raise user_error(
-            f"{value}: a tensorflow source is a SavedModel folder, a .keras (or .h5) file or "
-            "a 'module:function' returning a Keras model",
+            f"{value}: a tensorflow source is a SavedModel folder, a .keras (or legacy .h5, "
+            ".hdf5) file or a 'module:function' returning a Keras model",
             "save the model with model.save('model.keras') or model.export('saved_model')",
         )
     return _existing_file(value, info)
