@@ -64,9 +64,28 @@ class PyTorchSource(Signature):
     model: TorchModuleRef
     init: dict[str, Any] = Field(default_factory=dict)
     weights: RecipeFile | None = None
+    # where the state_dict sits in a checkpoint that holds more: a key, dotted for nesting
+    weights_key: str | None = Field(None, max_length=200)
+
+    @field_validator("weights_key")
+    @classmethod
+    def _dotted_key(cls, value: str | None) -> str | None:
+        if value is not None and "" in value.split("."):
+            raise user_error(
+                f"an empty key or part of a dotted key (got {value!r})",
+                "name the checkpoint's keys down to the state_dict, joined by dots: "
+                "checkpoint.model",
+            )
+        return value
 
     @model_validator(mode="after")
     def _signatures(self) -> PyTorchSource:
+        if self.weights_key is not None and self.weights is None:
+            raise user_error(
+                "weights_key: picks the state_dict inside source.weights; no weights are given",
+                "add source.weights: the checkpoint file, or remove weights_key:",
+                at="weights_key",
+            )
         return _check_signatures(self)
 
 

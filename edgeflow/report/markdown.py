@@ -308,6 +308,9 @@ def changed_ops(record: dict[str, Any]) -> list[tuple[str, int, int]]:
 
 def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
     lines = ["", "## Stages", ""]
+    weights = details.get("source", {}).get("weights_note")
+    if weights:  # a checkpoint as shipped: where its state_dict was, what was stripped
+        lines.append(f"- load: {weights}")
     lines += path_lines(details)
     rules = details.get("rewrite", {}).get("rules", [])
     rules += details.get("rewrite_onnx", {}).get("rules", [])
