@@ -241,10 +241,14 @@ def fit_problems(state: Mapping[str, Any], expected: Mapping[str, torch.Tensor])
             f"{len(missing)} of the model's {len(expected)} keys missing {named(missing)}"
         )
     if unexpected:
-        problems.append(f"{len(unexpected)} unexpected keys {named(unexpected)}")
+        problems.append(f"{plural(len(unexpected), 'unexpected key')} {named(unexpected)}")
     if shapes:
-        problems.append(f"{len(shapes)} tensors of another shape {named(shapes)}")
+        problems.append(f"{plural(len(shapes), 'tensor')} of another shape {named(shapes)}")
     return "; ".join(problems)
+
+
+def plural(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def named(items: list[str]) -> str:

@@ -15,6 +15,7 @@ from edgeflow.checkpoint import FIT_HINT, WeightsError, load_weights
 from edgeflow.core.errors import EdgeflowError, RecipeError
 from edgeflow.engine.keys import recipe_slice
 from edgeflow.recipe import load_recipe
+from edgeflow.report.markdown import load_lines
 from edgeflow.source import build_module
 from edgeflow.stages import STAGES
 from edgeflow.stages.base import WARNINGS_FILE, StageContext
@@ -158,7 +159,9 @@ def test_the_ambiguity_hint_works_as_printed(tmp_path: Path, write_recipe) -> No
     module = build_module(load_recipe(fixed).recipe.source)
     assert torch.equal(module(X), net(X)) and not torch.equal(module(X), ema(X))
     out = run_load(fixed, tmp_path / "b")
-    assert json.loads((out / "source.json").read_text()).get("weights_note") is None
+    recorded = json.loads((out / "source.json").read_text())
+    assert "weights_note" not in recorded and load_lines(recorded) == []
+    assert not (out / WARNINGS_FILE).exists()
 
 
 def test_a_wrong_weights_key_is_located_and_lists_the_keys(tmp_path: Path, write_recipe) -> None:
@@ -259,7 +262,9 @@ def test_the_load_stage_warns_and_records_the_note(tmp_path: Path, write_recipe)
     [warning] = json.loads((out / WARNINGS_FILE).read_text())
     assert warning.startswith("weights ckpt.pt: loaded the state_dict under 'net' (the file ")
     assert "the prefix 'module.' (DataParallel/DistributedDataParallel) stripped" in warning
-    assert json.loads((out / "source.json").read_text())["weights_note"] == warning
+    recorded = json.loads((out / "source.json").read_text())
+    assert recorded["weights_note"] == warning
+    assert load_lines(recorded) == [f"- load: {warning}"]  # the report's line
 
 
 def run_load(path: Path, out: Path) -> Path:
