@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgeflow.core import progress
-from edgeflow.core.errors import EdgeflowError, first_line
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.refs import ImportRef, user_frame
 from edgeflow.core.sources import PyTorchSource
 from edgeflow.core.specs import TensorSpec
@@ -20,9 +18,12 @@ if TYPE_CHECKING:
     from edgeflow.data import Samples
 
 
-def build_module(source: PyTorchSource) -> torch.nn.Module:
-    """Instantiate `source.model(**init)`, load its weights (weights_only=True), set eval mode."""
+def build_module(source: PyTorchSource, notes: list[str] | None = None) -> torch.nn.Module:
+    """Instantiate `source.model(**init)`, load its weights (weights_only=True), set eval mode;
+    `notes` gets what loading the checkpoint had to do (edgeflow.checkpoint)."""
     import torch
+
+    from edgeflow.checkpoint import load_weights
 
     ref: Any = source.model
     assert isinstance(ref, ImportRef)
@@ -63,53 +64,10 @@ def build_module(source: PyTorchSource) -> torch.nn.Module:
     if not isinstance(module, torch.nn.Module):
         raise EdgeflowError(f"{ref} built a {type(module).__name__}, not a torch.nn.Module")
     if source.weights is not None:
-        problem = checkpoint_problem(source.weights)
-        if problem:
-            raise EdgeflowError(f"weights {source.weights} {problem}", WEIGHTS_HINT)
-        try:
-            state = torch.load(source.weights, map_location="cpu", weights_only=True)
-        except Exception as exc:  # torch's unpickler and zip reader: the file's fault
-            raise EdgeflowError(
-                f"cannot load weights {source.weights} ({type(exc).__name__}): {first_line(exc)}",
-                WEIGHTS_HINT,
-            ) from exc
-        if isinstance(state, dict) and "state_dict" in state and len(state) <= 4:
-            state = state["state_dict"]
-        if not isinstance(state, Mapping) or not all(isinstance(k, str) for k in state):
-            raise EdgeflowError(
-                f"weights {source.weights} hold a {type(state).__name__}, not a state_dict",
-                WEIGHTS_HINT,
-            )
-        try:
-            module.load_state_dict(state, strict=True)
-        except (RuntimeError, TypeError, ValueError, AttributeError, KeyError) as exc:
-            first = str(exc).splitlines()[0]
-            raise EdgeflowError(
-                f"weights {source.weights} do not fit {ref}: {first}",
-                "check source.init (sizes) and that the file is this model's state_dict",
-            ) from exc
+        note = load_weights(module, source.weights, source.weights_key, str(ref))
+        if note and notes is not None:
+            notes.append(note)
     return module.eval()
-
-
-WEIGHTS_HINT = "save a state_dict with torch.save(model.state_dict(), path)"
-
-
-def checkpoint_problem(path: Path) -> str | None:
-    """What makes `path` no PyTorch checkpoint, from its first bytes (None: it may be one):
-    torch.save writes a zip archive, before PyTorch 1.6 a pickle."""
-    from edgeflow.data import ZIP_MAGICS, what_file
-
-    try:
-        with open(path, "rb") as f:
-            head = f.read(512)
-    except OSError as exc:
-        return f"cannot be opened: {exc.strerror or first_line(exc)}"
-    if head.startswith(ZIP_MAGICS) or head[:1] == b"\x80":
-        return None
-    return (
-        "is not a PyTorch checkpoint (torch.save writes a zip archive, or before PyTorch 1.6 "
-        f"a pickle): {what_file(head)}"
-    )
 
 
 def example_inputs(specs: list[TensorSpec], batch: int | None = None) -> tuple[torch.Tensor, ...]:

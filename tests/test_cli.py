@@ -136,7 +136,9 @@ def test_weights_that_do_not_fit_fail_the_load_stage(
     assert main(["run", f"recipe={path}", f"cache_dir={cache}", f"build_dir={tmp_path}/b"]) == 2
     captured = capsys.readouterr()
     assert "  load           failed" in captured.out
-    assert "stage 'load' failed: weights" in captured.err and "do not fit" in captured.err
+    assert "stage 'load' failed: " in captured.err
+    assert ": source.weights: weights digits_cnn.pt do not fit " in captured.err
+    assert "another shape (classifier.weight: file [10, 32], model [5, 32]" in captured.err
     assert "hint: check source.init" in captured.err
     assert not (cache / "load").exists() or not list((cache / "load").glob("*/*"))
     assert not (tmp_path / "b").exists()

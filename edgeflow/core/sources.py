@@ -64,9 +64,28 @@ class PyTorchSource(Signature):
     model: TorchModuleRef
     init: dict[str, Any] = Field(default_factory=dict)
     weights: RecipeFile | None = None
+    # where the state_dict sits in a checkpoint that holds more: a key, dotted for nesting
+    weights_key: str | None = Field(None, max_length=200)
+
+    @field_validator("weights_key")
+    @classmethod
+    def _dotted_key(cls, value: str | None) -> str | None:
+        if value is not None and "" in value.split("."):
+            raise user_error(
+                f"an empty key or part of a dotted key (got {value!r})",
+                "name the checkpoint's keys down to the state_dict, joined by dots: "
+                "checkpoint.model",
+            )
+        return value
 
     @model_validator(mode="after")
     def _signatures(self) -> PyTorchSource:
+        if self.weights_key is not None and self.weights is None:
+            raise user_error(
+                "weights_key: picks the state_dict inside source.weights; no weights are given",
+                "add source.weights: the checkpoint file, or remove weights_key:",
+                at="weights_key",
+            )
         return _check_signatures(self)
 
 
@@ -87,9 +106,9 @@ class OnnxSource(Signature):
 
 
 # A SavedModel folder holds one of these; a .keras file is Keras 3's whole-model format
-# (.h5 its legacy one).
+# (.h5 its legacy one, which older Keras also wrote as .hdf5).
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
-KERAS_SUFFIXES = (".keras", ".h5")
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
 
 
 def _tf_model(value: Any, info: ValidationInfo) -> Path | ImportRef:
@@ -118,8 +137,8 @@ def _tf_model(value: Any, info: ValidationInfo) -> Path | ImportRef:
         return path
     if path.suffix not in KERAS_SUFFIXES:
         raise user_error(
-            f"{value}: a tensorflow source is a SavedModel folder, a .keras (or .h5) file or "
-            "a 'module:function' returning a Keras model",
+            f"{value}: a tensorflow source is a SavedModel folder, a .keras (or legacy .h5, "
+            ".hdf5) file or a 'module:function' returning a Keras model",
             "save the model with model.save('model.keras') or model.export('saved_model')",
         )
     return _existing_file(value, info)

@@ -224,7 +224,7 @@ def onnx_source_reads(s: dict[str, Any], profile: TargetProfile | None) -> list[
 
 def weights_are_a_checkpoint(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
     """A PyTorch source's weights file is a torch.save checkpoint, by its first bytes."""
-    from edgeflow.source import WEIGHTS_HINT, checkpoint_problem
+    from edgeflow.checkpoint import WEIGHTS_HINT, checkpoint_problem
 
     source = s.get("source")
     if source is None or source.kind != "pytorch" or source.weights is None:

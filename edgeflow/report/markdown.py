@@ -308,6 +308,7 @@ def changed_ops(record: dict[str, Any]) -> list[tuple[str, int, int]]:
 
 def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
     lines = ["", "## Stages", ""]
+    lines += load_lines(details.get("source", {}))
     lines += path_lines(details)
     rules = details.get("rewrite", {}).get("rules", [])
     rules += details.get("rewrite_onnx", {}).get("rules", [])
@@ -391,6 +392,12 @@ def _quantize_lines(q: dict[str, Any] | None) -> list[str]:
     if q.get("shape_inference", {}).get("symbolic") is False:
         lines.append(f"  - {q['shape_inference']['symbolic_failed']}; onnx's shape inference used")
     return lines
+
+
+def load_lines(source: dict[str, Any]) -> list[str]:
+    """A checkpoint as shipped: where its state_dict was found, what was stripped."""
+    note = source.get("weights_note")
+    return [f"- load: {note}"] if note else []
 
 
 def path_lines(details: dict[str, Any]) -> list[str]:

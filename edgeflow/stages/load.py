@@ -10,8 +10,11 @@ from edgeflow.stages.base import Stage, StageContext
 if TYPE_CHECKING:  # imported where used: the edgeflow process itself never needs numpy
     import numpy as np
 
+    from edgeflow.checkpoint import WeightsError
+
 
 def run(ctx: StageContext) -> None:
+    from edgeflow.checkpoint import WeightsError
     from edgeflow.data import load_samples
     from edgeflow.source import ModuleRunner, build_module, run_module
     from edgeflow.verify.runners import batching
@@ -19,11 +22,17 @@ def run(ctx: StageContext) -> None:
 
     recipe = ctx.recipe
     source = recipe.source
-    module = build_module(source)
+    notes: list[str] = []
+    try:
+        module = build_module(source, notes)
+    except WeightsError as exc:  # at the key that picks the weights
+        raise EdgeflowError(located(ctx, exc), exc.hint) from exc
+    for note in notes:
+        ctx.warn(note)
     samples = load_samples(recipe.evaluation, source.inputs, "evaluation", source.state)
     detections = recipe.evaluation.metric == "detections"
     limit = recipe.verify.detections.max_detections if detections else None
-    extra: dict[str, object] = {}
+    extra: dict[str, object] = {"weights_note": notes[0]} if notes else {}
     if source.state:  # step by step, the state fed back
         streamed = run_stream(ModuleRunner(module, source.inputs), samples, source, source.outputs)
         outputs, extra["steps"] = streamed.outputs, streamed.steps
@@ -39,6 +48,14 @@ def run(ctx: StageContext) -> None:
         parameters=parameters,
         **extra,
     )
+
+
+def located(ctx: StageContext, exc: WeightsError) -> str:
+    """The weights' problem at its recipe key: `file:line:col: key: message`."""
+    from edgeflow.core.loader import locate, read_yaml
+
+    path = ctx.loaded.path
+    return locate(read_yaml(path), path, {}, exc.key, exc.message, None).render()
 
 
 def save_reference(
