@@ -122,7 +122,10 @@ def test_model_files_and_their_keys(tmp_path: Path, recipe) -> None:
     (tmp_path / "net.pt").write_bytes(b"x")
     for model, message in (
         ("sm", "sm is a folder without saved_model.pb: not a SavedModel"),
-        ("net.pt", "a tensorflow source is a SavedModel folder, a .keras (or legacy .h5, .hdf5) file"),
+        (
+            "net.pt",
+            "a tensorflow source is a SavedModel folder, a .keras (or legacy .h5, .hdf5) file",
+        ),
         ("gone.keras", "file not found: gone.keras"),
         ("model.py:nothing", "'nothing' is not defined in model.py"),
     ):
