@@ -48,8 +48,10 @@ def load_weights(module: torch.nn.Module, path: Path, weights_key: str | None, w
     expected = module.state_dict()
     state, where = find_state_dict(checkpoint, weights_key, path.name, set(expected))
     state, stripped = unwrapped(state, set(expected))
-    misfit = fit_problems(state, expected)
-    if misfit:
+    try:  # the module judges first: its own loading hooks may resize buffers (FakeQuantize)
+        module.load_state_dict(state, strict=True)
+    except (RuntimeError, TypeError, ValueError, AttributeError, KeyError) as exc:
+        misfit = fit_problems(state, expected) or str(exc)[:800]
         others = [
             p
             for p in state_dicts(checkpoint)
@@ -61,12 +63,6 @@ def load_weights(module: torch.nn.Module, path: Path, weights_key: str | None, w
             f"{misfit}; the file holds {outline(checkpoint)}",
             hint,
             "source.weights_key" if weights_key else "source.weights",
-        )
-    try:
-        module.load_state_dict(state, strict=True)
-    except (RuntimeError, TypeError, ValueError, AttributeError, KeyError) as exc:
-        raise WeightsError(
-            f"weights {path.name} do not fit {what}: {str(exc)[:800]}", FIT_HINT
         ) from exc
     notes = []
     if where and not weights_key:

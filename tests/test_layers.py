@@ -19,8 +19,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # the leaf: errors, spec types, YAML and validation, references and code hashes
     ("edgeflow", "edgeflow.core"),
     # the model side: samples, the user's PyTorch model, torch ops, output comparison
-    # (edgeflow.speech: the keyword-spotting data behind edgeflow.datasets); the other
-    # frameworks' models (TensorFlow/Keras, tf2onnx, JAX)
+    # (edgeflow.speech: the keyword-spotting data behind edgeflow.datasets; edgeflow.checkpoint:
+    # the model's weights files); the other frameworks' models (TensorFlow/Keras, tf2onnx, JAX)
     (
         "edgeflow.data",
         "edgeflow.datasets",
@@ -28,6 +28,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "edgeflow.ops",
         "edgeflow.verify",
         "edgeflow.source",
+        "edgeflow.checkpoint",
         "edgeflow.frameworks",
     ),
     ("edgeflow.rules",),

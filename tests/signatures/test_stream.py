@@ -233,11 +233,11 @@ def test_sequences_of_unequal_length_are_refused(models: Path, write_recipe) -> 
     (models / "ragged.py").write_text(
         "import numpy as np\n"
         "def data():\n"
-        "    return {'x': np.zeros((2, 5, 16), np.float32), 'y': np.zeros((2, 6, 4), np.float32)}\n"
+        "    return {'x': np.zeros((2, 5, 16), np.float32), 'z': np.zeros((2, 6, 4), np.float32)}\n"
     )
     text = STREAM.replace(
         "    - {name: x, shape: [1, 16]}",
-        "    - {name: x, shape: [1, 16]}\n    - {name: y, shape: [1, 4]}",
+        "    - {name: x, shape: [1, 16]}\n    - {name: z, shape: [1, 4]}",
     )
     text = text.replace("dataset: seq.npz", 'dataset: "ragged.py:data"')
     recipe = load_recipe(write_recipe(text)).recipe
