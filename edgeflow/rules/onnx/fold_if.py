@@ -10,6 +10,7 @@ from edgeflow.core.onnxgraph import (
     constant_value,
     copy_model,
     node_reads,
+    rename_values,
     subgraphs,
     tensor_types,
 )
@@ -180,7 +181,7 @@ def _inline(model: onnx.ModelProto, graph: Any, index: int, branch_name: str) ->
     defined = _defined_names(branch)
     clashes = sorted(n for n in defined if n in namer.taken)
     namer.taken |= defined
-    _rename(branch, {n: namer(n) for n in clashes})
+    rename_values(branch, {n: namer(n) for n in clashes})
     produced = {o for n in branch.node for o in n.output}
     renames: dict[str, str] = {}
     identities = []
@@ -192,7 +193,7 @@ def _inline(model: onnx.ModelProto, graph: Any, index: int, branch_name: str) ->
         else:  # an outer value, a branch initializer, or a value returned twice
             source = renames.get(formal.name, formal.name)
             identities.append(helper.make_node("Identity", [source], [actual], namer(actual)))
-    _rename(branch, renames)
+    rename_values(branch, renames)
     nodes = [*graph.node[:index], *branch.node, *identities, *graph.node[index:]]
     del graph.node[:]
     graph.node.extend(nodes)
@@ -209,18 +210,6 @@ def _defined_names(graph: Any) -> set[str]:
         if depth > 0:
             names.update(v.name for v in g.input)
     return names
-
-
-def _rename(graph: Any, mapping: dict[str, str]) -> None:
-    """Rename values everywhere in a graph and its subgraphs (names there are unique)."""
-    if not mapping:
-        return
-    for g in all_graphs(graph):
-        for node in g.node:
-            node.input[:] = [mapping.get(n, n) for n in node.input]
-            node.output[:] = [mapping.get(n, n) for n in node.output]
-        for item in (*g.input, *g.output, *g.value_info, *g.initializer):
-            item.name = mapping.get(item.name, item.name)
 
 
 def _remove_dead_code(model: onnx.ModelProto) -> int:

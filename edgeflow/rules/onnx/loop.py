@@ -16,10 +16,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from edgeflow.core.onnxgraph import Namer, all_graphs, copy_model, node_reads, opset_version
+from edgeflow.core.onnxgraph import (
+    Namer,
+    all_graphs,
+    copy_model,
+    node_reads,
+    opset_version,
+    rename_values,
+)
 from edgeflow.rules.base import OnnxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
-from edgeflow.rules.onnx.fold_if import _constants, _defined_names, _remove_dead_code, _rename
+from edgeflow.rules.onnx.fold_if import _constants, _defined_names, _remove_dead_code
 
 if TYPE_CHECKING:
     import onnx
@@ -218,7 +225,7 @@ def _unroll(model: onnx.ModelProto, graph: Any, index: int, trips: int) -> None:
         iterations.add(iteration)
         for formal, actual in zip(body.input[2:], carried, strict=True):
             mapping[formal.name] = actual
-        _rename(step, mapping)
+        rename_values(step, mapping)
         for n in step.node:
             n.name = namer(f"{n.name or n.op_type}_{k}")
         nodes.extend(step.node)
@@ -245,7 +252,7 @@ def _unroll(model: onnx.ModelProto, graph: Any, index: int, trips: int) -> None:
             tail.extend(_stack(values, target, t, namer, constants, opset_version(model)))
     step = onnx.GraphProto()
     step.node.extend([*nodes, *tail])
-    _rename(step, finals)
+    rename_values(step, finals)
     new = [*graph.node[:index], *step.node, *graph.node[index:]]
     del graph.node[:]
     graph.node.extend(new)
