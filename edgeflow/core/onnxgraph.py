@@ -276,16 +276,17 @@ def constants_to_initializers(graph: onnx.GraphProto, share: bool = False) -> in
     return hoisted
 
 
-def graph_inputs(path: Any) -> dict[str, tuple[str, list[int | str]]]:
-    """The graph inputs of an .onnx file (initializers excluded): name -> (dtype, dims), a
-    dim as its size or its symbol ('?' where unknown); weights are not read."""
+def graph_inputs(path: Any, overridable: bool = False) -> dict[str, tuple[str, list[int | str]]]:
+    """The graph inputs of an .onnx file: name -> (dtype, dims), a dim as its size or its
+    symbol ('?' where unknown); weights are not read. Inputs that are also initializers
+    (every IR-3 file lists its weights so) are left out, or `overridable`: only those."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
     initializers = {t.name for t in model.graph.initializer}
     found: dict[str, tuple[str, list[int | str]]] = {}
     for value in model.graph.input:
-        if value.name in initializers:
+        if (value.name in initializers) != overridable:
             continue
         tensor = value.type.tensor_type
         dtype = (

@@ -244,7 +244,9 @@ def inputs_fit_the_model(s: dict[str, Any], profile: TargetProfile | None) -> li
     source = s.get("source")
     if source is None or source.kind != "onnx" or onnx_problems(source.model):
         return []  # an unreadable model: onnx_source_reads says why
-    model = graph_inputs(source.model)
+    # an input that is also an initializer (a weight, in an IR-3 file) may be fed too
+    required = graph_inputs(source.model)
+    model = {**graph_inputs(source.model, overridable=True), **required}
     file, found = source.model.name, []
     for i, spec in enumerate(source.inputs):
         key = f"source.inputs[{i}]"
@@ -265,7 +267,7 @@ def inputs_fit_the_model(s: dict[str, Any], profile: TargetProfile | None) -> li
         if clash:
             found.append((f"{key}.shape", f"'{spec.name}': {clash} in {file}", SHAPE_HINT))
     declared = {spec.name for spec in source.inputs}
-    for name, (dtype, dims) in model.items():
+    for name, (dtype, dims) in required.items():
         if name not in declared:
             found.append(
                 (

@@ -395,9 +395,11 @@ def _quantize_lines(q: dict[str, Any] | None) -> list[str]:
 
 
 def load_lines(source: dict[str, Any]) -> list[str]:
-    """A checkpoint as shipped: where its state_dict was found, what was stripped."""
+    """A checkpoint as shipped: where its state_dict was found, what was stripped; a file
+    from another or an older exporter: what ingest made of it."""
     note = source.get("weights_note")
-    return [f"- load: {note}"] if note else []
+    lines = [f"- load: {note}"] if note else []
+    return lines + [f"- ingest: {n}" for n in source.get("normalised") or []]
 
 
 def path_lines(details: dict[str, Any]) -> list[str]:

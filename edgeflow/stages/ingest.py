@@ -4,14 +4,23 @@ record the source's outputs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.onnxfile import check_onnx_file
-from edgeflow.core.onnxgraph import name_outputs
+from edgeflow.core.onnxgraph import copy_model, name_outputs
 from edgeflow.core.onnxoutputs import type_outputs
 from edgeflow.core.signatures import SHAPE_HINT, shape_clash
 from edgeflow.core.specs import TensorSpec
+from edgeflow.stages._normalise import (
+    checking_session,
+    fold_constants,
+    initializer_inputs,
+    quantized,
+    reinfer_shapes,
+    upgrade_opset,
+)
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.load import save_reference
 
@@ -20,9 +29,7 @@ if TYPE_CHECKING:
 
 
 def run(ctx: StageContext) -> None:
-    import numpy as np
     import onnx
-    import onnxruntime as ort
 
     from edgeflow.data import load_samples
     from edgeflow.verify.runners import OnnxRunner, WithConstants, batching, run_all
@@ -31,37 +38,32 @@ def run(ctx: StageContext) -> None:
     source = ctx.recipe.source
     path = ctx.inputs["onnx"]
     check_onnx_file(path)  # an ONNX source's was checked at validate; it may have changed since
-    try:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        raise EdgeflowError(f"onnxruntime cannot load {path.name}: {exc}") from exc
+    original = onnx.load(str(path))
     declared = {s.name: s for s in source.inputs}
-    actual = {i.name: i for i in session.get_inputs()}
-    if set(declared) != set(actual):
-        raise EdgeflowError(
-            f"source.inputs names {sorted(declared)} but {path.name} has inputs {sorted(actual)}",
-            "name source.inputs after the model's graph inputs",
-        )
-    if not session.get_outputs():
-        raise EdgeflowError(f"{path.name} has no graph outputs", "export the model again")
-    if source.outputs is not None and len(source.outputs) != len(session.get_outputs()):
-        raise EdgeflowError(
-            f"source.outputs names {len(source.outputs)} output(s), {path.name} has "
-            f"{len(session.get_outputs())} ({', '.join(o.name for o in session.get_outputs())})",
-            "name each graph output once, in the file's order",
-        )
-    for name, spec in declared.items():
-        problem = shape_clash(list(actual[name].shape), spec)
-        if problem:
-            raise EdgeflowError(f"source.inputs: {name}: {problem} in {path.name}", SHAPE_HINT)
-    model = onnx.load(str(path))
+    model = copy_model(original)
+    notes = initializer_inputs(model, set(declared))
+    model, upgraded = upgrade_opset(model, path.name)
+    notes += upgraded
+    session = _reference_session(path, model, bool(upgraded))
+    _check_signature(model, session, source, path.name)
     signed = bind(model, source.inputs, source.dynamic_batch is not None)
+    notes += reinfer_shapes(signed)
+    signed, folded = fold_constants(signed)
+    notes += folded
     typed = type_outputs(signed, path.name)
     renamed = name_outputs(signed, source.outputs) if source.outputs else {}
+    held = quantized(signed)
+    if held:
+        listed = ", ".join(f"{op} x{n}" for op, n in held.items())
+        notes.append(f"the file is quantized already ({listed})")
+    for note in notes:
+        ctx.warn(f"ingest: {path.name}: {note}")
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
     constants = {s.name: s.constant() for s in source.inputs if s.value is not None}
     names = source.outputs or [o.name for o in session.get_outputs()]
-    extra: dict[str, object] = {"typed_outputs": typed, "renamed": renamed}
+    extra: dict[str, object] = {"typed_outputs": typed, "renamed": renamed, "normalised": notes}
+    if held:
+        extra["quantized_ops"] = held
     try:
         runner = WithConstants(OnnxRunner(session), constants)
         if source.state:  # step by step, the state fed back
@@ -78,14 +80,79 @@ def run(ctx: StageContext) -> None:
             f"onnxruntime cannot run {path.name} on the evaluation samples: {first_line(exc)}",
             "check source.inputs (shapes, dtypes) against the model's inputs",
         ) from exc
-    if constants:  # the bound graph computes what the source does with the constants fed
+    if constants or notes:  # the bound, normalised graph computes what the file does
         feeds, _ = next(steps.batches(*batching(source)))
-        bound = ort.InferenceSession(signed.SerializeToString(), providers=["CPUExecutionProvider"])
-        for want, got in zip(runner.run(feeds), bound.run(None, feeds), strict=True):
-            if want.shape != got.shape or not np.allclose(want, got, rtol=1e-5, atol=1e-6):
-                raise AssertionError(f"binding {sorted(constants)} changed {path.name}'s outputs")
+        _check_same(runner, signed, feeds, path.name, notes)
     onnx.save(signed, str(ctx.output("onnx")))
     save_reference(ctx, outputs, path.name, len(samples), names, **extra)
+
+
+def _reference_session(path: Path, model: onnx.ModelProto, upgraded: bool) -> Any:
+    """onnxruntime on the file as it is: what the source computes; where onnxruntime has no
+    kernels for the file's opset, on the file moved to the opset ingest chose."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # its "upgrade your model" warnings: ingest's notes say it
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's errors are not typed
+        if not upgraded:
+            raise EdgeflowError(f"onnxruntime cannot load {path.name}: {exc}") from exc
+    return checking_session(model)
+
+
+def _check_signature(model: onnx.ModelProto, session: Any, source: Any, file: str) -> None:
+    """The recipe's inputs and outputs against the (normalised) file's."""
+    declared = {s.name: s for s in source.inputs}
+    actual = {v.name: v for v in model.graph.input}
+    if set(declared) != set(actual):
+        raise EdgeflowError(
+            f"source.inputs names {sorted(declared)} but {file} has inputs {sorted(actual)}",
+            "name source.inputs after the model's graph inputs",
+        )
+    outputs = session.get_outputs()
+    if not outputs:
+        raise EdgeflowError(f"{file} has no graph outputs", "export the model again")
+    if source.outputs is not None and len(source.outputs) != len(outputs):
+        raise EdgeflowError(
+            f"source.outputs names {len(source.outputs)} output(s), {file} has "
+            f"{len(outputs)} ({', '.join(o.name for o in outputs)})",
+            "name each graph output once, in the file's order",
+        )
+    for name, spec in declared.items():
+        dims = [
+            d.dim_value if d.HasField("dim_value") else d.dim_param or None
+            for d in actual[name].type.tensor_type.shape.dim
+        ]
+        problem = shape_clash(dims, spec)
+        if problem:
+            raise EdgeflowError(f"source.inputs: {name}: {problem} in {file}", SHAPE_HINT)
+
+
+def _check_same(
+    runner: Any, signed: onnx.ModelProto, feeds: dict[str, Any], file: str, notes: list[str]
+) -> None:
+    """What ingest made computes what the file does (on the first batch of the samples); a
+    difference from onnx's version converter is the user's to know of, any other is a bug."""
+    import numpy as np
+
+    got = checking_session(signed).run(None, feeds)
+    for index, (want, have) in enumerate(zip(runner.run(feeds), got, strict=True)):
+        if want.shape == have.shape and np.allclose(want, have, rtol=1e-4, atol=1e-5):
+            continue
+        diff = (
+            float(np.max(np.abs(want.astype(np.float64) - have)))
+            if want.shape == have.shape
+            else f"shape {list(have.shape)} for {list(want.shape)}"
+        )
+        if any("version converter" in n for n in notes):
+            raise EdgeflowError(
+                f"{file}: the file moved to another opset computes something else (output "
+                f"{index}: max |difference| {diff}): {'; '.join(notes)}",
+                "export the model again at a recent opset (onnx's version converter changed it)",
+            )
+        raise AssertionError(f"ingest changed what {file} computes (output {index}: {diff})")
 
 
 def bind(model: onnx.ModelProto, specs: list[TensorSpec], dynamic: bool) -> onnx.ModelProto:

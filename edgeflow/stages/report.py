@@ -55,6 +55,9 @@ def run(ctx: StageContext) -> None:
         "size_bytes": int(v["size_bytes"]),
     }
     metrics.update(v.get("extra", {}))  # target-specific figures, e.g. arena_bytes
+    ingested = details["source"].get("normalised")
+    if ingested:  # what ingest did to a file from another or an older exporter
+        metrics["ingest"] = list(ingested)
     path = conversion_path(details)
     if path is not None:  # a TensorFlow or JAX source: its path, and what each step added
         metrics["conversion"] = path

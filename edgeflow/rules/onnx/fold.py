@@ -153,3 +153,54 @@ def _evaluate(node: Any, values: dict[str, Any], opset: int) -> list[Any] | None
     if not all(isinstance(r, np.ndarray | np.generic) for r in results):
         return None
     return [np.asarray(r) for r in results]
+
+
+def fold_shapes(model: onnx.ModelProto) -> list[Site]:
+    """Make the Shape (and Size) of each main-graph tensor whose shape shape inference knows
+    in full a constant, in place: what onnxscript's optimizer does, ahead of `fold`, so that
+    what is computed from static shapes folds too. A site per folded node."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    graph = model.graph
+    outputs = {o.name for o in graph.output}
+    wanted = [
+        i
+        for i, n in enumerate(graph.node)
+        if n.op_type in ("Shape", "Size") and n.domain in ("", "ai.onnx")
+        if n.output[0] not in outputs
+    ]
+    if not wanted:
+        return []
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # onnx's inference errors are not one type: nothing is known then
+        return []
+    shapes: dict[str, list[int]] = {}
+    for value in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        if value.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            shapes[value.name] = [d.dim_value for d in dims]
+    for t in graph.initializer:
+        shapes[t.name] = list(t.dims)
+    sites: list[Site] = []
+    folded = set()
+    for i in wanted:
+        node = graph.node[i]
+        dims = shapes.get(node.input[0])
+        if dims is None:
+            continue
+        if node.op_type == "Size":
+            value = np.array(int(np.prod(dims)), np.int64)
+        else:
+            attrs = {a.name: a.i for a in node.attribute}
+            start, end = attrs.get("start", 0), attrs.get("end", len(dims))
+            value = np.array(dims[slice(start, end)], np.int64)
+        graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+        folded.add(i)
+        sites.append(Site.changed(node.name or node.output[0], f"{node.op_type} of a static shape"))
+    kept = [n for i, n in enumerate(graph.node) if i not in folded]
+    del graph.node[:]
+    graph.node.extend(kept)
+    return sites

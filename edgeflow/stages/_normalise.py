@@ -1,0 +1,335 @@
+"""What ingest does to an ONNX file from another or an older exporter before anything else
+reads it, each step said in a note (source.json, the report, metrics.json):
+
+- initializers the file also lists as graph inputs (every IR-3 file; some later exporters
+  too) become constants, or fed inputs where the recipe declares them;
+- a file onnxruntime has no kernels for, or whose ops' versions some built-in target has no
+  kernel for, is moved with onnx's version converter to the lowest opset that works;
+- declared shapes (value_info, graph outputs) that contradict what shape inference derives
+  from the declared inputs are dropped and inferred again;
+- an `If` whose condition is a constant becomes its branch, and every node whose inputs are
+  all constants becomes an initializer (whatever the op: ConstantOfShape, Range, Tile, the
+  Shape of a tensor whose shape is static);
+- a file that is already quantized (integer and QLinear ops) is recognised.
+
+ingest (edgeflow/stages/ingest.py) checks that the result computes what the file did."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from edgeflow.core.errors import EdgeflowError, first_line
+from edgeflow.core.onnxgraph import copy_model, opset_version
+
+if TYPE_CHECKING:
+    import onnx
+
+# The largest constant ingest computes and stores (elements): weights built in the graph
+# (ConstantOfShape, Tile of a constant) are folded however large they are, up to 1 GiB of
+# float32; a larger one stays a node and the precheck judges it.
+MAX_FOLDED = 1 << 28
+# onnxruntime guarantees kernels from opset 7 on (older versions load "depending upon
+# legacy support"); onnx's version converter knows no opset below 1.
+ORT_FLOOR = 7
+# Ops that mean the file is quantized already: onnxruntime's QOperator and integer formats.
+QUANTIZED_OPS = frozenset(
+    {
+        "ConvInteger",
+        "MatMulInteger",
+        "DynamicQuantizeLinear",
+        "QLinearConv",
+        "QLinearMatMul",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearSigmoid",
+        "QLinearLeakyRelu",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearConcat",
+        "QLinearSoftmax",
+        "QGemm",
+        "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat",
+    }
+)
+
+
+def initializer_inputs(model: onnx.ModelProto, declared: set[str]) -> list[str]:
+    """Settle each initializer the graph also lists as an input (in place): one the recipe
+    declares is fed (its initializer goes), the others are constants (their input goes).
+    IR-3 files list every initializer so, and rules, onnx's version converter and the
+    targets read such an input as one to feed. Notes; the IR version is raised to 4, the
+    first that allows an initializer that is not an input."""
+    graph = model.graph
+    stored = {t.name for t in graph.initializer}
+    listed = [v.name for v in graph.input if v.name in stored]
+    notes: list[str] = []
+    if listed:
+        fed = [n for n in listed if n in declared]
+        kept = [v for v in graph.input if v.name not in stored or v.name in declared]
+        del graph.input[:]
+        graph.input.extend(kept)
+        weights = [t for t in graph.initializer if t.name not in fed]
+        del graph.initializer[:]
+        graph.initializer.extend(weights)
+        constants = len(listed) - len(fed)
+        if constants:
+            notes.append(
+                f"{constants} initializer(s) the file also lists as graph inputs are constants"
+            )
+        if fed:
+            notes.append(f"fed as declared, not the file's stored values: {', '.join(fed)}")
+    if model.ir_version < 4:
+        notes.append(f"IR version {model.ir_version} -> 4")
+        model.ir_version = 4
+    return notes
+
+
+@functools.cache
+def target_kernels() -> dict[str, tuple[tuple[tuple[int, int | None], ...], ...]]:
+    """op -> for each built-in target that lists kernel versions for it, its (since, until)
+    ranges (until None: every later version)."""
+    from edgeflow.core import resources
+    from edgeflow.targets import load_profile
+
+    found: dict[str, list[tuple[tuple[int, int | None], ...]]] = {}
+    for path in sorted(resources.builtin_dir("targets").glob("*.yaml")):
+        for op, spec in (load_profile(path.stem).operators or {}).items():
+            if spec.kernels:
+                found.setdefault(op, []).append(tuple((k.since, k.until) for k in spec.kernels))
+    return {op: tuple(spans) for op, spans in found.items()}
+
+
+@functools.cache
+def target_floor() -> int:
+    """The lowest opset every built-in target's profile accepts."""
+    from edgeflow.core import resources
+    from edgeflow.targets import load_profile
+
+    paths = sorted(resources.builtin_dir("targets").glob("*.yaml"))
+    return max(load_profile(p.stem).opset.min for p in paths)
+
+
+def kernel_opset(model: onnx.ModelProto, start: int) -> int:
+    """The lowest opset >= `start` at which each default-domain op of the model resolves to
+    a version that every built-in target listing the op has a kernel for (an op no opset
+    satisfies is left to the precheck to report)."""
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    kernels = target_kernels()
+    wanted = start
+    for op in {n.op_type for n in _nodes(model) if n.domain in ("", "ai.onnx")}:
+        per_target = kernels.get(op, ())
+        for version in range(start, newest + 1):
+            since = _since(op, version)
+            if since is not None and all(
+                any(lo <= since <= (hi or since) for lo, hi in spans) for spans in per_target
+            ):
+                wanted = max(wanted, version)
+                break
+    return wanted
+
+
+def _since(op: str, opset: int) -> int | None:
+    import onnx
+
+    try:
+        return int(onnx.defs.get_schema(op, opset, "").since_version)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    from edgeflow.core.onnxgraph import all_nodes
+
+    return list(all_nodes(model))
+
+
+def checking_session(model: onnx.ModelProto) -> Any:
+    """An onnxruntime session that checks what a graph computes: its graph optimizations
+    off (an `If` on a constant with static input shapes crashes their inliner), quiet."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3  # its "upgrade your model" warnings: ingest's notes say it
+    return ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def loads(model: onnx.ModelProto) -> str | None:
+    """None when onnxruntime creates a session for the model (checking_session), else
+    onnxruntime's first line."""
+    try:
+        checking_session(model)
+    except Exception as exc:  # onnxruntime's errors are not typed
+        return first_line(exc)
+    return None
+
+
+def upgrade_opset(model: onnx.ModelProto, file: str) -> tuple[onnx.ModelProto, list[str]]:
+    """The model at the lowest opset >= its own that onnxruntime loads and each built-in
+    target has kernels for (the model itself when that is its own), and a note. A file the
+    version converter cannot move is a located error naming the op and its version."""
+    import onnx
+
+    current = opset_version(model)
+    newest = min(onnx.defs.onnx_opset_version(), _ort_newest())
+    start = max(current, ORT_FLOOR, target_floor())
+    wanted = kernel_opset(model, start)
+    if wanted == current:
+        problem = loads(model)
+        if problem is None:
+            return model, []
+        if "NOT_IMPLEMENTED" not in problem:  # not the opset: ingest says why it cannot load
+            return model, []
+        wanted += 1
+    last: str | None = None
+    for opset in range(wanted, newest + 1):
+        converted = _convert(model, opset, file)
+        last = loads(converted)
+        if last is None:
+            return converted, [f"opset {current} -> {opset} at ingest (onnx's version converter)"]
+        if "NOT_IMPLEMENTED" not in last:
+            break
+    raise EdgeflowError(
+        f"{file}: onnxruntime cannot load the file at opset {current} or after converting it "
+        f"to opsets {wanted}..{newest}: {last}",
+        "export the model again at a recent opset",
+    )
+
+
+@functools.cache
+def _ort_newest() -> int:
+    """The newest default-domain opset onnxruntime loads."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state  # type: ignore[import-untyped]
+
+    versions = getattr(state, "get_all_opkernel_def", None)
+    if versions is None:
+        return 23
+    return max((k.version_range[1] for k in versions() if k.domain == ""), default=23)
+
+
+def _convert(model: onnx.ModelProto, opset: int, file: str) -> onnx.ModelProto:
+    """onnx's version converter, its failure a located error naming the op."""
+    import onnx
+
+    current = opset_version(model)
+    try:
+        out = onnx.version_converter.convert_version(copy_model(model), opset)
+    except (RuntimeError, ValueError, IndexError) as exc:
+        detail = str(exc).splitlines()[0].split("failed: ")[-1]  # drop the C++ file:line
+        ops = sorted({f"{n.op_type} (opset {current})" for n in model.graph.node})
+        raise EdgeflowError(
+            f"{file}: onnx's version converter cannot move the file from opset {current} to "
+            f"{opset}: {detail} (the file's ops: {', '.join(ops)})",
+            "export the model again at opset 13 or later, or convert it with "
+            "onnx.version_converter and replace the op it names",
+        ) from exc
+    out.ir_version = max(
+        out.ir_version, onnx.helper.find_min_ir_version_for(list(out.opset_import), True)
+    )
+    return out
+
+
+def reinfer_shapes(model: onnx.ModelProto) -> list[str]:
+    """Drop declared shapes that contradict what onnx's shape inference derives from the
+    (bound) inputs, in place: intermediates' value_info go (inference fills them in), graph
+    outputs take the inferred type. A note naming them; nothing where inference fails
+    without the declarations too."""
+    import onnx
+
+    stripped = copy_model(model)
+    del stripped.graph.value_info[:]
+    for value in stripped.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(stripped, data_prop=True)
+    except Exception:  # onnx's inference errors are not one type; nothing to compare with
+        return []
+    found = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
+    wrong: list[str] = []
+    kept = []
+    for value in model.graph.value_info:
+        if _contradicts(value, found.get(value.name)):
+            wrong.append(f"{value.name} {_shape(value)} (inferred {_shape(found[value.name])})")
+        else:
+            kept.append(value)
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(kept)
+    for value in model.graph.output:
+        if _contradicts(value, found.get(value.name)):
+            wrong.append(f"{value.name} {_shape(value)} (inferred {_shape(found[value.name])})")
+            value.type.CopyFrom(found[value.name].type)
+    if not wrong:
+        return []
+    return [f"declared shapes that contradict shape inference, inferred again: {'; '.join(wrong)}"]
+
+
+def _contradicts(declared: onnx.ValueInfoProto, inferred: onnx.ValueInfoProto | None) -> bool:
+    if inferred is None or not declared.type.HasField("tensor_type"):
+        return False
+    have, got = declared.type.tensor_type, inferred.type.tensor_type
+    if have.elem_type and got.elem_type and have.elem_type != got.elem_type:
+        return True
+    if not have.HasField("shape") or not got.HasField("shape"):
+        return False
+    if len(have.shape.dim) != len(got.shape.dim):
+        return True
+    return any(
+        a.HasField("dim_value") and b.HasField("dim_value") and a.dim_value != b.dim_value
+        for a, b in zip(have.shape.dim, got.shape.dim, strict=True)
+    )
+
+
+def _shape(value: onnx.ValueInfoProto) -> str:
+    import onnx
+
+    t = value.type.tensor_type
+    dtype = onnx.TensorProto.DataType.Name(t.elem_type).lower() if t.elem_type else "?"
+    if not t.HasField("shape"):
+        return dtype
+    dims = [
+        str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in t.shape.dim
+    ]
+    return f"{dtype}[{', '.join(dims)}]"
+
+
+def fold_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """Every If whose condition is constant becomes its branch; then every node whose inputs
+    are constants, or the shape of a tensor whose shape is static, becomes an initializer.
+    Notes counting the ops folded."""
+    from edgeflow.core.onnxgraph import op_counts
+    from edgeflow.rules.base import RewriteContext
+    from edgeflow.rules.onnx.fold import fold, fold_shapes
+    from edgeflow.rules.onnx.fold_if import FoldIf
+
+    notes: list[str] = []
+    if any(n.op_type == "If" for n in model.graph.node):
+        rule = FoldIf()
+        result = rule.apply(model, rule.Options(), RewriteContext(inputs=[]))
+        if result.changed:
+            inlined = op_counts(model)["If"] - op_counts(result.model)["If"]
+            model = result.model
+            notes.append(f"If with a constant condition replaced by its branch: {inlined}")
+    before = op_counts(model)
+    for _ in range(8):  # a folded shape can make another shape static
+        sites = fold_shapes(model) + fold(model, MAX_FOLDED)
+        if not any(s.status.value == "changed" for s in sites):
+            break
+    gone = before - op_counts(model)
+    gone.pop("Constant", None)
+    if gone:
+        listed = ", ".join(f"{op} x{n}" for op, n in sorted(gone.items()))
+        notes.append(f"constant nodes folded into initializers: {listed}")
+    return model, notes
+
+
+def quantized(model: onnx.ModelProto) -> dict[str, int]:
+    """The quantized ops a file holds already (op -> count): integer and QLinear ops."""
+    counts = Counter(n.op_type for n in _nodes(model) if n.op_type in QUANTIZED_OPS)
+    return dict(sorted(counts.items()))
