@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import torch
 
     from edgeflow.data import Samples
+    from edgeflow.verify.runners import BatchAxes
 
 
 def build_module(source: PyTorchSource, notes: list[str] | None = None) -> torch.nn.Module:
@@ -125,19 +126,23 @@ def run_module(
     specs: list[TensorSpec],
     batch: tuple[int, bool],
     max_detections: int | None = None,
+    axes: BatchAxes | None = None,
 ) -> list[np.ndarray]:
     """Outputs of the module on all samples, one array per output, fed in batches as the
     artifact will be (`batch`: size, and whether it is fixed: a model declared with batch 1
     gets one sample at a time). With `max_detections`, the module is a detector and its
     outputs are given in the padded form of `edgeflow.verify.detections` (boxes, scores,
-    labels, valid)."""
-    from edgeflow.verify.runners import joined, unpadded
+    labels, valid). Outputs are batch-first (`axes`: each one's batch axis in the module's
+    own layout)."""
+    from edgeflow.verify.runners import BatchAxes, joined, unpadded
 
+    axes = axes or BatchAxes()
     runner = ModuleRunner(module, specs, max_detections)
     chunks: list[list[np.ndarray]] = []
     with progress.task("reference outputs", total=len(samples), unit="samples") as task:
         for feeds, size in samples.batches(*batch):
-            chunks.append([unpadded(o, size, *batch) for o in runner.run(feeds)])
+            outs = axes.first(runner.run(feeds))
+            chunks.append([unpadded(o, size, *batch) for o in outs])
             task.advance(size)
     return [joined([c[i] for c in chunks]) for i in range(len(chunks[0]))]
 

@@ -36,6 +36,15 @@ class EdgeflowError(Exception):
         return self.message + (f"\nhint: {self.hint}" if self.hint else "")
 
 
+class AtRecipeKey(EdgeflowError):
+    """A recipe value only a stage can judge (it takes the model's outputs), at the dotted
+    key that sets it: the engine prints it at that key's place in the recipe file."""
+
+    def __init__(self, key: str, message: str, hint: str | None = None) -> None:
+        super().__init__(f"{key}: {message}", hint)
+        self.key, self.problem = key, message
+
+
 @dataclass(frozen=True)
 class Problem:
     """One located problem in a YAML file: `file:line:col: key: message (got value)`."""

@@ -14,7 +14,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from edgeflow.core.errors import Problem, RecipeError
+from edgeflow.core.errors import AtRecipeKey, EdgeflowError, Problem, RecipeError
 from edgeflow.core.suggest import closest, did_you_mean
 
 M = TypeVar("M", bound=BaseModel)
@@ -250,6 +250,14 @@ def locate(
     if line is None or col is None:
         return Problem(display_path(path), 1, 1, key, message, hint)
     return Problem(display_path(path), line + 1, col + 1, key, message, hint)
+
+
+def relocated(exc: EdgeflowError, path: Path) -> EdgeflowError:
+    """`exc` as it is, or, raised at a recipe key (AtRecipeKey), at that key's line in `path`."""
+    if not isinstance(exc, AtRecipeKey):
+        return exc
+    found = locate(read_yaml(path), path, {}, exc.key, exc.problem, None)
+    return EdgeflowError(found.render(), exc.hint)
 
 
 def _key_parts(key: str) -> list[str | int]:

@@ -50,7 +50,23 @@ class DatasetSpec(Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-class ClassesOutput(Strict):
+class Batched(Strict):
+    """What every output kind shares: the axis its samples are on in the model's own layout
+    (1 for a time-major [T, B, C] output); every comparison takes the output batch-first.
+    Its other axes (`axis`) are counted in the model's own layout too."""
+
+    batch_axis: int = Field(0, ge=0, le=7)
+
+    def batch_first(self, axis: int, ndim: int) -> int | None:
+        """Where the model's axis `axis` (negative: from the end) of an `ndim`-axis output is
+        once the batch axis is moved to the front; None when it is the batch axis."""
+        native = axis if axis >= 0 else ndim + axis
+        if native == self.batch_axis:
+            return None
+        return native + 1 if native < self.batch_axis else native
+
+
+class ClassesOutput(Batched):
     """Class scores: top-1 agreement of the argmax over `axis`; [B, C] is one decision per
     sample, [B, T, C] (a text recogniser) or [B, C, H, W] (`axis: 1`, a segmenter) one per
     position, with whole-sample (sequence) agreement beside it."""
@@ -60,24 +76,25 @@ class ClassesOutput(Strict):
     # the whole sequence compared as greedy CTC decodes (repeats collapsed, this class removed)
     ctc_blank: int | None = Field(None, ge=0)
 
-    @field_validator("axis")
-    @classmethod
-    def _not_the_batch(cls, axis: int) -> int:
-        if axis == 0:
+    @model_validator(mode="after")
+    def _not_the_batch(self) -> ClassesOutput:
+        if self.axis == self.batch_axis:
             raise user_error(
-                "axis 0 is the batch", "name the class axis: -1 (last, the default) or 1"
+                f"axis {self.axis} is the batch axis (batch_axis: {self.batch_axis})",
+                "name the class axis: -1 (last, the default), or the axis the classes are on",
+                at="axis",
             )
-        return axis
+        return self
 
 
-class ProbabilityOutput(Strict):
+class ProbabilityOutput(Batched):
     """Scores compared as decisions: `value >= threshold` (sigmoid scores at 0.5, logits at 0)."""
 
     kind: Literal["probability"]
     threshold: float = 0.5
 
 
-class ValuesOutput(Strict):
+class ValuesOutput(Batched):
     """Regression outputs, embeddings, feature maps: compared by SQNR and relative error only."""
 
     kind: Literal["values"]
@@ -107,7 +124,7 @@ def _span(value: Any) -> Any:
     return value
 
 
-class DetectionsOutput(Strict):
+class DetectionsOutput(Batched):
     """A raw detector head, boxes and scores in one tensor ([B, N, 4 + classes], or
     [B, 4 + classes, N] with `axis: 1`): the layout names the slices of `axis`; candidates
     scoring at least `score_threshold` are matched as detections (verify.detections)."""
@@ -141,6 +158,12 @@ class DetectionsOutput(Strict):
                 "objectness",
                 "give boxes, scores and objectness separate positions of the layout axis",
                 at="boxes",
+            )
+        if self.axis == self.batch_axis:
+            raise user_error(
+                f"the layout axis {self.axis} is the batch axis (batch_axis: {self.batch_axis})",
+                "set axis to the axis of 4 + classes features, batch_axis to the samples' axis",
+                at="axis",
             )
         return self
 

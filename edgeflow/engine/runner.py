@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core import progress
-from edgeflow.core.errors import EdgeflowError, InternalError, StageFailed
+from edgeflow.core.errors import AtRecipeKey, EdgeflowError, InternalError, StageFailed
+from edgeflow.core.loader import relocated
 from edgeflow.core.refs import file_sha256
 from edgeflow.engine import keys
 from edgeflow.engine.cache import Cache, slot_digest
@@ -102,6 +103,8 @@ def execute(
         return
     try:
         stage.run(ctx)
+    except AtRecipeKey as exc:
+        raise relocated(exc, loaded.path) from exc
     except EdgeflowError:
         raise
     except InternalError as exc:

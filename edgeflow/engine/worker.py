@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, InternalError, StageCrashed, StageFailed
+from edgeflow.core.loader import relocated
 from edgeflow.stages.base import StageContext
 
 JOB_FILE = ".job.pkl"
@@ -242,6 +243,7 @@ def run_job(job_path: Path) -> dict[str, Any]:
             "exit_code": exc.exit_code,
         }
     except EdgeflowError as exc:
+        exc = relocated(exc, ctx.loaded.path)
         return {
             "kind": "failed",
             "stage": ctx.stage.name,

@@ -223,13 +223,19 @@ def _per_output(agreement: dict[str, Any]) -> list[str]:
         if "threshold" in o:
             figures = [f"{f} at {o['threshold']:g}" for f in figures]
         lines.append(
-            f"| {o['index']} `{o.get('name', o['index'])}` | {o['shape']} | {kind} | "
+            f"| {o['index']} `{o.get('name', o['index'])}` | {o['shape']}{_batched(o)} | {kind} | "
             f"{db(o.get('sqnr_db'))} | {_g(o['max_rel_to_range'])} | {_g(o['max_abs_diff'])} | "
             f"{'; '.join(figures) or 'SQNR and relative error only'} | "
             f"{o.get('non_finite_samples', 0)} samples |"
         )
     lines += ["", *TRUST]
     return lines
+
+
+def _batched(o: dict[str, Any]) -> str:
+    """Where an output's samples are in the model's layout, when not on axis 0 (the shape
+    shown is per sample)."""
+    return f" (samples on axis {o['batch_axis']})" if o.get("batch_axis") else ""
 
 
 # Under the per-output table: which figure to trust for which output (docs/recipe.md).

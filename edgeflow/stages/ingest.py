@@ -32,7 +32,7 @@ def run(ctx: StageContext) -> None:
     import onnx
 
     from edgeflow.data import load_samples
-    from edgeflow.verify.runners import OnnxRunner, WithConstants, batching, run_all
+    from edgeflow.verify.runners import BatchAxes, OnnxRunner, WithConstants, batching, run_all
     from edgeflow.verify.stream import run_stream, step_samples
 
     source = ctx.recipe.source
@@ -67,11 +67,13 @@ def run(ctx: StageContext) -> None:
     try:
         runner = WithConstants(OnnxRunner(session), constants)
         if source.state:  # step by step, the state fed back
-            streamed = run_stream(runner, samples, source, names)
+            axes = BatchAxes.of(ctx.recipe.evaluation.outputs, names)
+            streamed = run_stream(runner, samples, source, names, axes)
             outputs, extra["steps"] = streamed.outputs, streamed.steps
             steps = step_samples(samples, streamed, source)
         else:
-            outputs = run_all(runner, samples, *batching(source), what="reference outputs")
+            axes = BatchAxes.of(ctx.recipe.evaluation.outputs, names)
+            outputs = run_all(runner, samples, *batching(source), "reference outputs", axes)
             steps = samples
     except EdgeflowError:
         raise

@@ -11,7 +11,7 @@ def run(ctx: StageContext) -> None:
     from edgeflow.core.specs import default_output_names
     from edgeflow.data import load_samples
     from edgeflow.frameworks import jax as jaxw
-    from edgeflow.verify.runners import WithConstants, batching, run_all
+    from edgeflow.verify.runners import BatchAxes, WithConstants, batching, run_all
     from edgeflow.verify.stream import run_stream
 
     source = ctx.recipe.source
@@ -20,11 +20,12 @@ def run(ctx: StageContext) -> None:
     runner = WithConstants.of(jaxw.JaxRunner(model, inputs), source.inputs)
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
     extra: dict[str, object] = {}
+    axes = BatchAxes.of(ctx.recipe.evaluation.outputs, source.outputs)  # outputs batch-first
     if source.state:  # step by step, the state fed back
-        streamed = run_stream(runner, samples, source, source.outputs)
+        streamed = run_stream(runner, samples, source, source.outputs, axes)
         outputs, extra["steps"] = streamed.outputs, streamed.steps
     else:
-        outputs = run_all(runner, samples, *batching(source), what="reference outputs")
+        outputs = run_all(runner, samples, *batching(source), "reference outputs", axes)
     names = source.outputs or default_output_names(len(outputs))
     save_reference(
         ctx,

@@ -17,7 +17,7 @@ def run(ctx: StageContext) -> None:
     from edgeflow.checkpoint import WeightsError
     from edgeflow.data import load_samples
     from edgeflow.source import ModuleRunner, build_module, run_module
-    from edgeflow.verify.runners import batching
+    from edgeflow.verify.runners import BatchAxes, batching
     from edgeflow.verify.stream import run_stream
 
     recipe = ctx.recipe
@@ -33,11 +33,13 @@ def run(ctx: StageContext) -> None:
     detections = recipe.evaluation.metric == "detections"
     limit = recipe.verify.detections.max_detections if detections else None
     extra: dict[str, object] = {"weights_note": notes[0]} if notes else {}
+    axes = BatchAxes.of(recipe.evaluation.outputs, source.outputs)  # outputs batch-first
     if source.state:  # step by step, the state fed back
-        streamed = run_stream(ModuleRunner(module, source.inputs), samples, source, source.outputs)
+        runner = ModuleRunner(module, source.inputs)
+        streamed = run_stream(runner, samples, source, source.outputs, axes)
         outputs, extra["steps"] = streamed.outputs, streamed.steps
     else:
-        outputs = run_module(module, samples, source.inputs, batching(source), limit)
+        outputs = run_module(module, samples, source.inputs, batching(source), limit, axes)
     parameters = int(sum(p.numel() for p in module.parameters()))
     save_reference(
         ctx,
@@ -66,8 +68,8 @@ def save_reference(
     names: list[str] | None,
     **extra: object,
 ) -> None:
-    """Write the source model's outputs (the verify stage's reference) and a summary; a
-    source that outputs NaN or Inf on the user's own data cannot be a reference."""
+    """Write the source model's outputs, batch-first (the verify stage's reference), and a
+    summary; a source that outputs NaN or Inf on the user's own data cannot be a reference."""
     import numpy as np
 
     from edgeflow.verify.compare import non_finite_samples

@@ -85,8 +85,18 @@ def run(ctx: StageContext) -> None:
     ctx.output("report").write_text(render(_title(ctx), metrics, checks, details), encoding="utf-8")
 
 
-# Per output in metrics.json: its kind, the scale-free figures, and its kind's own figure.
-OUTPUT_FIGURES = ("sqnr_db", "max_abs_diff", "top1", "sequence", "decision")
+# Per output in metrics.json: its kind, the scale-free figures, its kind's own figure (with
+# the strings a sequence figure counts), and where its samples are in the model's own layout
+# (batch_axis, when not 0).
+OUTPUT_FIGURES = (
+    "sqnr_db",
+    "max_abs_diff",
+    "top1",
+    "sequence",
+    "sequences",
+    "decision",
+    "batch_axis",
+)
 
 
 def conversion_path(details: dict) -> dict | None:

@@ -35,7 +35,7 @@ def record_export(
     from edgeflow.core.signatures import fed_inputs
     from edgeflow.data import load_samples
     from edgeflow.verify.compare import step_errors
-    from edgeflow.verify.runners import OnnxRunner, batching, run_all
+    from edgeflow.verify.runners import BatchAxes, OnnxRunner, batching, run_all
     from edgeflow.verify.stream import run_stream
 
     source = ctx.recipe.source
@@ -43,10 +43,11 @@ def record_export(
     model = onnx.load(str(path))
     runner = OnnxRunner.from_file(str(path))
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
+    axes = BatchAxes.of(ctx.recipe.evaluation.outputs, names)  # as the reference: batch-first
     if source.state:
-        outputs = run_stream(runner, samples, source, names).outputs
+        outputs = run_stream(runner, samples, source, names, axes).outputs
     else:
-        outputs = run_all(runner, samples, *batching(source), what="reference outputs")
+        outputs = run_all(runner, samples, *batching(source), "reference outputs", axes)
     np.savez(ctx.output("onnx_reference"), *outputs, names=np.array(names))
     ctx.write_json(
         "export",

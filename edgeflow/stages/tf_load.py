@@ -17,7 +17,7 @@ def run(ctx: StageContext) -> None:
 
     from edgeflow.data import load_samples
     from edgeflow.frameworks import tensorflow as tfw
-    from edgeflow.verify.runners import WithConstants, batching, run_all
+    from edgeflow.verify.runners import BatchAxes, WithConstants, batching, run_all
     from edgeflow.verify.stream import run_stream
 
     source = ctx.recipe.source
@@ -35,11 +35,12 @@ def run(ctx: StageContext) -> None:
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
     runner = WithConstants.of(tfw.TfRunner(model), source.inputs)
     extra: dict[str, object] = {}
+    axes = BatchAxes.of(ctx.recipe.evaluation.outputs, names)  # outputs batch-first
     if source.state:  # step by step, the state fed back
-        streamed = run_stream(runner, samples, source, names)
+        streamed = run_stream(runner, samples, source, names, axes)
         outputs, extra["steps"] = streamed.outputs, streamed.steps
     else:
-        outputs = run_all(runner, samples, *batching(source), what="reference outputs")
+        outputs = run_all(runner, samples, *batching(source), "reference outputs", axes)
     saved = ctx.output("saved_model")
     tfw.save_canonical(model, source.inputs, names, saved)
     # the canonical SavedModel computes what the source does (it is what gets converted)

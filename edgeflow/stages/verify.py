@@ -21,7 +21,13 @@ def run(ctx: StageContext) -> None:
     from edgeflow.targets import backend
     from edgeflow.verify.compare import compare_outputs, percentile, top1_accuracy
     from edgeflow.verify.kinds import BoxMatching
-    from edgeflow.verify.runners import batching, deployment_batch, latency_ms, run_all
+    from edgeflow.verify.runners import (
+        BatchAxes,
+        batching,
+        deployment_batch,
+        latency_ms,
+        run_all,
+    )
     from edgeflow.verify.stream import drift, first_step, last_steps, run_stream
 
     recipe, profile = ctx.recipe, ctx.profile
@@ -58,10 +64,11 @@ def run(ctx: StageContext) -> None:
         )
         return
     stream = None
+    axes = BatchAxes.of(recipe.evaluation.outputs, names)  # the reference is batch-first too
     if source.state:  # step by step, the state fed back, as the source was run
-        outputs = run_stream(runner, samples, source, names).outputs
+        outputs = run_stream(runner, samples, source, names, axes).outputs
     else:
-        outputs = run_all(runner, samples, *batching(source), what="evaluation")
+        outputs = run_all(runner, samples, *batching(source), "evaluation", axes)
     try:
         if detections:
             agreement = _compare_detections(recipe, reference, outputs)

@@ -46,6 +46,8 @@ def compare_outputs(
                 "shape": list(ref.shape[1:]),
                 "kind": spec.kind,
                 "kind_from": decided,
+                # where the samples are in the model's own layout (the arrays are batch-first)
+                **({"batch_axis": spec.batch_axis} if spec.batch_axis else {}),
                 "max_abs_diff": float(diff.max()) if measured else None,
                 "mean_abs_diff": float(diff.mean()) if measured else None,
                 "max_rel_to_range": float(diff.max() / scale) if measured else None,

@@ -91,7 +91,16 @@ def _where(name: str, key: str) -> str:
 
 
 def _classes(name: str, spec: ClassesOutput, ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
-    axis = spec.axis if spec.axis >= 0 else ref.ndim + spec.axis
+    """`ref` and `out` batch-first; spec.axis is counted in the model's own layout."""
+    native = spec.axis if spec.axis >= 0 else ref.ndim + spec.axis
+    if native == spec.batch_axis:
+        raise EdgeflowError(
+            f"{_where(name, 'axis')}: classes over axis {spec.axis}, the batch axis of output "
+            f"'{name}' (batch_axis: {spec.batch_axis}, {ref.ndim} axes)",
+            "set axis to the axis the classes are on",
+        )
+    moved = spec.batch_first(spec.axis, ref.ndim) if 0 <= native < ref.ndim else None
+    axis = -1 if moved is None else moved  # in the batch-first arrays
     if not 0 < axis < ref.ndim or ref.shape[axis] < 2:
         size = ref.shape[axis] if 0 < axis < ref.ndim else None
         raise EdgeflowError(
@@ -183,7 +192,8 @@ def head_to_detections(
 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """The padded detections form of a raw head's candidates (those scoring at least the
     threshold), and its boxes and scores slices ([B, N, 4], [B, N, S]) for their own SQNR."""
-    rows = np.moveaxis(head, 1, -1) if spec.axis == 1 else head  # [B, N, F]
+    layout = spec.batch_first(spec.axis, head.ndim)  # the head is batch-first
+    rows = np.moveaxis(head, 1, -1) if layout == 1 else head  # [B, N, F]
     boxes = rows[..., spec.boxes : spec.boxes + 4].astype(np.float32)
     scores = rows[..., spec.scores.start : spec.scores.stop].astype(np.float32)
     if spec.box_format == "cxcywh":
@@ -200,7 +210,8 @@ def head_to_detections(
 
 
 def _layout_fits(name: str, spec: DetectionsOutput, ref: np.ndarray) -> None:
-    features = ref.shape[spec.axis] if ref.ndim == 3 else None
+    layout = spec.batch_first(spec.axis, ref.ndim) if ref.ndim == 3 else None
+    features = ref.shape[layout] if layout is not None else None
     needed = max(
         spec.boxes + 4,
         spec.scores.stop or spec.scores.start + 1,
@@ -210,7 +221,8 @@ def _layout_fits(name: str, spec: DetectionsOutput, ref: np.ndarray) -> None:
         raise EdgeflowError(
             f"{_where(name, 'kind')}: a detector head [batch, N, features] (or [batch, features,"
             f" N] with axis: 1) with at least {needed} features on axis {spec.axis}; output "
-            f"'{name}' has {list(ref.shape[1:])} per sample",
+            f"'{name}' has {list(ref.shape[1:])} per sample"
+            + (f" (batch_axis: {spec.batch_axis})" if spec.batch_axis else ""),
             "set axis, boxes, scores and objectness to the head's layout",
         )
 

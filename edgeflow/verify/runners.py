@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from edgeflow.core import progress
-from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.errors import AtRecipeKey, EdgeflowError
 from edgeflow.core.sources import batch_size
+from edgeflow.core.specs import default_output_names
 from edgeflow.data import Samples
 
 
@@ -51,6 +54,42 @@ class WithConstants:
         return list(self.inner.run({**feeds, **self.constants}))
 
 
+@dataclass(frozen=True)
+class BatchAxes:
+    """Each output's batch axis, by name (evaluation.outputs.<name>.batch_axis, else 0):
+    outputs are taken batch-first where they enter edgeflow, so that every comparison, the
+    reference file and the report count samples on axis 0."""
+
+    declared: Mapping[str, int] = field(default_factory=dict)  # the axes that are not 0
+    names: tuple[str, ...] | None = None  # the outputs' names (None: the export's defaults)
+
+    @classmethod
+    def of(cls, declared: Mapping[str, Any], names: Sequence[str] | None) -> BatchAxes:
+        """The axes `declared` (evaluation.outputs) gives the outputs called `names`."""
+        axes = {n: spec.batch_axis for n, spec in declared.items() if spec.batch_axis}
+        return cls(axes, tuple(names) if names else None)
+
+    def first(self, outputs: Sequence[np.ndarray], keep: Sequence[int] = ()) -> list[np.ndarray]:
+        """`outputs` (all of one run) with each batch axis moved to the front (but those at
+        the positions `keep`)."""
+        if not self.declared:
+            return list(outputs)
+        names = self.names or tuple(default_output_names(len(outputs)))
+        return [o if i in keep else self._moved(names[i], o) for i, o in enumerate(outputs)]
+
+    def _moved(self, name: str, output: np.ndarray) -> np.ndarray:
+        axis = self.declared.get(name, 0)
+        if axis == 0:
+            return output
+        if output.ndim <= axis:
+            raise AtRecipeKey(
+                f"evaluation.outputs.{name}.batch_axis",
+                f"output '{name}' has shape {list(output.shape)}, no axis {axis} (got {axis})",
+                f"set batch_axis to the axis of {list(output.shape)} that holds the samples",
+            )
+        return np.moveaxis(output, axis, 0)
+
+
 def batching(source: Any) -> tuple[int, bool]:
     """(batch size, whether it is fixed) for running a recipe's model over a sample set."""
     if source.dynamic_batch is not None:
@@ -66,14 +105,21 @@ def deployment_batch(source: Any) -> int:
 
 
 def run_all(
-    runner: Runner, samples: Samples, batch: int, fixed: bool, what: str = "inference"
+    runner: Runner,
+    samples: Samples,
+    batch: int,
+    fixed: bool,
+    what: str = "inference",
+    axes: BatchAxes = BatchAxes(),
 ) -> list[np.ndarray]:
-    """Outputs for every sample, one array per model output, in sample order (`what`: the
-    task's name in the progress shown)."""
+    """Outputs for every sample, one array per model output, batch-first (`axes`: where each
+    output's batch axis is in the model's own layout) in sample order (`what`: the task's
+    name in the progress shown)."""
     chunks = []
     with progress.task(what, total=len(samples), unit="samples") as task:
         for feeds, size in samples.batches(batch, fixed):
-            chunks.append([unpadded(o, size, batch, fixed) for o in runner.run(feeds)])
+            outs = axes.first(runner.run(feeds))
+            chunks.append([unpadded(o, size, batch, fixed) for o in outs])
             task.advance(size)
     return [joined([c[i] for c in chunks]).astype(np.float32) for i in range(len(chunks[0]))]
 

@@ -19,7 +19,7 @@ from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import DatasetSpec, StateLink, TensorSpec, default_output_names
 from edgeflow.data import Samples, load_samples, step_axis
-from edgeflow.verify.runners import Runner, batching
+from edgeflow.verify.runners import BatchAxes, Runner, batching
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,18 @@ class Streamed:
 
 
 def run_stream(
-    runner: Runner, samples: Samples, source: Any, names: list[str] | None = None
+    runner: Runner,
+    samples: Samples,
+    source: Any,
+    names: list[str] | None = None,
+    batch_axes: BatchAxes | None = None,
 ) -> Streamed:
     """Run `runner` over every sequence of `samples`, the state fed back step by step (in
-    groups of the batch size: a fixed batch's last group padded with its last sequence)."""
+    groups of the batch size: a fixed batch's last group padded with its last sequence);
+    `batch_axes`: the batch axis of each output that is not a state (a state output's is its
+    state input's)."""
     assert samples.steps is not None, "run_stream takes sequences (load_samples with state)"
+    batch_axes = batch_axes or BatchAxes()
     specs = {s.name: s for s in source.inputs}
     links: list[StateLink] = list(source.state)
     batch, fixed = batching(source)
@@ -59,7 +66,7 @@ def run_stream(
                     index = _state_outputs(links, names or default_output_names(len(outs)))
                 for link, i in zip(links, index, strict=True):
                     state[link.input] = _as_state(outs[i], specs[link.input], link, t)
-                per_step.append(outs)
+                per_step.append(batch_axes.first(outs, keep=index or []))
                 task.advance()
             axes = _output_axes(len(per_step[0]), links, index or [], specs)
             groups.append(
@@ -114,7 +121,8 @@ def _as_state(value: np.ndarray, spec: TensorSpec, link: StateLink, step: int) -
 def _output_axes(
     count: int, links: list[StateLink], index: list[int], specs: dict[str, TensorSpec]
 ) -> list[int]:
-    """Each output's batch axis: a state output's is its state input's, any other's 0."""
+    """Each output's batch axis: a state output's is its state input's, any other's 0 (it
+    was moved to the front already)."""
     axes = [0] * count
     for link, i in zip(links, index, strict=True):
         axes[i] = _axis(specs[link.input])

@@ -55,7 +55,7 @@ def test_a_missing_kind_and_an_option_of_another_kind(write_recipe) -> None:
     path = write_recipe(with_outputs("{logits: {kind: classes, threshold: 0.5}}"))
     assert problems(path) == [
         f"{path}:10:106: evaluation.outputs.logits.threshold: unknown key 'threshold'\n"
-        "  hint: allowed keys: axis, ctc_blank, kind"
+        "  hint: allowed keys: axis, batch_axis, ctc_blank, kind"
     ]
 
 
