@@ -188,17 +188,18 @@ def upgrade_opset(model: onnx.ModelProto, file: str) -> tuple[onnx.ModelProto, l
         if "NOT_IMPLEMENTED" not in problem:  # not the opset: ingest says why it cannot load
             return model, []
         wanted += 1
-    last: str | None = None
-    for opset in range(wanted, newest + 1):
-        converted = _convert(model, opset, file)
+    last, tried = None, wanted
+    for tried in range(wanted, newest + 1):
+        converted = _convert(model, tried, file)
         last = loads(converted)
         if last is None:
-            return converted, [f"opset {current} -> {opset} at ingest (onnx's version converter)"]
-        if "NOT_IMPLEMENTED" not in last:
+            return converted, [f"opset {current} -> {tried} at ingest (onnx's version converter)"]
+        if "NOT_IMPLEMENTED" not in last:  # a kernel a later opset may have: go on
             break
+    upto = f"opset {tried}" if tried == wanted else f"opsets {wanted}..{tried}"
     raise EdgeflowError(
-        f"{file}: onnxruntime cannot load the file at opset {current} or after converting it "
-        f"to opsets {wanted}..{newest}: {last}",
+        f"{file}: onnxruntime cannot load the file at opset {current}, nor converted to "
+        f"{upto}: {last}",
         "export the model again at a recent opset",
     )
 
@@ -221,7 +222,7 @@ def _convert(model: onnx.ModelProto, opset: int, file: str) -> onnx.ModelProto:
     current = opset_version(model)
     try:
         out = onnx.version_converter.convert_version(copy_model(model), opset)
-    except (RuntimeError, ValueError, IndexError) as exc:
+    except (RuntimeError, ValueError, IndexError, onnx.version_converter.ConvertError) as exc:
         detail = str(exc).splitlines()[0].split("failed: ")[-1]  # drop the C++ file:line
         ops = sorted({f"{n.op_type} (opset {current})" for n in model.graph.node})
         raise EdgeflowError(

@@ -197,9 +197,7 @@ def _constant_weights_cnn() -> onnx.ModelProto:
     )
 
 
-def test_constant_subgraphs_are_folded_whatever_op_makes_them(
-    tmp_path: Path, write_recipe
-) -> None:
+def test_constant_subgraphs_are_folded_whatever_op_makes_them(tmp_path: Path, write_recipe) -> None:
     model = _constant_weights_cnn()
     x = RNG.standard_normal((3, 3, 6, 6)).astype(np.float32)
     result, source, folder = _build(
@@ -236,7 +234,9 @@ def _streaming_with_sample_rate(ir: int = 8) -> onnx.ModelProto:
     )
     nodes = [
         helper.make_node("Equal", ["sr", "k16"], ["is16"]),
-        helper.make_node("If", ["is16"], ["scaled"], then_branch=then_graph, else_branch=else_graph),
+        helper.make_node(
+            "If", ["is16"], ["scaled"], then_branch=then_graph, else_branch=else_graph
+        ),
         helper.make_node("Add", ["scaled", "state"], ["sum"]),
         helper.make_node("Tanh", ["sum"], ["new_state"]),
         helper.make_node("ReduceMean", ["new_state"], ["prob"], axes=[1], keepdims=0),
@@ -318,29 +318,32 @@ def test_a_quantized_file_is_recognised(tmp_path: Path, write_recipe) -> None:
         tmp_path, write_recipe, model, "[{name: x, shape: [1, 1, 5, 5]}]", {"x": x}
     )
     assert source["quantized_ops"] == {"ConvInteger": 1, "DynamicQuantizeLinear": 1}
-    assert "the file is quantized already (ConvInteger x1, DynamicQuantizeLinear x1)" in (
-        source["normalised"]
+    assert (
+        "the file is quantized already (ConvInteger x1, DynamicQuantizeLinear x1)"
+        in (source["normalised"])
     )
     assert result.failed_checks == []
 
 
-def test_an_upgrade_the_converter_cannot_make_names_the_ops() -> None:
-    """Upsample-1 (opset 6) has no adapter in onnx's version converter to opset 7."""
-    nodes = [helper.make_node("Upsample", ["x"], ["y"], width_scale=2.0, height_scale=2.0)]
+def test_an_upgrade_the_converter_cannot_make_names_the_op() -> None:
+    """BatchNormalization-6 with spatial=0 (per-element statistics): onnx's version converter
+    has no adapter for it to opset 9 and later, onnxruntime no kernel at opset 6."""
+    inits = [numpy_helper.from_array(np.ones((2, 2), np.float32), n) for n in "sbmv"]
+    nodes = [helper.make_node("BatchNormalization", ["x", *"sbmv"], ["y"], spatial=0)]
     model = _model(
         nodes,
-        [helper.make_tensor_value_info("x", F, [1, 1, 2, 2])],
-        [helper.make_tensor_value_info("y", F, [1, 1, 4, 4])],
-        [],
+        [helper.make_tensor_value_info("x", F, [1, 2, 2])],
+        [helper.make_tensor_value_info("y", F, [1, 2, 2])],
+        inits,
         opset=6,
-        ir=3,
+        ir=4,
     )
-    try:
-        upgraded, notes = _normalise.upgrade_opset(model, "old.onnx")
-    except EdgeflowError as exc:
-        assert "old.onnx" in str(exc) and "Upsample (opset 6)" in str(exc)
-        return
-    assert notes and _normalise.loads(upgraded) is None  # or it converted, and loads
+    with pytest.raises(EdgeflowError) as caught:
+        _normalise.upgrade_opset(model, "old.onnx")
+    message = str(caught.value)
+    assert message.startswith("old.onnx: onnx's version converter cannot move the file from")
+    assert "spatial" in message and "BatchNormalization (opset 6)" in message
+    assert caught.value.hint.startswith("export the model again at opset 13 or later")
 
 
 def test_a_file_onnxruntime_and_every_target_take_is_left_as_it_is() -> None:
