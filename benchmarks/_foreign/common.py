@@ -77,7 +77,7 @@ def w(rng: np.random.Generator, name: str, *shape: int, scale: float = 0.5) -> A
     return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
 
 
-def ints(name: str, values: Sequence[int], dtype: Any = np.int64) -> Any:
+def ints(name: str, values: Sequence[int] | int, dtype: Any = np.int64) -> Any:
     return numpy_helper.from_array(np.asarray(values, dtype=dtype), name)
 
 
