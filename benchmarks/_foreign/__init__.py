@@ -1,0 +1,1 @@
+"""The foreign-files benchmark's parts: the files (files.py) and one build as a row (build.py)."""
