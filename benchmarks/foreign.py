@@ -30,7 +30,7 @@ import platform
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -219,12 +219,16 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     jobs = [(n, t) for n in names for t in targets]
     rows: list[dict[str, Any]] = []
+    partial = args.out.with_suffix(".partial.jsonl")  # the rows so far, should the run stop
+    partial.write_text("", encoding="utf-8")
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(file_target, n, t, work, ops[n]) for n, t in jobs]
-        for future in futures:
+        for future in as_completed(futures):
             row = future.result()
             row.update(meta[row["file"]])
             rows.append(row)
+            with partial.open("a", encoding="utf-8") as log:
+                log.write(json.dumps({**row, "figures": verdict(row)}, default=str) + "\n")
             v, done = verdict(row), row["as_is"]
             print(f"{row['file']:<38} {row['target']:<18} ingest {v['ingested']!s:<5} "
                   f"precheck {row['precheck']!s:<7} as-is {done['status']:<12} "
@@ -246,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         "goals": goals(rows),
         "rows": [{**r, "figures": verdict(r)} for r in rows],
     }
+    rows.sort(key=lambda r: (names.index(r["file"]), targets.index(r["target"])))
+    report["rows"] = [{**r, "figures": verdict(r)} for r in rows]
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    partial.unlink()
     print(f"rows: {args.out}")
     return 0
 
