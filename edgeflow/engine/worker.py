@@ -7,10 +7,12 @@ onnxruntime, TensorFlow once, not once per stage): the parent sends it the path 
 StageContext over a socket and gets the outcome back. A worker that dies is replaced by a new
 one for the next stage. The worker dies with its parent (a killed `edgeflow run` leaves no
 worker behind), and everything the stage's tools print goes to a log that the parent keeps
-only when the worker died (worker.log beside the stage's output). What the stage reports of
-its progress (edgeflow.core.progress) comes back over the same socket when a sink listens in
-the parent (the job's message says so), as events the parent hands on to its own sink until
-the stage's outcome arrives.
+only when the worker died (worker.log beside the stage's output): the worker writes there,
+unbuffered, which stage it runs, and at a fatal signal Python's faulthandler adds every
+thread's stack, so a crash inside a native library leaves its last words in the log. What
+the stage reports of its progress (edgeflow.core.progress) comes back over the same socket
+when a sink listens in the parent (the job's message says so), as events the parent hands
+on to its own sink until the stage's outcome arrives.
 """
 
 from __future__ import annotations
@@ -141,7 +143,15 @@ class Worker:
         fcntl.fcntl(self._log.fileno(), fcntl.F_SETFL, flags | os.O_APPEND)  # shared with it
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "edgeflow.engine.worker", self.label, str(theirs.fileno())],
+                # -u: what the stage printed is in the log before a crash, not in a buffer
+                [
+                    sys.executable,
+                    "-u",
+                    "-m",
+                    "edgeflow.engine.worker",
+                    self.label,
+                    str(theirs.fileno()),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
@@ -227,11 +237,29 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def _log_crashes() -> None:
+    """At SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL, write every thread's Python stack to the
+    log (stderr) before the process dies of the signal; line-buffer the C library's stdout so
+    that a native tool's last printed lines are there too."""
+    import faulthandler
+
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        line_buffered = 1  # _IOLBF
+        libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, line_buffered, 0)
+
+
 def run_job(job_path: Path) -> dict[str, Any]:
     """Run one pickled StageContext; the outcome as the parent rebuilds it."""
     from edgeflow.engine.tracebacks import summary, write_traceback
 
     ctx: StageContext = pickle.loads(job_path.read_bytes())  # our own file, just written
+    print(
+        f"edgeflow worker {os.getpid()}: stage '{ctx.stage.name}' ({ctx.out_dir})", file=sys.stderr
+    )
     try:
         ctx.stage.run(ctx)
     except StageFailed as exc:
@@ -276,6 +304,7 @@ def main(fd: int) -> None:
     from multiprocessing.connection import Connection
 
     _die_with_parent()
+    _log_crashes()
     _serve(Connection(fd))
     # Nothing is left to write: skip the interpreter's teardown of torch, TensorFlow, ...
     # (about half a second of CPU).

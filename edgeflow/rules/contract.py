@@ -84,12 +84,10 @@ def _feeds_digest(feeds: list[dict[str, np.ndarray]]) -> str:
 
 
 def _run_onnx(data: bytes, feeds: list[dict[str, np.ndarray]]) -> Outputs:
-    import onnxruntime as ort
+    from edgeflow.core.onnxsession import checking_session
 
     try:
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        session = checking_session(data)  # what the graph computes, not ORT's optimizer's
         names = {i.name for i in session.get_inputs()}
         return Outputs(
             [

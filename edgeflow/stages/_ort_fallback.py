@@ -37,7 +37,7 @@ def search(
     recipe = ctx.recipe
     budget = measurable_budget(ctx, samples)
     batch, fixed = batching(recipe.source)
-    reference = run_all(OnnxRunner.from_file(str(prepared)), samples, batch, fixed)
+    reference = run_all(OnnxRunner.checking(str(prepared)), samples, batch, fixed)
     feeds, _ = next(samples.batches(batch, fixed=True))
     work = ctx.out_dir / ".fallback"
     work.mkdir()

@@ -222,8 +222,7 @@ def _attempt(conn: Any, path: Path, out: Path, job: dict[str, Any]) -> None:
 def _convert_and_compare(
     path: Path, out: Path, job: dict[str, Any]
 ) -> tuple[str, str, float | None]:
-    import onnxruntime as ort
-
+    from edgeflow.core.onnxsession import checking_session
     from edgeflow.targets import backend
     from edgeflow.targets.base import ConvertJob
     from edgeflow.targets.trial import first_lines
@@ -251,7 +250,7 @@ def _convert_and_compare(
         return "crash", first_lines(exc.message), None
     except EdgeflowError as exc:
         return "run", first_lines(exc.message), None
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = checking_session(path)
     names = [o.name for o in session.get_outputs()]
     wanted = [session.run(None, feeds) for feeds in job["feeds"]]
     sqnrs = {}

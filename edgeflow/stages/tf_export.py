@@ -41,7 +41,7 @@ def record_export(
     source = ctx.recipe.source
     path = ctx.output("onnx")
     model = onnx.load(str(path))
-    runner = OnnxRunner.from_file(str(path))
+    runner = OnnxRunner.checking(str(path))
     samples = load_samples(ctx.recipe.evaluation, source.inputs, "evaluation", source.state)
     axes = BatchAxes.of(ctx.recipe.evaluation.outputs, names)  # as the reference: batch-first
     if source.state:

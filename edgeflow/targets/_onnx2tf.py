@@ -534,10 +534,10 @@ def _probe_errors(
     target: str,
 ) -> list[list[float]]:
     """Max abs diff to onnxruntime of each candidate permutation of each ambiguous output."""
-    import onnxruntime as ort
+    from edgeflow.core.onnxsession import checking_session
 
     litert = require("ai_edge_litert.interpreter", target)
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    session = checking_session(onnx_path)
     rng = np.random.default_rng(0)
     feeds = {i.name: rng.random(i.shape, dtype=np.float32) for i in session.get_inputs()}
     reference = session.run(None, feeds)

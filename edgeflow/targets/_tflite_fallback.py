@@ -54,7 +54,7 @@ def search(
     if samples is None or not budget:
         raise AssertionError("fallback without calibration samples or a budget")
     batch = batch_size(job.inputs)
-    reference = run_all(OnnxRunner.from_file(str(job.onnx)), samples, batch, True)
+    reference = run_all(OnnxRunner.checking(str(job.onnx)), samples, batch, True)
     feeds, _ = next(samples.batches(batch, fixed=True))
     models: dict[tuple[str, ...], bytes] = {
         (): (out / f"model_{_onnx2tf.suffix(job.quantization)}.tflite").read_bytes()

@@ -264,12 +264,10 @@ def _calibration(trial: Trial) -> Any:
 
 def _reference(trial: Trial) -> list[np.ndarray] | None:
     """onnxruntime's outputs, or None when onnxruntime cannot run the graph either."""
-    import onnxruntime as ort
+    from edgeflow.core.onnxsession import checking_session
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
     try:
-        session = ort.InferenceSession(trial.model, options, providers=["CPUExecutionProvider"])
+        session = checking_session(trial.model, log_severity=4)
         return [np.asarray(o) for o in session.run(None, trial.feeds)]
     except Exception:  # no reference: the verdict is whether it runs
         return None

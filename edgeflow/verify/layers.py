@@ -323,7 +323,8 @@ def write_csv(path: Path, pairs: Iterable[Pair]) -> None:
 def source_graph(model: Any, batches: Sequence[dict[str, np.ndarray]]) -> SourceGraph:
     """Run an ONNX model (a ModelProto) in onnxruntime with every float tensor an output."""
     import onnx
-    import onnxruntime as ort
+
+    from edgeflow.core.onnxsession import checking_session
 
     model = onnx.shape_inference.infer_shapes(model)
     graph = model.graph
@@ -343,11 +344,7 @@ def source_graph(model: Any, batches: Sequence[dict[str, np.ndarray]]) -> Source
             if name not in outputs and types.get(name) == onnx.TensorProto.FLOAT:
                 graph.output.append(onnx.helper.make_tensor_value_info(name, types[name], None))
                 outputs.add(name)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    session = checking_session(model)
     names = [o.name for o in session.get_outputs()]
     result = SourceGraph([t for t in tensors if t.name in outputs or t.op == "input"])
     for feeds in batches:

@@ -34,6 +34,14 @@ class OnnxRunner:
         options.log_severity_level = 3
         return cls(ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]))
 
+    @classmethod
+    def checking(cls, path: str) -> OnnxRunner:
+        """A reference: what the graph computes, without onnxruntime's graph optimizer
+        (edgeflow.core.onnxsession)."""
+        from edgeflow.core.onnxsession import checking_session
+
+        return cls(checking_session(path))
+
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(o) for o in self.session.run(None, feeds)]
 

@@ -177,7 +177,7 @@ def load_steps(spec: DatasetSpec, source: Any, what: str, model: Path) -> Sample
     from edgeflow.verify.runners import OnnxRunner
 
     sequences = load_samples(spec, source.inputs, what, source.state)
-    runner = OnnxRunner.from_file(str(model))
+    runner = OnnxRunner.checking(str(model))
     names = [o.name for o in runner.session.get_outputs()]
     streamed = run_stream(runner, sequences, source, names)
     return step_samples(sequences, streamed, source)

@@ -1,4 +1,5 @@
-"""The worker process: what it reports of a stage's progress reaches the parent."""
+"""The worker process: what it reports of a stage's progress reaches the parent; a worker
+killed by a signal leaves its last output in worker.log."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgeflow.core import progress
-from edgeflow.core.errors import StageFailed
+from edgeflow.core.errors import StageCrashed, StageFailed
 from edgeflow.core.progress import Event
 from edgeflow.engine.worker import Worker
 from edgeflow.recipe import load_recipe
@@ -71,3 +72,29 @@ def test_without_a_sink_in_the_parent_the_worker_sends_no_progress(
         with progress.installed(lambda event: None):
             worker.run(StageContext(counting, load_recipe(DEMO_RECIPE), {}, tmp_path))
         assert len(relayed) == 7 and worker.started == 1
+
+
+def _segfaults(ctx: StageContext) -> None:
+    import ctypes
+
+    print("loading the native library")  # a buffered write unless the worker runs with -u
+    ctypes.string_at(0)  # a read of address 0: SIGSEGV, as a native library's bug would be
+
+
+def test_a_worker_killed_by_a_signal_leaves_its_last_output_in_worker_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log the hint points to holds the stage's name, what it printed, and Python's
+    faulthandler report of every thread's stack at the crash."""
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)  # as in a user's shell
+    crashes = Stage(name="segfaulter", description="crashes", run=_segfaults, isolated=True)
+    with Worker(tmp_path) as worker, pytest.raises(StageCrashed) as info:
+        worker.run(StageContext(crashes, load_recipe(DEMO_RECIPE), {}, tmp_path))
+    assert "killed by SIGSEGV" in info.value.message
+    assert "worker.log" in (info.value.hint or "")
+    log = (tmp_path / "worker.log").read_text()
+    assert "stage 'segfaulter'" in log
+    assert "loading the native library" in log
+    assert "Fatal Python error: Segmentation fault" in log
+    assert "in _segfaults" in log  # the crashing thread's Python stack
+    assert "Fatal Python error: Segmentation fault" in info.value.message  # the tail shown

@@ -50,7 +50,11 @@ def simplify(model: onnx.ModelProto, iterations: int = 2, inline: bool = True) -
     onnxscript matches `x + 0`, `x - 0`, `x * 1` and `x / 1` with a tolerance (|c| <= 1e-8,
     or within 1e-5 of 1), so it deletes the `+ 1e-10` that keeps a Log or a division finite
     on silence (an audio model's float build then outputs NaN). Here those four rules match
-    only the exact constants; the passes around them are optimize_ir's, in its order."""
+    only the exact constants; the passes around them are optimize_ir's, in its order.
+
+    onnxscript's MaterializeReshapeShape writes `Reshape(allowzero=1)` at any opset, and
+    Reshape has `allowzero` from opset 14: below it the rule writes the Reshape without it
+    and skips shapes with a 0 (copy the input's dim without allowzero, not a zero size)."""
     import onnx_ir as ir
     import onnx_ir.passes.common as common
     from onnxscript import rewriter
@@ -67,7 +71,7 @@ def simplify(model: onnx.ModelProto, iterations: int = 2, inline: bool = True) -
                 output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
                 should_fold=lambda node: None,
             ),
-            rewriter.RewritePass(_rules()),
+            rewriter.RewritePass(_rules(_default_opset(model))),
             common.RemoveUnusedNodesPass(),
             common.RemoveUnusedFunctionsPass(),
             common.RemoveUnusedOpsetsPass(),
@@ -98,14 +102,48 @@ def simplify(model: onnx.ModelProto, iterations: int = 2, inline: bool = True) -
     return out
 
 
-def _rules() -> list[Any]:
-    """onnxscript's default rewrite rules with its tolerant no-op rules swapped for exact ones."""
+ALLOWZERO_OPSET = 14  # Reshape's allowzero attribute exists from this opset on
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    return max(versions, default=ALLOWZERO_OPSET)
+
+
+def _rules(opset: int) -> list[Any]:
+    """onnxscript's default rewrite rules with its tolerant no-op rules swapped for exact ones,
+    and below opset 14 its Reshape-shape materializer for one that writes no `allowzero`."""
     from onnxscript import rewriter
-    from onnxscript.rewriter.rules.common import _no_op
+    from onnxscript.rewriter.rules.common import _materialize_reshape_shape, _no_op
 
     tolerant = set(_no_op.rules.rules)
     kept = [r for r in rewriter._DEFAULT_REWRITE_RULES if r not in tolerant]
+    if opset < ALLOWZERO_OPSET:
+        materialize = _materialize_reshape_shape.materialize_reshape_shape_rule
+        kept = [_materialize_before_allowzero() if r is materialize else r for r in kept]
     return [*_exact_no_op_rules(), *kept]
+
+
+def _materialize_before_allowzero() -> Any:
+    """MaterializeReshapeShape for opsets before 14: the same constant shape, no `allowzero`,
+    and no rewrite where a dim is 0 (it would copy the input's dim there)."""
+    import onnx_ir as ir
+    from onnxscript.rewriter.rules.common._materialize_reshape_shape import (
+        MaterializeReshapeShape,
+    )
+
+    class MaterializeBeforeAllowzero(MaterializeReshapeShape):
+        def check(self, context: Any, data: Any, shape: Any) -> Any:
+            result = super().check(context, data, shape)
+            if result and 0 in self._new_dims:
+                return result.fail("a 0 dim needs Reshape's allowzero (opset 14)")
+            return result
+
+        def rewrite(self, op: Any, data: Any, shape: Any) -> Any:
+            dims = ir.tensor(self._new_dims, dtype=ir.DataType.INT64)
+            return op.Reshape(data, op.Constant(value=dims))
+
+    return MaterializeBeforeAllowzero.rule()
 
 
 def _exact_no_op_rules() -> list[Any]:

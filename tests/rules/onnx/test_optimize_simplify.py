@@ -85,3 +85,54 @@ def test_simplify_removes_dead_code_and_folds_constant_math() -> None:
     x = {"x": np.arange(3, dtype=np.float32)}
     np.testing.assert_array_equal(run(result.model, x)[0], [0, 3, 6])
     assert not apply(Simplify, result.model).changed
+
+
+def _dynamic_reshape(opset: int) -> onnx.ModelProto:
+    """x [N, 3, 4] -> Reshape(x, Concat(Shape(x)[0], -1)) -> Relu, with the exporter's
+    value_info [N, 12] on the Reshape: onnxscript's MaterializeReshapeShape makes the shape
+    the constant [-1, 12], with `allowzero=1`."""
+    from onnx import numpy_helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Gather", ["shape", "first"], ["batch"], axis=0),
+            helper.make_node("Concat", ["batch", "rest"], ["target"], axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["flat"]),
+            helper.make_node("Relu", ["flat"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, ["N", 12])],
+        [
+            numpy_helper.from_array(np.array([0], np.int64), "first"),
+            numpy_helper.from_array(np.array([-1], np.int64), "rest"),
+        ],
+        value_info=[helper.make_tensor_value_info("flat", T.FLOAT, ["N", 12])],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def test_simplify_writes_no_reshape_allowzero_before_opset_14() -> None:
+    """An opset-12 file: the shape chain is folded to a constant and the Reshape has no
+    `allowzero` (which onnx.checker and onnxruntime refuse there); at opset 14 onnxscript's
+    own rule writes it."""
+    import onnxruntime as ort
+
+    old = _dynamic_reshape(12)
+    result = apply(Simplify, old)
+    assert ops(result.model) == {"Reshape": 1, "Relu": 1}
+    reshape = next(n for n in result.model.graph.node if n.op_type == "Reshape")
+    assert [a.name for a in reshape.attribute] == []
+    onnx.checker.check_model(result.model, full_check=True)
+    ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = {"x": np.random.default_rng(0).standard_normal((5, 3, 4)).astype(np.float32)}
+    np.testing.assert_array_equal(run(result.model, x)[0], run(old, x)[0])
+    assert apply(Simplify, result.model).model == result.model  # idempotent
+
+    new = apply(Simplify, _dynamic_reshape(14)).model
+    reshape = next(n for n in new.graph.node if n.op_type == "Reshape")
+    assert [(a.name, a.i) for a in reshape.attribute] == [("allowzero", 1)]

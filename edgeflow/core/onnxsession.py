@@ -1,0 +1,32 @@
+"""onnxruntime sessions that check what a graph computes, without onnxruntime's graph optimizer.
+
+A check (a rule's contract, the optimize stage's, the precheck's reference, a per-layer diff,
+a reference for a converter) asks what the ONNX graph computes, not how fast onnxruntime runs
+it; onnxruntime's optimizer is a second converter that can fail on a graph its kernels run:
+with its graph optimizations on, onnxruntime 1.2x cannot create a session for some models
+whose `If` branches on a constant initializer with static input shapes (Graph::InlineIfSubgraph
+errors, or a SIGSEGV while inlining the branch). With them off, the graph runs node by node as
+written. Sessions that measure a runtime's latency or produce a verified artifact's outputs
+keep onnxruntime's defaults: that is what runs on the device.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def checking_session(model: Any, log_severity: int = 3) -> Any:
+    """An onnxruntime InferenceSession on the CPU provider with graph optimizations disabled,
+    from a ModelProto, serialized bytes or a path. `log_severity` 3 keeps onnxruntime's
+    warnings off the console (4: its errors too); its failures still raise."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = log_severity
+    if isinstance(model, Path):
+        model = str(model)
+    elif not isinstance(model, (str, bytes)):
+        model = model.SerializeToString()
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
