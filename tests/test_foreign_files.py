@@ -113,7 +113,7 @@ def test_suggestions_are_read_as_printed() -> None:
 | Operator | Count | Reason | Nodes | Suggested rule |
 |---|---|---|---|---|
 | (opset) | 1 | opset 7 is outside the target's 11..20 |  | `onnx.convert_opset` |
-| ConstantOfShape | 2 | not measured | a, b | (onnx.fold_constants tried: leaves it or adds an error) |
+| ConstantOfShape | 2 | not measured | a, b | (onnx.fold_constants tried: leaves it) |
 | (float16) | 1 | no kernel |  | `quantization.mode: none` |
 hint: apply the suggested rules"""
     found = suggestions(printed)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.onnxgraph import copy_model, opset_version
@@ -148,22 +148,11 @@ def _nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return list(all_nodes(model))
 
 
-def checking_session(model: onnx.ModelProto) -> Any:
-    """An onnxruntime session that checks what a graph computes: its graph optimizations
-    off (an `If` on a constant with static input shapes crashes their inliner), quiet."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3  # its "upgrade your model" warnings: ingest's notes say it
-    return ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-
-
 def loads(model: onnx.ModelProto) -> str | None:
-    """None when onnxruntime creates a session for the model (checking_session), else
-    onnxruntime's first line."""
+    """None when onnxruntime creates a session for the model (its graph optimizations off:
+    edgeflow.core.onnxsession), else onnxruntime's first line."""
+    from edgeflow.core.onnxsession import checking_session
+
     try:
         checking_session(model)
     except Exception as exc:  # onnxruntime's errors are not typed
@@ -207,7 +196,7 @@ def upgrade_opset(model: onnx.ModelProto, file: str) -> tuple[onnx.ModelProto, l
 @functools.cache
 def _ort_newest() -> int:
     """The newest default-domain opset onnxruntime loads."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as state  # type: ignore[import-untyped]
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
 
     versions = getattr(state, "get_all_opkernel_def", None)
     if versions is None:

@@ -11,10 +11,10 @@ from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.onnxfile import check_onnx_file
 from edgeflow.core.onnxgraph import copy_model, name_outputs
 from edgeflow.core.onnxoutputs import type_outputs
+from edgeflow.core.onnxsession import checking_session
 from edgeflow.core.signatures import SHAPE_HINT, shape_clash
 from edgeflow.core.specs import TensorSpec
 from edgeflow.stages._normalise import (
-    checking_session,
     fold_constants,
     initializer_inputs,
     quantized,

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.onnxsession import checking_session
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
@@ -105,7 +106,7 @@ def test_an_opset_6_ir_3_file_is_upgraded_and_verifies(tmp_path: Path, write_rec
     ingested = onnx.load(str(folder / "model.onnx"))
     assert onnx.defs.onnx_opset_version() >= ingested.opset_import[0].version > 6
     assert [i.name for i in ingested.graph.input] == ["x"]
-    got = _normalise.checking_session(ingested).run(None, {"x": x[:1]})[0]
+    got = checking_session(ingested).run(None, {"x": x[:1]})[0]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 

@@ -38,10 +38,13 @@ def _model(out: onnx.ValueInfoProto, with_if: bool = False) -> onnx.ModelProto:
             [],
             [helper.make_tensor_value_info("neg", TensorProto.FLOAT, [1, 4])],
         )
-        inits.append(numpy_helper.from_array(np.array(True), "flag"))
-        nodes.append(
-            helper.make_node("If", ["flag"], ["side"], then_branch=branch, else_branch=branch)
-        )
+        # the condition is computed from x: not a constant ingest would fold the If away on
+        inits.append(numpy_helper.from_array(np.array(0.0, np.float32), "zero"))
+        nodes += [
+            helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+            helper.make_node("Greater", ["total", "zero"], ["flag"]),
+            helper.make_node("If", ["flag"], ["side"], then_branch=branch, else_branch=branch),
+        ]
         outputs.append(helper.make_tensor_value_info("side", TensorProto.FLOAT, [1, 4]))
     graph = helper.make_graph(
         nodes,
