@@ -162,46 +162,40 @@ def loads(model: onnx.ModelProto) -> str | None:
 
 def upgrade_opset(model: onnx.ModelProto, file: str) -> tuple[onnx.ModelProto, list[str]]:
     """The model at the lowest opset >= its own that onnxruntime loads and each built-in
-    target has kernels for (the model itself when that is its own), and a note. A file the
-    version converter cannot move is a located error naming the op and its version."""
+    target has kernels for (the model itself when that is its own), and a note. A file
+    onnxruntime cannot load that the version converter cannot move either is a located
+    error naming the op; one it loads stays as it is, noted, for the precheck to judge."""
     import onnx
 
     current = opset_version(model)
-    newest = min(onnx.defs.onnx_opset_version(), _ort_newest())
-    start = max(current, ORT_FLOOR, target_floor())
-    wanted = kernel_opset(model, start)
+    wanted = kernel_opset(model, max(current, ORT_FLOOR, target_floor()))
+    problem = loads(model)
     if wanted == current:
-        problem = loads(model)
-        if problem is None:
-            return model, []
-        if "NOT_IMPLEMENTED" not in problem:  # not the opset: ingest says why it cannot load
-            return model, []
-        wanted += 1
+        if problem is None or "NOT_IMPLEMENTED" not in problem:
+            return model, []  # it loads, or not for its opset: ingest says why
+        wanted += 1  # a kernel onnxruntime has at a later version of the op
     last, tried = None, wanted
-    for tried in range(wanted, newest + 1):
-        converted = _convert(model, tried, file)
-        last = loads(converted)
-        if last is None:
-            return converted, [f"opset {current} -> {tried} at ingest (onnx's version converter)"]
-        if "NOT_IMPLEMENTED" not in last:  # a kernel a later opset may have: go on
-            break
+    try:
+        for tried in range(wanted, onnx.defs.onnx_opset_version() + 1):
+            converted = _convert(model, tried, file)
+            last = loads(converted)
+            if last is None:
+                note = f"opset {current} -> {tried} at ingest (onnx's version converter)"
+                return converted, [note]
+            if "NOT_IMPLEMENTED" not in last:  # only a missing kernel may be a later opset's
+                break
+    except EdgeflowError as exc:
+        if problem is not None:
+            raise
+        return model, [f"kept at opset {current}: {exc.message.removeprefix(file + ': ')}"]
     upto = f"opset {tried}" if tried == wanted else f"opsets {wanted}..{tried}"
+    if problem is None:
+        return model, [f"kept at opset {current}: onnxruntime cannot load it at {upto}: {last}"]
     raise EdgeflowError(
         f"{file}: onnxruntime cannot load the file at opset {current}, nor converted to "
         f"{upto}: {last}",
         "export the model again at a recent opset",
     )
-
-
-@functools.cache
-def _ort_newest() -> int:
-    """The newest default-domain opset onnxruntime loads."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as state
-
-    versions = getattr(state, "get_all_opkernel_def", None)
-    if versions is None:
-        return 23
-    return max((k.version_range[1] for k in versions() if k.domain == ""), default=23)
 
 
 def _convert(model: onnx.ModelProto, opset: int, file: str) -> onnx.ModelProto:

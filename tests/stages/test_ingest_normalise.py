@@ -347,6 +347,27 @@ def test_an_upgrade_the_converter_cannot_make_names_the_op() -> None:
     assert caught.value.hint.startswith("export the model again at opset 13 or later")
 
 
+def test_a_file_onnxruntime_loads_stays_where_the_converter_cannot_move_it() -> None:
+    """The same BatchNormalization at opset 7: onnxruntime runs it, so ingest keeps the file
+    at its opset, says why, and leaves the targets' opset ranges to the precheck."""
+    inits = [numpy_helper.from_array(np.ones((2, 2), np.float32), n) for n in "sbmv"]
+    nodes = [helper.make_node("BatchNormalization", ["x", *"sbmv"], ["y"], spatial=0)]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", F, [1, 2, 2])],
+        [helper.make_tensor_value_info("y", F, [1, 2, 2])],
+        inits,
+        opset=7,
+        ir=4,
+    )
+    kept, notes = _normalise.upgrade_opset(model, "bn.onnx")
+    assert kept is model
+    assert notes == [
+        "kept at opset 7: onnx's version converter cannot move the file from opset 7 to 11: "
+        "Attribute spatial must have value 1 (the file's ops: BatchNormalization (opset 7))"
+    ]
+
+
 def test_a_file_onnxruntime_and_every_target_take_is_left_as_it_is() -> None:
     nodes = [helper.make_node("Relu", ["x"], ["y"])]
     model = _model(
