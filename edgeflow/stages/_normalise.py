@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.onnxgraph import copy_model, opset_version
@@ -198,13 +198,85 @@ def upgrade_opset(model: onnx.ModelProto, file: str) -> tuple[onnx.ModelProto, l
     )
 
 
+# Ops that took `broadcast` (and `axis`) attributes before opset 7's numpy broadcasting.
+BROADCAST_OPS = frozenset(
+    {"Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less"}
+)
+
+
+def explicit_broadcast(model: onnx.ModelProto) -> int:
+    """Before opset 7, `Add(A, B, broadcast=1, axis=k)` aligned B with A's axes from k on;
+    onnx 1.23's version converter unsqueezes B the wrong way (a bias [C] to [C, 1, 1, 1] for
+    an NCHW A, which then broadcasts to [C, C, H, W]) and types the new tensor 0. Write
+    the alignment as an Unsqueeze of B's trailing axes instead, in place, and drop the
+    attributes (numpy broadcasting then means the same): the nodes rewritten."""
+    import onnx
+    from onnx import helper
+
+    if opset_version(model) >= 7:
+        return 0
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # onnx's inference errors are not one type: the converter gets it as is
+        return 0
+    ranks = {
+        v.name: len(v.type.tensor_type.shape.dim)
+        for v in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output)
+        if v.type.tensor_type.HasField("shape")
+    }
+    ranks.update({t.name: len(t.dims) for t in model.graph.initializer})
+    nodes, changed = [], 0
+    for node in model.graph.node:
+        attrs = {a.name: a.i for a in node.attribute}
+        a, b = (node.input[0], node.input[1]) if len(node.input) == 2 else ("", "")
+        if node.op_type not in BROADCAST_OPS or not attrs.get("broadcast"):
+            nodes.append(node)
+            continue
+        axis = attrs.get("axis")
+        if axis is not None and a in ranks and b in ranks:
+            trailing = ranks[a] - (axis % ranks[a]) - ranks[b]
+            if trailing > 0:
+                aligned = f"{b}__aligned_{changed}"
+                axes = list(range(ranks[b], ranks[b] + trailing))
+                nodes.append(helper.make_node("Unsqueeze", [b], [aligned], axes=axes))
+                node.input[1] = aligned
+        elif axis is not None:  # ranks unknown: the converter's guess it is
+            nodes.append(node)
+            continue
+        kept = [x for x in node.attribute if x.name not in ("broadcast", "axis")]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+        nodes.append(node)
+        changed += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return changed
+
+
+def evaluated(model: onnx.ModelProto, feeds: dict[str, Any]) -> list[Any] | None:
+    """The file's outputs by onnx's reference evaluator, which keeps the old op versions
+    onnxruntime dropped (old broadcasting made explicit first: the evaluator broadcasts the
+    numpy way whatever the opset); None where it cannot run the file either."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = copy_model(model)
+    explicit_broadcast(model)
+    try:
+        return list(ReferenceEvaluator(model).run(None, feeds))
+    except Exception:  # an op or version the evaluator lacks: the caller notes it unchecked
+        return None
+
+
 def _convert(model: onnx.ModelProto, opset: int, file: str) -> onnx.ModelProto:
-    """onnx's version converter, its failure a located error naming the op."""
+    """onnx's version converter, its failure a located error naming the op; value_info it
+    leaves untyped (elem_type 0, which onnxruntime refuses) is dropped."""
     import onnx
 
     current = opset_version(model)
     try:
-        out = onnx.version_converter.convert_version(copy_model(model), opset)
+        model = copy_model(model)
+        explicit_broadcast(model)
+        out = onnx.version_converter.convert_version(model, opset)
     except (RuntimeError, ValueError, IndexError, onnx.version_converter.ConvertError) as exc:
         detail = str(exc).splitlines()[0].split("failed: ")[-1]  # drop the C++ file:line
         ops = sorted({f"{n.op_type} (opset {current})" for n in model.graph.node})
@@ -217,6 +289,9 @@ def _convert(model: onnx.ModelProto, opset: int, file: str) -> onnx.ModelProto:
     out.ir_version = max(
         out.ir_version, onnx.helper.find_min_ir_version_for(list(out.opset_import), True)
     )
+    typed = [v for v in out.graph.value_info if v.type.tensor_type.elem_type]
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(typed)
     return out
 
 

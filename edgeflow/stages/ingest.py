@@ -15,6 +15,7 @@ from edgeflow.core.onnxsession import checking_session
 from edgeflow.core.signatures import SHAPE_HINT, shape_clash
 from edgeflow.core.specs import TensorSpec
 from edgeflow.stages._normalise import (
+    evaluated,
     fold_constants,
     initializer_inputs,
     quantized,
@@ -81,7 +82,7 @@ def run(ctx: StageContext) -> None:
         ) from exc
     if constants or notes:  # the bound, normalised graph computes what the file does
         feeds, _ = next(steps.batches(*batching(source)))
-        want = runner.run(feeds) if as_is else _evaluated(original, {**feeds, **constants})
+        want = runner.run(feeds) if as_is else evaluated(original, {**feeds, **constants})
         if want is None:
             notes.append("the opset conversion is unchecked: onnx's reference evaluator "
                          "cannot run the file either")  # fmt: skip
@@ -106,17 +107,6 @@ def _reference_session(path: Path, model: onnx.ModelProto, upgraded: bool) -> tu
         if not upgraded:
             raise EdgeflowError(f"onnxruntime cannot load {path.name}: {exc}") from exc
     return checking_session(model), False
-
-
-def _evaluated(model: onnx.ModelProto, feeds: dict[str, Any]) -> list[Any] | None:
-    """The file's outputs by onnx's reference evaluator, which keeps the old op versions
-    onnxruntime dropped; None where it cannot run the file either."""
-    from onnx.reference import ReferenceEvaluator
-
-    try:
-        return list(ReferenceEvaluator(model).run(None, feeds))
-    except Exception:  # an op or version the evaluator lacks: the caller notes it unchecked
-        return None
 
 
 def _check_signature(model: onnx.ModelProto, session: Any, source: Any, file: str) -> None:

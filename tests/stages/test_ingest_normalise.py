@@ -347,6 +347,33 @@ def test_an_upgrade_the_converter_cannot_make_names_the_op() -> None:
     assert caught.value.hint.startswith("export the model again at opset 13 or later")
 
 
+def test_old_broadcasting_on_an_axis_survives_the_upgrade() -> None:
+    """Add(A, b, broadcast=1, axis=1), a bias [C] on an NCHW tensor, as opset-6 exporters
+    wrote it: onnx's version converter alone unsqueezes b to [C, 1, 1, 1] (a [C, C, H, W]
+    result) and leaves the new tensor untyped; ingest writes the alignment itself."""
+    bias = RNG.standard_normal(3).astype(np.float32)
+    nodes = [
+        helper.make_node("AveragePool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Add", ["p", "bias"], ["y"], broadcast=1, axis=1),
+    ]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", F, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", F, [1, 3, 2, 2])],
+        [numpy_helper.from_array(bias, "bias")],
+        opset=6,
+        ir=4,
+    )
+    x = RNG.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    want = x.reshape(1, 3, 2, 2, 2, 2).mean((3, 5)) + bias[None, :, None, None]
+    upgraded, notes = _normalise.upgrade_opset(model, "old.onnx")
+    assert notes == ["opset 6 -> 11 at ingest (onnx's version converter)"]
+    (got,) = checking_session(upgraded).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    (evaluated,) = _normalise.evaluated(model, {"x": x}) or [None]
+    np.testing.assert_allclose(evaluated, want, rtol=1e-6, atol=1e-6)
+
+
 def test_a_file_onnxruntime_loads_stays_where_the_converter_cannot_move_it() -> None:
     """The same BatchNormalization at opset 7: onnxruntime runs it, so ingest keeps the file
     at its opset, says why, and leaves the targets' opset ranges to the precheck."""
