@@ -4,7 +4,8 @@
 TorchScript's export of reflect padding on [1, T] audio computes the pads from int64
 constants that nothing folded, so no shape after the Pad was known and onnx2tf took the
 Conv1d's NCW input for NWC ("tf.nn.convolution": "Depth of output (258) is not a multiple of
-the number of groups (640)"); the targets' default onnx.fold_constants makes it a constant.
+the number of groups (640)"); ingest folds the subgraph into a constant (edgeflow/stages/
+_normalise.py), as the targets' default onnx.fold_constants did before.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import pytest
 
 from edgeflow.cli import main
 from tests.targets.conftest import needs_tflite
-from tests.targets.test_target_rewrites import target_rules
 
 FRONT_END = '''
 import numpy as np
@@ -150,26 +150,27 @@ def test_a_padded_stft_front_end_builds_and_verifies(
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["verified"] is True
     assert metrics["agreement"]["max_relative_diff"] <= 1e-3
-    rules = target_rules(recipe, shared_cache, tmp_path / "b")
-    assert rules["onnx.fold_constants"]["matches"] >= 6
     report = (folder / "report.md").read_text()
+    # the pads' int64 subgraph is folded at ingest, before the target's own fold_constants
+    (folded,) = [line for line in report.splitlines() if "constant nodes folded" in line]
+    assert "ConstantOfShape x1" in folded and "Concat x" in folded
     assert "CONV_2D" in report and "retried" not in report  # onnx2tf converted at once
 
 
 @pytest.mark.slow
 @needs_tflite
-def test_without_folding_onnx2tf_fails_in_tf_nn_convolution(
-    tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+def test_without_the_target_rewrites_ingest_has_folded_the_pads(
+    tmp_path: Path, shared_cache: Path
 ) -> None:
-    """The cause, kept measured: without the target's rewrites the precheck suggests
-    onnx.fold_constants, and onnx2tf, let through, fails on the Conv1d."""
-    extra = "target_rewrites: false\nprecheck: {continue_on_failure: true}\n"
-    recipe = write(tmp_path, ONNX_RECIPE, "tflite", extra)
-    assert build(recipe, shared_cache, tmp_path / "b") != 0
-    text = capsys.readouterr()
-    output = text.out + text.err
-    assert "onnx.fold_constants" in output  # the precheck's suggestion
-    assert "tf.nn.convolution" in output and "not a multiple of the number of groups" in output
+    """The cause, measured before ingest folded constant subgraphs: without the target's
+    rewrites the precheck suggested onnx.fold_constants, and onnx2tf, let through, failed on
+    the Conv1d ("tf.nn.convolution": "not a multiple of the number of groups"). Ingest
+    folds them now, so the build verifies with the target's rewrites off."""
+    recipe = write(tmp_path, ONNX_RECIPE, "tflite", "target_rewrites: false\n")
+    assert build(recipe, shared_cache, tmp_path / "b") == 0
+    metrics = json.loads((tmp_path / "b" / "recipe" / "tflite-none" / "metrics.json").read_text())
+    assert metrics["verified"] is True
+    assert any("constant nodes folded" in note for note in metrics["ingest"])
 
 
 @pytest.mark.slow
