@@ -292,7 +292,29 @@ def _convert(model: onnx.ModelProto, opset: int, file: str) -> onnx.ModelProto:
     typed = [v for v in out.graph.value_info if v.type.tensor_type.elem_type]
     del out.graph.value_info[:]
     out.graph.value_info.extend(typed)
+    if current < 11 <= opset:
+        _asymmetric_resize(out)
     return out
+
+
+def _asymmetric_resize(model: onnx.ModelProto) -> None:
+    """Upsample and Resize before opset 11 map an output pixel x to x / scale in the input
+    ('asymmetric', nearest rounded down); Resize-11's defaults are 'half_pixel' and
+    'round_prefer_floor', and onnx 1.23's version converter does not say the old ones (an
+    opset-9 Upsample(linear) moved to 11 differed by 3.9 on a feature map). Say them, in
+    place, on each Resize that does not."""
+    from onnx import helper
+
+    for node in model.graph.node:
+        if node.op_type != "Resize" or node.domain not in ("", "ai.onnx"):
+            continue
+        attrs = {a.name: a for a in node.attribute}
+        if "coordinate_transformation_mode" not in attrs:
+            node.attribute.append(
+                helper.make_attribute("coordinate_transformation_mode", "asymmetric")
+            )
+        if "nearest_mode" not in attrs:
+            node.attribute.append(helper.make_attribute("nearest_mode", "floor"))
 
 
 def reinfer_shapes(model: onnx.ModelProto) -> list[str]:

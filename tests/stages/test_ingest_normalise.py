@@ -374,6 +374,28 @@ def test_old_broadcasting_on_an_axis_survives_the_upgrade() -> None:
     np.testing.assert_allclose(evaluated, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_an_upsample_keeps_its_coordinates_at_opset_11(mode: str) -> None:
+    """Upsample-9 maps output pixel x to x / scale; Resize-11's defaults (half_pixel) do not,
+    and onnx's version converter leaves them: ingest says 'asymmetric' and 'floor'."""
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Upsample", ["x", "scales"], ["y"], mode=mode)]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", F, [1, 2, 3, 3])],
+        [helper.make_tensor_value_info("y", F, [1, 2, 6, 6])],
+        [scales],
+        opset=9,
+        ir=4,
+    )
+    x = RNG.standard_normal((1, 2, 3, 3)).astype(np.float32)
+    (want,) = checking_session(model).run(None, {"x": x})  # onnxruntime's Upsample-9
+    upgraded, notes = _normalise.upgrade_opset(model, "up.onnx")
+    assert notes == ["opset 9 -> 11 at ingest (onnx's version converter)"]
+    (got,) = checking_session(upgraded).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
 def test_a_file_onnxruntime_loads_stays_where_the_converter_cannot_move_it() -> None:
     """The same BatchNormalization at opset 7: onnxruntime runs it, so ingest keeps the file
     at its opset, says why, and leaves the targets' opset ranges to the precheck."""
