@@ -160,16 +160,18 @@ def loads(model: onnx.ModelProto) -> str | None:
     return None
 
 
-def upgrade_opset(model: onnx.ModelProto, file: str) -> tuple[onnx.ModelProto, list[str]]:
+def upgrade_opset(
+    model: onnx.ModelProto, file: str, problem: str | None
+) -> tuple[onnx.ModelProto, list[str]]:
     """The model at the lowest opset >= its own that onnxruntime loads and each built-in
-    target has kernels for (the model itself when that is its own), and a note. A file
-    onnxruntime cannot load that the version converter cannot move either is a located
-    error naming the op; one it loads stays as it is, noted, for the precheck to judge."""
+    target has kernels for (the model itself when that is its own), and a note. `problem`:
+    why onnxruntime cannot load the file as it is (None: it can). A file onnxruntime cannot
+    load that the version converter cannot move either is a located error naming the op;
+    one it loads stays as it is, noted, for the precheck to judge."""
     import onnx
 
     current = opset_version(model)
     wanted = kernel_opset(model, max(current, ORT_FLOOR, target_floor()))
-    problem = loads(model)
     if wanted == current:
         if problem is None or "NOT_IMPLEMENTED" not in problem:
             return model, []  # it loads, or not for its opset: ingest says why

@@ -43,9 +43,14 @@ def run(ctx: StageContext) -> None:
     declared = {s.name: s for s in source.inputs}
     model = copy_model(original)
     notes = initializer_inputs(model, set(declared))
-    model, upgraded = upgrade_opset(model, path.name)
+    session, problem = _file_session(path)  # what the source computes, where it loads
+    model, upgraded = upgrade_opset(model, path.name, problem)
     notes += upgraded
-    session, as_is = _reference_session(path, model, bool(upgraded))
+    as_is = session is not None
+    if session is None:
+        if not upgraded:
+            raise EdgeflowError(f"onnxruntime cannot load {path.name}: {problem}")
+        session = checking_session(model)  # the file moved to the opset ingest chose
     _check_signature(model, session, source, path.name)
     signed = bind(model, source.inputs, source.dynamic_batch is not None)
     notes += reinfer_shapes(signed)
@@ -94,19 +99,16 @@ def run(ctx: StageContext) -> None:
     save_reference(ctx, outputs, path.name, len(samples), names, **extra)
 
 
-def _reference_session(path: Path, model: onnx.ModelProto, upgraded: bool) -> tuple[Any, bool]:
-    """onnxruntime on the file as it is: what the source computes (True); where onnxruntime
-    has no kernels for the file's opset, on the file moved to the opset ingest chose."""
+def _file_session(path: Path) -> tuple[Any, str | None]:
+    """onnxruntime on the file as it is, or why it cannot load it (None, the reason)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3  # its "upgrade your model" warnings: ingest's notes say it
     try:
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), True
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), None
     except Exception as exc:  # onnxruntime's errors are not typed
-        if not upgraded:
-            raise EdgeflowError(f"onnxruntime cannot load {path.name}: {exc}") from exc
-    return checking_session(model), False
+        return None, str(exc)
 
 
 def _check_signature(model: onnx.ModelProto, session: Any, source: Any, file: str) -> None:

@@ -326,21 +326,26 @@ def test_a_quantized_file_is_recognised(tmp_path: Path, write_recipe) -> None:
     assert result.failed_checks == []
 
 
-def test_an_upgrade_the_converter_cannot_make_names_the_op() -> None:
-    """BatchNormalization-6 with spatial=0 (per-element statistics): onnx's version converter
-    has no adapter for it to opset 9 and later, onnxruntime no kernel at opset 6."""
+def _per_element_batchnorm(opset: int) -> onnx.ModelProto:
+    """BatchNormalization with spatial=0 (statistics per element, not per channel)."""
     inits = [numpy_helper.from_array(np.ones((2, 2), np.float32), n) for n in "sbmv"]
     nodes = [helper.make_node("BatchNormalization", ["x", *"sbmv"], ["y"], spatial=0)]
-    model = _model(
+    return _model(
         nodes,
         [helper.make_tensor_value_info("x", F, [1, 2, 2])],
         [helper.make_tensor_value_info("y", F, [1, 2, 2])],
         inits,
-        opset=6,
+        opset=opset,
         ir=4,
     )
+
+
+def test_an_upgrade_the_converter_cannot_make_names_the_op() -> None:
+    """BatchNormalization-6 with spatial=0 (per-element statistics): onnx's version converter
+    has no adapter for it to opset 9 and later, onnxruntime no kernel at opset 6."""
+    model = _per_element_batchnorm(opset=6)
     with pytest.raises(EdgeflowError) as caught:
-        _normalise.upgrade_opset(model, "old.onnx")
+        _normalise.upgrade_opset(model, "old.onnx", _normalise.loads(model))
     message = str(caught.value)
     assert message.startswith("old.onnx: onnx's version converter cannot move the file from")
     assert "spatial" in message and "BatchNormalization (opset 6)" in message
@@ -366,7 +371,7 @@ def test_old_broadcasting_on_an_axis_survives_the_upgrade() -> None:
     )
     x = RNG.standard_normal((1, 3, 4, 4)).astype(np.float32)
     want = x.reshape(1, 3, 2, 2, 2, 2).mean((3, 5)) + bias[None, :, None, None]
-    upgraded, notes = _normalise.upgrade_opset(model, "old.onnx")
+    upgraded, notes = _normalise.upgrade_opset(model, "old.onnx", _normalise.loads(model))
     assert notes == ["opset 6 -> 11 at ingest (onnx's version converter)"]
     (got,) = checking_session(upgraded).run(None, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
@@ -390,7 +395,7 @@ def test_an_upsample_keeps_its_coordinates_at_opset_11(mode: str) -> None:
     )
     x = RNG.standard_normal((1, 2, 3, 3)).astype(np.float32)
     (want,) = checking_session(model).run(None, {"x": x})  # onnxruntime's Upsample-9
-    upgraded, notes = _normalise.upgrade_opset(model, "up.onnx")
+    upgraded, notes = _normalise.upgrade_opset(model, "up.onnx", _normalise.loads(model))
     assert notes == ["opset 9 -> 11 at ingest (onnx's version converter)"]
     (got,) = checking_session(upgraded).run(None, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
@@ -399,17 +404,8 @@ def test_an_upsample_keeps_its_coordinates_at_opset_11(mode: str) -> None:
 def test_a_file_onnxruntime_loads_stays_where_the_converter_cannot_move_it() -> None:
     """The same BatchNormalization at opset 7: onnxruntime runs it, so ingest keeps the file
     at its opset, says why, and leaves the targets' opset ranges to the precheck."""
-    inits = [numpy_helper.from_array(np.ones((2, 2), np.float32), n) for n in "sbmv"]
-    nodes = [helper.make_node("BatchNormalization", ["x", *"sbmv"], ["y"], spatial=0)]
-    model = _model(
-        nodes,
-        [helper.make_tensor_value_info("x", F, [1, 2, 2])],
-        [helper.make_tensor_value_info("y", F, [1, 2, 2])],
-        inits,
-        opset=7,
-        ir=4,
-    )
-    kept, notes = _normalise.upgrade_opset(model, "bn.onnx")
+    model = _per_element_batchnorm(opset=7)
+    kept, notes = _normalise.upgrade_opset(model, "bn.onnx", _normalise.loads(model))
     assert kept is model
     assert notes == [
         "kept at opset 7: onnx's version converter cannot move the file from opset 7 to 11: "
@@ -427,7 +423,7 @@ def test_a_file_onnxruntime_and_every_target_take_is_left_as_it_is() -> None:
         opset=17,
         ir=8,
     )
-    same, notes = _normalise.upgrade_opset(model, "m.onnx")
+    same, notes = _normalise.upgrade_opset(model, "m.onnx", _normalise.loads(model))
     assert notes == [] and same is model
     assert _normalise.initializer_inputs(model, {"x"}) == []
     assert _normalise.reinfer_shapes(model) == []
