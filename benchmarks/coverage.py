@@ -36,12 +36,12 @@ import os
 import platform
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _versions import installed
 from coverage_models import MODELS
 
 CONFIGS = (
@@ -294,13 +294,7 @@ def _dev_cell(r: dict[str, Any]) -> str:
 
 
 def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for dist in TOOLS:
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            found[dist] = "not installed"
-    return found
+    return {"python": platform.python_version(), **installed(TOOLS)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _foreign.build import FLOAT_TOLERANCE, followable, one, recipe_text, write_inputs
 from _foreign.files import FILES
+from _versions import installed
 
 TARGETS = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
 TOOLS = ("onnx", "onnxruntime", "onnx2tf", "tensorflow", "ai-edge-litert", "tflite-micro")
@@ -169,13 +169,7 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for dist in TOOLS:
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            found[dist] = "not installed"
-    return found
+    return {"python": platform.python_version(), **installed(TOOLS)}
 
 
 def select(patterns: str | None) -> list[str]:

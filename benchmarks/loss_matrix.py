@@ -27,9 +27,12 @@ import json
 import math
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _versions import installed
 
 REPO = Path(__file__).resolve().parent.parent
 # Recipe stems in recipes/; one that does not exist (yet) is skipped with a note.
@@ -59,12 +62,7 @@ COLUMNS = ("recipe", "framework", "path", "target", "mode", "accuracy (artifact)
 
 def versions() -> dict[str, str]:
     """The installed version of each tool, and Debian's Arm NN packages."""
-    found = {}
-    for dist in TOOLS:
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            found[dist] = "not installed"
+    found = installed(TOOLS)
     from edgeflow.engine.keys import debian_versions
 
     found["armnn (debian)"] = debian_versions("*armnn*") or "not installed"
