@@ -402,11 +402,12 @@ def io_layout(
     """How the recipe's NCHW tensors map onto the artifact's: position and permutation.
 
     Inputs: channel-last for rank 3-5, as onnx2tf does, except the `kept` ones (onnx2tf's
-    keep_shape_absolutely_input_names: a channel-last source's), taken as declared.
-    Outputs: the artifact's shape decides between the ONNX layout and channel-last (or,
-    where neither fits, any permutation of the axes that does); where several fit (e.g.
-    1x4x4x4), a probe with the float32 .tflite against onnxruntime on one random input
-    decides.
+    keep_shape_absolutely_input_names: a channel-last source's), taken as declared; onnx2tf
+    leaves some inputs as declared by its own choice, which a shape that is not symmetric
+    shows. Outputs: the artifact's shape decides between the ONNX layout and channel-last (or,
+    where neither fits, any permutation of the axes that does). Where a shape fits several
+    (e.g. 1x4x4x4), a probe with the float32 .tflite against onnxruntime on one random input
+    decides, for inputs and outputs together.
     """
     import onnx
 
@@ -424,15 +425,20 @@ def io_layout(
         )
     inputs = []
     for pos, name in enumerate(_input_order(list(onnx_in), in_details)):
-        rank = len(onnx_in[name])
-        perm = tuple(range(rank)) if name in kept else channel_last(rank)
+        dims = onnx_in[name]
+        identity = tuple(range(len(dims)))
         shape = tuple(int(d) for d in in_details[pos]["shape"])
-        if shape != tuple(onnx_in[name][p] for p in perm):
-            raise EdgeflowError(f"input '{name}': .tflite shape {shape} vs ONNX {onnx_in[name]}")
-        inputs.append({"name": name, "index": pos, "perm": list(perm)})
+        usual = identity if name in kept else channel_last(len(dims))
+        fits = [
+            list(p)
+            for p in dict.fromkeys((usual, identity))  # onnx2tf's usual layout first
+            if tuple(dims[i] for i in p) == shape
+        ]
+        if not fits:
+            raise EdgeflowError(f"input '{name}': .tflite shape {shape} vs ONNX {dims}")
+        inputs.append({"name": name, "index": pos, "perm": fits[0], "candidates": fits})
     order = _output_order(interp, out_details, [name for name, _ in onnx_out])
     outputs = []
-    ambiguous = []
     for k, (name, dims) in enumerate(onnx_out):
         pos = order[k]
         shape = tuple(int(d) for d in out_details[pos]["shape"])
@@ -453,14 +459,12 @@ def io_layout(
             ]
         if not fits:
             raise EdgeflowError(f"output '{name}': .tflite shape {shape} vs ONNX {dims}")
-        if len(fits) > 1:
-            ambiguous.append(k)
         outputs.append({"name": name, "index": pos, "perm": fits[0], "candidates": fits})
     layout: dict[str, Any] = {"inputs": inputs, "outputs": outputs}
-    if ambiguous:
-        layout["ambiguous_outputs"] = _probe(onnx_path, float32, inputs, outputs, ambiguous, target)
-    for out in outputs:
-        del out["candidates"]
+    if any(len(spec["candidates"]) > 1 for spec in (*inputs, *outputs)):
+        layout["ambiguous_layout"] = _probe(onnx_path, float32, inputs, outputs, target)
+    for spec in (*inputs, *outputs):
+        del spec["candidates"]
     return layout
 
 
@@ -503,25 +507,31 @@ def _output_order(interp: Any, details: list[dict[str, Any]], names: list[str]) 
     return list(range(len(details)))
 
 
+# At most this many combinations of the ambiguous inputs' layouts are tried by the probe.
+PROBED_INPUT_LAYOUTS = 64
+
+
 def _probe(
     onnx_path: Path,
     float32: Path,
     inputs: list[dict[str, Any]],
     outputs: list[dict[str, Any]],
-    ambiguous: list[int],
     target: str,
 ) -> str:
-    """Choose the permutation of shape-ambiguous outputs by comparing real numbers; returns
-    how it was decided (the float32 .tflite may not run, e.g. with a Flex op: then NHWC,
-    onnx2tf's usual output layout, is assumed and verify's comparison will tell)."""
+    """Choose the permutation of shape-ambiguous inputs and outputs by comparing real
+    numbers; returns how it was decided (the float32 .tflite may not run, e.g. with a Flex
+    op: then onnx2tf's usual layouts, channel-last, are assumed and verify's comparison
+    will tell)."""
     try:
-        errors = _probe_errors(onnx_path, float32, inputs, outputs, ambiguous, target)
+        choice, errors = _probe_errors(onnx_path, float32, inputs, outputs, target)
     except Exception as exc:  # any failure to run the probe leaves the usual layout
-        for k in ambiguous:
-            outputs[k]["perm"] = outputs[k]["candidates"][-1]
-        return f"assumed NHWC outputs: the float32 probe failed ({str(exc).splitlines()[0]})"
-    for k, diffs in zip(ambiguous, errors, strict=True):
-        outputs[k]["perm"] = outputs[k]["candidates"][int(np.argmin(diffs))]
+        for spec in outputs:
+            spec["perm"] = spec["candidates"][-1]
+        return f"assumed channel-last: the float32 probe failed ({str(exc).splitlines()[0]})"
+    for spec, perm in zip(inputs, choice, strict=True):
+        spec["perm"] = perm
+    for spec, diffs in zip(outputs, errors, strict=True):
+        spec["perm"] = spec["candidates"][int(np.argmin(diffs))]
     return "float32 probe against onnxruntime"
 
 
@@ -530,10 +540,10 @@ def _probe_errors(
     float32: Path,
     inputs: list[dict[str, Any]],
     outputs: list[dict[str, Any]],
-    ambiguous: list[int],
     target: str,
-) -> list[list[float]]:
-    """Max abs diff to onnxruntime of each candidate permutation of each ambiguous output."""
+) -> tuple[list[list[int]], list[list[float]]]:
+    """The inputs' permutations that bring the outputs closest to onnxruntime's, and, with
+    them, each output's max abs diff under each of its candidate permutations."""
     from edgeflow.core.onnxsession import checking_session
 
     litert = require("ai_edge_litert.interpreter", target)
@@ -546,16 +556,27 @@ def _probe_errors(
     with err:
         interp.allocate_tensors()
     in_details, out_details = interp.get_input_details(), interp.get_output_details()
-    for spec in inputs:
-        data = feeds[spec["name"]].transpose(spec["perm"])
-        interp.set_tensor(in_details[spec["index"]]["index"], np.ascontiguousarray(data))
-    interp.invoke()
-    errors = []
-    for k in ambiguous:
-        got = interp.get_tensor(out_details[outputs[k]["index"]]["index"])
-        candidates = outputs[k]["candidates"]
-        errors.append([float(np.abs(got.transpose(p) - reference[k]).max()) for p in candidates])
-    return errors
+    combos = itertools.islice(
+        itertools.product(*(spec["candidates"] for spec in inputs)), PROBED_INPUT_LAYOUTS
+    )
+    best: tuple[float, list[list[int]], list[list[float]]] | None = None
+    for combo in combos:
+        for spec, perm in zip(inputs, combo, strict=True):
+            data = feeds[spec["name"]].transpose(perm)
+            interp.set_tensor(in_details[spec["index"]]["index"], np.ascontiguousarray(data))
+        interp.invoke()
+        errors = []
+        for k, spec in enumerate(outputs):
+            got = interp.get_tensor(out_details[spec["index"]]["index"])
+            diffs = [
+                float(np.abs(got.transpose(p) - reference[k]).max()) for p in spec["candidates"]
+            ]
+            errors.append([d if np.isfinite(d) else np.inf for d in diffs])
+        score = float(sum(min(diffs) for diffs in errors))
+        if best is None or score < best[0]:
+            best = (score, list(combo), errors)
+    assert best is not None  # product() of non-empty candidate lists yields at least one
+    return best[1], best[2]
 
 
 def operators(artifact: Path, target: str) -> list[str]:

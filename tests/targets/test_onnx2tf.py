@@ -67,6 +67,49 @@ def test_three_channel_float_converts_offline_in_nchw(tmp_path: Path, no_network
     np.testing.assert_allclose(got[0], reference(onnx, x), atol=1e-4)
 
 
+def test_an_input_onnx2tf_keeps_as_declared_is_found_by_the_probe(tmp_path: Path) -> None:
+    """A channel Split and a Squeeze/Unsqueeze of the channel axis make onnx2tf keep the
+    input as declared (NCHW), and a 1x4x4x4 input fits that and channel-last alike: fed
+    channel-last, as edgeflow assumed, the output was off by 0.995 of its range."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    sizes = numpy_helper.from_array(np.array([1, 3], np.int64), "sizes")
+    nodes = [
+        helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=1),
+        helper.make_node("ReduceSum", ["b", "axes"], ["s"]),
+        helper.make_node("Add", ["a", "s"], ["t"]),
+        helper.make_node("Squeeze", ["t", "axes"], ["q"]),
+        helper.make_node("Unsqueeze", ["q", "axes"], ["u"]),
+        helper.make_node("Softmax", ["u"], ["y"], axis=3),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "kept",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [axes, sizes],
+    )
+    path = tmp_path / "kept.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    (tmp_path / "out").mkdir()
+    convert_job = ConvertJob(
+        onnx=path,
+        out_dir=tmp_path / "out",
+        profile=load_profile("tflite"),
+        quantization=Quantization(mode="none"),
+        inputs=[TensorSpec(name="x", shape=[1, 4, 4, 4])],
+        calibration=None,
+    )
+    info = tflite.convert(convert_job)
+    assert info["io"]["inputs"] == [{"name": "x", "index": 0, "perm": [0, 1, 2, 3]}]
+    assert info["io"]["ambiguous_layout"] == "float32 probe against onnxruntime"
+    x = np.random.default_rng(2).normal(size=(1, 4, 4, 4)).astype(np.float32)
+    got = tflite.open_runner(tmp_path / "out", info).run({"x": x})
+    np.testing.assert_allclose(got[0], reference(path, x), atol=1e-6)
+
+
 def test_without_the_stand_in_file_onnx2tf_reaches_for_the_network(
     tmp_path: Path, no_network: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,7 +153,7 @@ def test_flex_ops_are_reported_by_litert(tmp_path: Path) -> None:
     onnx = tiny_conv_onnx(tmp_path / "tiny.onnx", activation="Erf")
     info = tflite.convert(job(onnx, tmp_path / "out", "tflite", mode="none"))
     assert info["operators"] == ["CONV_2D", "CUSTOM:FlexErf"]
-    assert info["io"]["ambiguous_outputs"].startswith("assumed NHWC outputs")
+    assert info["io"]["ambiguous_layout"].startswith("assumed channel-last")
     with pytest.raises(EdgeflowError, match=r"LiteRT cannot load model.tflite: Select TensorFlow"):
         tflite.open_runner(tmp_path / "out", info)
 
