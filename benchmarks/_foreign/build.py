@@ -153,7 +153,18 @@ def suggestions(text: str) -> list[str]:
     return found
 
 
-def followable(suggested: list[str]) -> tuple[list[str], list[str]]:
-    """The suggestions that name a rule (applied as `rewrites:`) and those that do not."""
-    rules = [s for s in suggested if RULE.match(s)]
-    return rules, [s for s in suggested if s not in rules]
+def followable(suggested: list[str]) -> tuple[list[Any], list[str]]:
+    """The suggestions that are a `rewrites:` entry (a rule's name, or a mapping with its
+    options), parsed as the recipe would, and those that are not."""
+    import yaml
+
+    rules: list[Any] = []
+    others = []
+    for text in suggested:
+        value = yaml.safe_load(text) if text.startswith("{") else text
+        name = value.get("rule", "") if isinstance(value, dict) else value
+        if isinstance(name, str) and RULE.match(name):
+            rules.append(value)
+        else:
+            others.append(text)
+    return rules, others

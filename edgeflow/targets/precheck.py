@@ -37,6 +37,7 @@ class Finding:
     nodes: list[str] = field(default_factory=list)
     count: int = 0
     rule: str = ""
+    options: dict[str, Any] = field(default_factory=dict)  # the suggested rule's, if it needs any
     # error: the target cannot take this; warning: it runs, but was measured inaccurate in
     # some graphs (verify will tell), so it does not fail the precheck
     severity: str = "error"
@@ -61,6 +62,14 @@ def model_finding(
     fixes = [Fix.finding(key)]
     rule = rule or suggest(*fixes) or SETTINGS.get(key, "")
     return Finding(f"({key})", reason, nodes or [], rule=rule, fixes=fixes, **kw)
+
+
+def entry(rule: str, options: dict[str, Any]) -> str:
+    """A suggested rule as the recipe's `rewrites:` takes it: its name, or a mapping with the
+    options it needs (`{rule: onnx.convert_opset, opset: 13}`)."""
+    if not options:
+        return rule
+    return "{" + ", ".join([f"rule: {rule}", *(f"{k}: {v}" for k, v in options.items())]) + "}"
 
 
 def suggest(*fixes: Fix) -> str:
@@ -94,15 +103,16 @@ def _confirm(
     before = {(f.operator, f.reason) for f in findings if f.severity == "error"}
     after: dict[str, set[tuple[str, str]] | None] = {}
 
-    def errors_after(rule: type[Any]) -> set[tuple[str, str]] | None:
-        if rule.name not in after:
-            rewritten = _applied(rule, model)
-            after[rule.name] = None if rewritten is None else {
+    def errors_after(rule: type[Any], options: dict[str, Any]) -> set[tuple[str, str]] | None:
+        key = entry(rule.name, options)
+        if key not in after:
+            rewritten = _applied(rule, model, options)
+            after[key] = None if rewritten is None else {
                 (f.operator, f.reason)
                 for f in _check(rewritten, profile, quantization)
                 if f.severity == "error"
             }  # fmt: skip
-        return after[rule.name]
+        return after[key]
 
     for finding in findings:
         candidates = [r for fix in finding.fixes for r in rules_fixing(fix) if r.level == "onnx"]
@@ -116,7 +126,7 @@ def _confirm(
         ]
         usable = [r for r in candidates if quantization not in r.breaks]
         for rule in dict.fromkeys(usable):
-            left = errors_after(rule)
+            left = errors_after(rule, finding.options)
             if left is None:  # could not be applied here: keep the suggestion unjudged
                 break
             if (finding.operator, finding.reason) not in left and left <= before:
@@ -129,16 +139,18 @@ def _confirm(
             finding.tried = tried
 
 
-def _applied(rule: type[Any], model: Any) -> Any | None:
-    """The model rewritten by the rule with its default options, or None where it cannot be
-    applied as it is (an exception: say, it needs the recipe's static input shapes)."""
+def _applied(rule: type[Any], model: Any, options: dict[str, Any]) -> Any | None:
+    """The model rewritten by the rule with these options (the others at their defaults), or
+    None where it cannot be applied as it is (an exception: say, it needs the recipe's static
+    input shapes, or options the finding does not give)."""
     import copy
 
     from edgeflow.rules.base import RewriteContext
 
     try:
         specs = _input_specs(model)
-        return rule().apply(copy.deepcopy(model), rule.Options(), RewriteContext(specs)).model
+        opts = rule.Options.model_validate(options)
+        return rule().apply(copy.deepcopy(model), opts, RewriteContext(specs)).model
     except Exception:  # the rule's own verdict on an unusual model is not the precheck's
         return None
 
@@ -181,7 +193,8 @@ def _check(model: Any, profile: TargetProfile, quantization: str = "none") -> li
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if not profile.opset.min <= opset <= profile.opset.max:
         reason = f"opset {opset} is outside the target's {profile.opset.min}..{profile.opset.max}"
-        findings.append(model_finding("opset", reason, count=1))
+        nearest = min(max(opset, profile.opset.min), profile.opset.max)
+        findings.append(model_finding("opset", reason, count=1, options={"opset": nearest}))
     by_op: dict[str, list[str]] = {}
     for name, node in named_nodes(model.graph):
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
@@ -323,7 +336,14 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
             if not kernels:
                 have = ", ".join(f"{k.since}-{k.until or ''}" for k in spec.kernels)
                 why = f"no kernel for version {since} of {op} (has versions {have})"
-                add(op, "version", why, name, Fix.finding("opset"))
+                # onnx.convert_opset moves the default domain, to an opset with a kernel
+                opset = None
+                if domain == "ai.onnx":
+                    current = opsets.get(domain, 0)
+                    opset = _kernel_opset(op, spec.kernels, profile.opset, current)
+                add(op, "version", why, name, Fix.finding("opset") if opset else None)
+                if opset is not None:
+                    groups[op, "version"].options = {"opset": opset}
                 continue
             if all(k.dtypes is not None for k in kernels):
                 dtypes = sorted({d for k in kernels for d in k.dtypes or []})
@@ -349,6 +369,17 @@ def probed_ops() -> frozenset[str]:
     from edgeflow.targets.probes import probes
 
     return frozenset(c.op or c.model.graph.node[0].op_type for c in probes())
+
+
+def _kernel_opset(op: str, kernels: list[Any], opsets: Any, current: int) -> int | None:
+    """The opset nearest the model's own (`current`; the lower one of two as near), within
+    the profile's range, at which the default-domain `op` resolves to a version one of its
+    kernels has (None: none does)."""
+    for opset in sorted(range(opsets.min, opsets.max + 1), key=lambda o: (abs(o - current), o)):
+        since = _schema_version(op, opset, "")
+        if since is not None and any(k.since <= since <= (k.until or since) for k in kernels):
+            return opset
+    return None
 
 
 def _schema_version(op: str, opset: int, domain: str) -> int | None:
@@ -459,7 +490,7 @@ def render_table(findings: list[dict[str, Any]]) -> str:
     lines = ["| Operator | Count | Reason | Nodes | Suggested rule |", "|---|---|---|---|---|"]
     for f in findings:
         nodes = ", ".join(f["nodes"][:5]) + (", ..." if len(f["nodes"]) > 5 else "")
-        rule = f"`{f['rule']}`" if f["rule"] else ""
+        rule = f"`{entry(f['rule'], f.get('options') or {})}`" if f["rule"] else ""
         if f.get("tried"):  # rules that declare it and did not remove it from this model
             rule += f" ({', '.join(f['tried'])} tried: leaves it or adds an error)"
         reason = f"(warning) {f['reason']}" if f.get("severity") == "warning" else f["reason"]

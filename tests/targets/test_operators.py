@@ -19,7 +19,7 @@ from edgeflow.targets.derive import (
     onnxruntime_kernels,
     render,
 )
-from edgeflow.targets.precheck import check
+from edgeflow.targets.precheck import check, render_table, to_json
 from edgeflow.targets.profile import TargetProfile
 from tests import needs
 from tests.targets.conftest import needs_tflite
@@ -134,7 +134,14 @@ def test_versions_and_input_types() -> None:
     assert check(single("r", "Relu", X, opset=13).model, profile) == []
     [late] = check(single("r", "Relu", X, opset=14).model, profile)
     assert late.reason == "no kernel for version 14 of Relu (has versions 6-13)"
-    assert late.rule == "onnx.convert_opset"
+    assert (late.rule, late.options) == ("onnx.convert_opset", {"opset": 13})
+    [table] = render_table(to_json([late])).splitlines()[2:]
+    assert table.endswith("| `{rule: onnx.convert_opset, opset: 13}` |")  # as rewrites: takes it
+    # outside the profile's opsets: the nearest one inside, and the rule applied with it works
+    narrow = profile_with({"Relu": {}}, opset={"min": 11, "max": 20})
+    [early] = check(single("r", "Relu", X, opset=7).model, narrow)
+    assert early.operator == "(opset)" and early.options == {"opset": 11}
+    assert (early.rule, early.tried) == ("onnx.convert_opset", [])
     doubles = [("x", T.DOUBLE, [1, 4])]
     [typed] = check(single("r", "Relu", doubles, opset=13).model, profile)
     assert typed.reason == "no kernel for double inputs (takes float)"
