@@ -97,6 +97,17 @@ def resolve_rewrites(
             continue
         if rule is not None:
             options = {k: v for k, v in entry.items() if k != "rule"}
+            required = [k for k, f in rule.Options.model_fields.items() if f.is_required()]
+            if required and not isinstance(raw, dict):  # a bare name cannot give them
+                types = {k: rule.Options.model_fields[k].annotation for k in required}
+                fields = ", ".join(
+                    f"{k}: <{getattr(t, '__name__', 'value')}>" for k, t in types.items()
+                )
+                problem(
+                    f"rule '{name}' needs {', '.join(required)}",
+                    f"write the entry as {{rule: {name}, {fields}}} (docs/rules.md)",
+                )
+                continue
             at = ("rewrites", i) if isinstance(raw, dict) else ()
             try:
                 opts = validate(rule.Options, tree, path, at=at, data=options, overridden=located)

@@ -136,6 +136,24 @@ def test_unknown_rewrite_rule_fails_at_load(write_recipe) -> None:
     assert problem.startswith(f"{path}:14:5: rewrites[0]: unknown rule 'fx.fuse_conv_bnn'")
 
 
+def test_a_rule_named_without_the_options_it_needs_is_located_at_its_entry(
+    write_recipe,
+) -> None:
+    """`- onnx.convert_opset` was "opset: missing required key / hint: add 'opset:' under
+    the top level": the entry is what is wrong, and the hint shows the form that works."""
+    path = write_recipe(GOOD + "rewrites:\n  - onnx.convert_opset\n")
+    [problem] = problems(path)
+    assert problem.startswith(
+        f"{path}:14:5: rewrites[0]: rule 'onnx.convert_opset' needs opset\n"
+        "  hint: write the entry as {rule: onnx.convert_opset, opset: <int>}"
+    )
+    loaded = load_recipe(
+        write_recipe(GOOD + "rewrites:\n  - {rule: onnx.convert_opset, opset: 13}\n")
+    )
+    [spec] = loaded.recipe.rewrites
+    assert spec.name == "onnx.convert_opset" and spec.options.opset == 13
+
+
 def test_rewrites_must_be_a_list_and_resolve_to_rule_specs(write_recipe) -> None:
     from edgeflow.rules.base import RuleSpec
 
