@@ -112,7 +112,7 @@ def test_suggestions_are_read_as_printed() -> None:
     printed = """the model does not pass the tflite precheck:
 | Operator | Count | Reason | Nodes | Suggested rule |
 |---|---|---|---|---|
-| (opset) | 1 | opset 7 is outside the target's 11..20 |  | `{rule: onnx.convert_opset, opset: 11}` |
+| (opset) | 1 | opset 7 is outside the 11..20 |  | `{rule: onnx.convert_opset, opset: 11}` |
 | Erf | 1 | not supported |  | `onnx.decompose` |
 | ConstantOfShape | 2 | not measured | a, b | (onnx.fold_constants tried: leaves it) |
 | (float16) | 1 | no kernel |  | `quantization.mode: none` |

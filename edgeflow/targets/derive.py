@@ -277,6 +277,7 @@ def family_operators(
                 checks.append(variant.checker)
                 notes.append(f"{variant.name}: {_why(failed[0])}")
         ops[op] = {
+            "kernels": measured_versions(op, plain, lambda c: verdict(c, "none").runs),
             "dtypes": dtypes,
             "quantization": modes if modes != offered else None,
             "checks": sorted(set(checks)),
@@ -284,6 +285,40 @@ def family_operators(
             "note": "; ".join(n for n in notes if n),
         }
     return ops, missing
+
+
+def measured_versions(op: str, plain: list[Any], runs: Any) -> list[dict[str, int]] | None:
+    """The op's kernel versions as its plain probes measured them, where they were probed at
+    more than one version of the op: the first (main) probe's version and every later one,
+    and each other version whose probes all ran. None: one version probed, every version
+    assumed."""
+    import onnx
+
+    def version(case: Any) -> int:
+        opset = next(o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx"))
+        return int(onnx.defs.get_schema(op, opset, "").since_version)
+
+    main = version(plain[0])
+    others: dict[int, bool] = {}
+    for case in plain[1:]:
+        if version(case) != main:
+            others[version(case)] = others.get(version(case), True) and bool(runs(case))
+    if not others:
+        return None
+    later = sorted({int(onnx.defs.get_schema(op, v, "").since_version) for v in _opsets_of(op)})
+    spans = [{"since": main}]
+    for since, ran in others.items():
+        if ran and since < main:
+            spans.append({"since": since, "until": later[later.index(since) + 1] - 1})
+    return sorted(spans, key=lambda span: span["since"])
+
+
+def _opsets_of(op: str) -> range:
+    """The opsets at which `op` has a schema (from its first version to onnx's newest)."""
+    import onnx
+
+    first = min(s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op)
+    return range(first, onnx.defs.onnx_opset_version() + 1)
 
 
 def family_builtins(target: str, verdicts: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -383,14 +418,19 @@ def render_family(
         "# float32 and int8, against onnxruntime. Listed: the operators whose probes ran, with",
         "# the input types and modes they ran in, the TFLite builtins they became (note), and",
         "# the checker of each variant probe that failed. quantization absent: every mode the",
-        "# target offers.",
+        "# target offers. kernels: the op's versions that ran, where probes tried several",
+        "# (absent: one version probed, every version assumed).",
     ]
     if kernels:
         lines.append(f"# The runtime's {what[target]} ({len(kernels)}): {' '.join(kernels)}")
     lines.append("operators:")
     for op in sorted(ops):
         spec = ops[op]
-        parts = [f"dtypes: [{', '.join(spec['dtypes'])}]"]
+        parts = []
+        if spec["kernels"]:
+            spans = (", ".join(f"{k}: {v}" for k, v in span.items()) for span in spec["kernels"])
+            parts.append(f"kernels: [{', '.join(f'{{{span}}}' for span in spans)}]")
+        parts.append(f"dtypes: [{', '.join(spec['dtypes'])}]")
         if spec["checks"]:
             parts.append(f"checks: [{', '.join(spec['checks'])}]")
         if spec["quantization"]:

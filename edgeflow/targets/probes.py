@@ -4,7 +4,9 @@
 runtimes (edgeflow.targets.trial) and writes the operators the runtime ran into the profile.
 A probe with a `checker` is a variant of its operator's main probe (grouped, dilated, padded,
 5-D, ...): when the main probe runs and the variant does not, the profile gets that checker
-for the operator. tests/targets/opzoo.py builds its cases with the same helpers; its cases
+for the operator. A probe without one at another opset, where the op has another version,
+asks about that version: the profile then lists the versions whose probes ran (`kernels`).
+tests/targets/opzoo.py builds its cases with the same helpers; its cases
 (other shapes, types and patterns) are what the profiles are then held against.
 """
 
@@ -375,6 +377,10 @@ def probes() -> list[Case]:
             checker="cast_not_to_int64",
         ),
         single("Softmax axis 1", "Softmax", seq, attrs={"axis": 1}, checker="axis_last"),
+        # Older versions whose meaning differs (before 13, Softmax flattens from `axis` on):
+        # a plain probe at another version of the op decides whether that version is listed.
+        single("Softmax-11 axis 1", "Softmax", seq, attrs={"axis": 1}, opset=11),
+        single("LogSoftmax-11 axis 1", "LogSoftmax", seq, attrs={"axis": 1}, opset=11),
         single(
             "Transpose 5-D",
             "Transpose",

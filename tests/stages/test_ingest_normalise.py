@@ -427,3 +427,26 @@ def test_a_file_onnxruntime_and_every_target_take_is_left_as_it_is() -> None:
     assert notes == [] and same is model
     assert _normalise.initializer_inputs(model, {"x"}) == []
     assert _normalise.reinfer_shapes(model) == []
+
+
+def test_an_op_version_no_target_measured_to_run_is_moved_to_one_that_did() -> None:
+    """Softmax-11 over axis 1 of a 3-D input flattens from that axis on; onnx2tf converts it
+    as opset 13's softmax over the one axis (measured by the probes: 4.85 of the output off),
+    so the TFLite-family profiles list Softmax `kernels: [{since: 13}]` and ingest moves the
+    file to opset 13, where the version converter writes the flattening out."""
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], axis=1)]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", F, [2, 5, 12])],
+        [helper.make_tensor_value_info("y", F, [2, 5, 12])],
+        [],
+        opset=11,
+        ir=6,
+    )
+    x = RNG.standard_normal((2, 5, 12)).astype(np.float32)
+    flat = np.exp(x.reshape(2, 60))
+    want = (flat / flat.sum(1, keepdims=True)).reshape(2, 5, 12)
+    upgraded, notes = _normalise.upgrade_opset(model, "sm.onnx", _normalise.loads(model))
+    assert notes == ["opset 11 -> 13 at ingest (onnx's version converter)"]
+    (got,) = checking_session(upgraded).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)

@@ -68,6 +68,9 @@ def test_measured_operator_lists_come_from_verdicts() -> None:
         probe("Erf", "Erf", X),
         probe("Erf int64", "Erf", [("x", T.INT64, [2, 3])]),
         probe("Gelu", "Gelu", X, opset=20),
+        probe("Softmax", "Softmax", X),
+        probe("Softmax-11", "Softmax", X, {}, {"axis": 0}, opset=11),  # flattens from axis 0
+        probe("Softmax-1", "Softmax", X, opset=10),
     ]
     ok, no = Verdict(True, builtins=["CONV_2D"]), Verdict(False, "load", "nope", ["GELU"])
     verdicts = {
@@ -76,9 +79,16 @@ def test_measured_operator_lists_come_from_verdicts() -> None:
         "Erf": {"t/none": Verdict(True, builtins=["ERF"]), "t/int8": no},
         "Erf int64": {"t/none": ok},
         "Gelu": {"t/none": no, "t/int8": no},
+        "Softmax": {"t/none": ok, "t/int8": ok},
+        "Softmax-11": {"t/none": Verdict(False, "compare", "relative error 4.85")},
+        "Softmax-1": {"t/none": ok},
     }
     ops, missing = family_operators("t", cases, verdicts, ["none", "int8"])
+    # probed at three versions: the main one and later, and the older one that ran
+    assert ops["Softmax"]["kernels"] == [{"since": 1, "until": 10}, {"since": 13}]
+    assert "Softmax-11: compare: relative error 4.85" in ops["Softmax"]["note"]
     assert ops["Conv"] == {
+        "kernels": None,  # one version probed: every version
         "dtypes": ["float"],
         "quantization": None,
         "checks": ["groups_one"],
