@@ -10,7 +10,7 @@ docs/targets.md which runtime limit it encodes and where that limit is documente
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -21,6 +21,7 @@ class Node:
     proto: Any  # onnx.NodeProto
     constants: dict[str, Any]  # initializer / Constant outputs -> numpy arrays
     ranks: dict[str, int]  # tensor -> rank, where shape inference knows it
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # where static
 
     def attribute(self, name: str, default: Any = None) -> Any:
         import onnx
@@ -146,6 +147,30 @@ def slice_one_axis(node: Node) -> str | None:
     return None
 
 
+def pad_all_axes(node: Node) -> str | None:
+    """A Pad without an `axes` input (opset 18): its pads cover every axis."""
+    return "pads only the axes it names (axes input)" if node.input(3) else None
+
+
+def same_rank(node: Node) -> str | None:
+    """Inputs below the rank of the others are scalars: broadcasting adds no leading dims."""
+    ranks = {n: node.ranks.get(n) for n in node.proto.input if n}
+    known = [r for r in ranks.values() if r is not None]
+    if not known:
+        return None
+    top = max(known)
+    lower = [f"{n} ({r}-D)" for n, r in ranks.items() if r is not None and 0 < r < top]
+    return None if not lower else f"inputs below {top}-D: {', '.join(lower)}"
+
+
+def same_shapes(node: Node) -> str | None:
+    """Every input has the same static shape (no broadcasting between them)."""
+    shapes = [node.shapes.get(n) for n in node.proto.input if n]
+    if None in shapes or len(set(shapes)) < 2:
+        return None
+    return f"inputs of different shapes ({', '.join(str(list(s or ())) for s in shapes)})"
+
+
 def cast_not_to_int64(node: Node) -> str | None:
     return "casts to int64" if node.attribute("to") == 7 else None  # TensorProto.INT64
 
@@ -168,4 +193,7 @@ CHECKERS: dict[str, Callable[[Node], str | None]] = {
     "resize_nearest": resize_nearest,
     "cast_not_to_int64": cast_not_to_int64,
     "slice_one_axis": slice_one_axis,
+    "pad_all_axes": pad_all_axes,
+    "same_rank": same_rank,
+    "same_shapes": same_shapes,
 }

@@ -66,7 +66,7 @@ def model_finding(
 
 def entry(rule: str, options: dict[str, Any]) -> str:
     """A suggested rule as the recipe's `rewrites:` takes it: its name, or a mapping with the
-    options it needs (`{rule: onnx.convert_opset, opset: 13}`)."""
+    options it needs (`{rule: <name>, opset: 13}`)."""
     if not options:
         return rule
     return "{" + ", ".join([f"rule: {rule}", *(f"{k}: {v}" for k, v in options.items())]) + "}"
@@ -279,13 +279,17 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
     graph = model.graph
     types: dict[str, int] = {t.name: t.data_type for t in _initializers(graph)}
     ranks: dict[str, int] = {t.name: len(t.dims) for t in _initializers(graph)}
+    shapes: dict[str, tuple[int, ...]] = {}
     for value in _values(graph):
         t = value.type.tensor_type
         if t.elem_type:
             types[value.name] = t.elem_type
         if t.HasField("shape"):
             ranks[value.name] = len(t.shape.dim)
+            if all(d.HasField("dim_value") for d in t.shape.dim):
+                shapes[value.name] = tuple(d.dim_value for d in t.shape.dim)
     constants = {t.name: numpy_helper.to_array(t) for t in _initializers(graph)}
+    shapes.update({name: value.shape for name, value in constants.items()})
     nodes = list(named_nodes(graph))
     for _, node in nodes:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
@@ -356,7 +360,7 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
                 typed = DTYPE_FINDINGS.get(type_name)
                 add(op, f"dtype {type_name}", why, name, Fix.finding(typed) if typed else None)
         for check in spec.checks:
-            problem = CHECKERS[check](Node(node, constants, ranks))
+            problem = CHECKERS[check](Node(node, constants, ranks, shapes))
             if problem is not None:
                 add(op, check, f"{check}: {problem}", name, Fix.check(op, check))
     return list(groups.values())

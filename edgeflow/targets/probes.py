@@ -318,6 +318,8 @@ def probes() -> list[Case]:
     dw = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
     grouped = rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
     five_d = [("x", T.FLOAT, [1, 2, 3, 4, 5])]
+    chw = rng.uniform(0.5, 2.0, (6, 10, 10)).astype(np.float32)  # also a divisor
+    c11 = rng.standard_normal((1, 6, 1, 1)).astype(np.float32)
     six_d = [("x", T.FLOAT, [1, 2, 2, 3, 2, 2])]
     found += [
         single("Conv depthwise", "Conv", x, {"w": dw}, {"group": 6}, checker="not_depthwise"),
@@ -361,6 +363,14 @@ def probes() -> list[Case]:
             checker="pad_constant",
         ),
         single(
+            "Pad axes",
+            "Pad",
+            x,
+            {"p": const("p", [1, 1, 1, 1], i64), "v": 0.0, "axes": const("axes", [2, 3], i64)},
+            opset=18,
+            checker="pad_all_axes",
+        ),
+        single(
             "Resize linear",
             "Resize",
             x,
@@ -377,6 +387,16 @@ def probes() -> list[Case]:
             checker="cast_not_to_int64",
         ),
         single("Softmax axis 1", "Softmax", seq, attrs={"axis": 1}, checker="axis_last"),
+        # a constant below the other input's rank ([C, H, W] against [N, C, H, W]), and a
+        # Sum or Mean over inputs of different shapes
+        *(
+            single(f"{op} rank-3 constant", op, x, {"c": chw}, checker="same_rank")
+            for op in ("Add", "Sub", "Mul", "Div", "Max", "Min")
+        ),
+        *(
+            single(f"{op} broadcast", op, x, {"c": c11}, checker="same_shapes")
+            for op in ("Sum", "Mean")
+        ),
         # Older versions whose meaning differs (before 13, Softmax flattens from `axis` on):
         # a plain probe at another version of the op decides whether that version is listed.
         single("Softmax-11 axis 1", "Softmax", seq, attrs={"axis": 1}, opset=11),

@@ -65,6 +65,21 @@ CHECK_CASES: dict[tuple[str, str], onnx.ModelProto] = {
     ("Pad", "pad_constant"): single(
         "p", "Pad", X, {"pads": np.array([0, 0, 1, 1] * 2, np.int64)}, {"mode": "reflect"}
     ).model,
+    ("Pad", "pad_all_axes"): single(
+        "p",
+        "Pad",
+        X,
+        {"pads": np.ones(4, np.int64), "v": 0.0, "axes": np.array([2, 3], np.int64)},
+        opset=18,
+    ).model,
+    **{
+        (op, "same_rank"): single(op, op, X, {"c": np.ones(X[0][2][1:])}).model
+        for op in ("Add", "Sub", "Mul", "Div", "Max", "Min")
+    },
+    **{
+        (op, "same_shapes"): single(op, op, X, {"c": np.ones([1] * len(X[0][2]))}).model
+        for op in ("Sum", "Mean")
+    },
 }
 
 

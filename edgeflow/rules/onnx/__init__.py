@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from edgeflow.rules.base import OnnxRule
+from edgeflow.rules.onnx.broadcast import ExplicitBroadcast
 from edgeflow.rules.onnx.casts import CastFloat64ToFloat32, Int64ToInt32
 from edgeflow.rules.onnx.conv_pool import (
     MaxPoolEdgePad,
+    PadAllAxes,
     PadWithConcat,
     ShuffleToConv,
     SplitGroups,
@@ -41,6 +43,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     SqrtNewton,
     MaxPoolEdgePad,
     PadWithConcat,
+    PadAllAxes,
     SplitGroups,
     ShuffleToConv,
     LowerMatMul,
@@ -49,6 +52,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     SliceRank,
     SplitSlice,
     TileToConcat,
+    ExplicitBroadcast,
     FixShapes,
     ConvertOpset,
     FoldIf,

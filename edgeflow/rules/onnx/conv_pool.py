@@ -1,6 +1,6 @@
-"""onnx.maxpool_edge_pad, onnx.split_groups, onnx.shuffle_to_conv and onnx.pad_with_concat:
-padded max pooling, grouped convolution, channel shuffles and padding in forms every TFLite
-runtime parses and computes right.
+"""onnx.maxpool_edge_pad, onnx.split_groups, onnx.shuffle_to_conv, onnx.pad_with_concat and
+onnx.pad_all_axes: padded max pooling, grouped convolution, channel shuffles and padding in
+forms every TFLite runtime parses and computes right.
 
 Both are exact (the same float operations in another arrangement). They exist for Arm NN 22's
 TfLite parser: onnx2tf writes a padded MaxPool as PADV2 (pad with -inf), which that parser
@@ -381,3 +381,47 @@ def _concat_zeros(
         x = e.op("Concat", *(p for p in (parts[0], x, parts[1]) if p), axis=axis)
         dims[axis] += before + after
     return x
+
+
+class PadAllAxes(NodeRule):
+    """Exact. Opset 18 lets a Pad name the axes it pads (an `axes` input, pads for those
+    axes only); onnx2tf 1.28.8 reads the pads as if for every axis and fails ("cannot reshape
+    array of size 4 into shape (2,4)"). The same Pad with pads for every axis (0 on the
+    others). Needs the input's rank and constant pads and axes. A default rewrite of tflite,
+    tflite_micro and armnn."""
+
+    name = "onnx.pad_all_axes"
+    description = "Write a Pad that names its axes as a Pad of every axis (0 on the others)."
+    fixes = (Fix.check("Pad", "pad_all_axes"),)
+
+    class Options(RuleOptions):
+        pass
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = Pad(x[1, 4, 6, 6], pads=[1, 1, 1, 1], axes=[2, 3])",
+        "y = Pad(x, pads=[0, 0, 1, 1, 0, 0, 1, 1])",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 0.0
+
+    op_types = frozenset({"Pad"})
+    what = "Pad with axes"
+
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        import numpy as np
+
+        if len(node.input) < 4 or not node.input[3]:
+            return ""
+        rank = e.rank(node.input[0])
+        pads, axes = e.constants.get(node.input[1]), e.constants.get(node.input[3])
+        if rank is None:
+            return "the input's rank is unknown"
+        if pads is None or axes is None:
+            return "the pads or axes are not constants"
+        full = np.zeros(2 * rank, np.int64)
+        for k, axis in enumerate(int(a) % rank for a in axes):
+            full[axis], full[rank + axis] = pads[k], pads[len(axes) + k]
+        inputs = [node.input[0], e.array(full, "pads"), node.input[2]]
+        e.op("Pad", *inputs, out=node.output[0], mode=attr(node, "mode", "constant"))
+        return None
