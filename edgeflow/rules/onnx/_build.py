@@ -26,6 +26,7 @@ class Builder:
         self.initializers: list[Any] = []
         self.nodes: list[Any] = []
         self.prefix = ""
+        self._made: dict[tuple[str, tuple[int, ...], bytes], str] = {}  # value -> its name
 
     def op(self, op_type: str, *inputs: str, out: str = "", **attrs: Any) -> str:
         return self.ops(op_type, list(inputs), 1, outs=[out], **attrs)[0]
@@ -43,12 +44,21 @@ class Builder:
         return names
 
     def initializer(self, value: np.ndarray, base: str) -> str:
-        """An initializer holding `value`, named `base` (or `base_1`, ...)."""
+        """An initializer holding `value`, named `base` (or `base_1`, ...); a value this
+        builder already made is that initializer (an unrolled loop's weights are stored once,
+        not once per step)."""
+        import hashlib
+
+        import numpy as np
         from onnx import numpy_helper
 
-        name = self.namer(base)
-        self.initializers.append(numpy_helper.from_array(value, name))
-        return name
+        value = np.asarray(value)
+        data = np.ascontiguousarray(value).tobytes()
+        key = (value.dtype.str, value.shape, hashlib.blake2b(data, digest_size=16).digest())
+        if key not in self._made:
+            name = self._made[key] = self.namer(base)
+            self.initializers.append(numpy_helper.from_array(value, name))
+        return self._made[key]
 
     def array(self, value: np.ndarray, base: str = "const") -> str:
         return self.initializer(value, f"{self.prefix}/{base}")
