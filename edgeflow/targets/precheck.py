@@ -125,17 +125,19 @@ def _confirm(
             if quantization in r.breaks
         ]
         usable = [r for r in candidates if quantization not in r.breaks]
+        suggested, given = finding.rule, finding.options  # the options are the first rule's
         for rule in dict.fromkeys(usable):
-            left = errors_after(rule, finding.options)
+            options = given if rule.name == suggested else {}
+            left = errors_after(rule, options)
             if left is None:  # could not be applied here: keep the suggestion unjudged
                 break
             if (finding.operator, finding.reason) not in left and left <= before:
-                finding.rule = rule.name
+                finding.rule, finding.options = rule.name, options
                 break
             tried.append(rule.name)
         else:  # a source rule (ast, fx) cannot be tried on the ONNX model: it stays offered
             others = [r.name for f in finding.fixes for r in rules_fixing(f) if r.level != "onnx"]
-            finding.rule = others[0] if others else ""
+            finding.rule, finding.options = (others[0] if others else ""), {}
             finding.tried = tried
 
 

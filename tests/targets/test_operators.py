@@ -137,6 +137,27 @@ def profile_with(operators: dict, others: bool = True, **extra: object) -> Targe
     return TargetProfile.model_validate(base | {"operators": operators, **extra})
 
 
+def test_a_version_finding_whose_opset_breaks_another_op_suggests_the_next_rule() -> None:
+    """Sqrt-6 has no kernel (13 on only) and moving to opset 13 would take Relu to a version
+    without one: onnx.convert_opset is tried and onnx.sqrt_newton, which removes the Sqrt, is
+    suggested, without the opset option that belonged to the other rule."""
+    from onnx import helper
+
+    ops = {"Sqrt": {"kernels": [{"since": 13}]}, "Relu": {"kernels": [{"since": 6, "until": 12}]}}
+    profile = profile_with(ops)
+    nodes = [helper.make_node("Sqrt", ["x"], ["e"]), helper.make_node("Relu", ["e"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    [sqrt] = check(model, profile)
+    assert sqrt.reason == "no kernel for version 6 of Sqrt (has versions 13-)"
+    assert (sqrt.rule, sqrt.options, sqrt.tried) == ("onnx.sqrt_newton", {}, [])
+
+
 def test_versions_and_input_types() -> None:
     ops = {"Relu": {"kernels": [{"since": 6, "until": 13, "dtypes": ["float"]}]}}
     # only the operator spec decides
