@@ -363,7 +363,11 @@ FALLBACK_BUDGET = (
     "max_abs_diff",
     "min_sqnr_db",
 )
-FALLBACK_READS = (*(f"verify.{key}" for key in FALLBACK_BUDGET), "evaluation.metric")
+FALLBACK_READS = (
+    *(f"verify.{key}" for key in FALLBACK_BUDGET),
+    "evaluation.metric",
+    "evaluation.outputs",  # kinds and batch axes: how the search compares outputs
+)
 
 
 def fallback_budget(verify: Any, metric: str) -> dict[str, float]:

@@ -32,12 +32,15 @@ def search(
 
     from edgeflow.targets.taps import batches_of, capture_onnx
     from edgeflow.verify.layers import source_graph
-    from edgeflow.verify.runners import OnnxRunner, batching, run_all
+    from edgeflow.verify.runners import BatchAxes, OnnxRunner, batching, run_all
 
     recipe = ctx.recipe
     budget = measurable_budget(ctx, samples)
     batch, fixed = batching(recipe.source)
-    reference = run_all(OnnxRunner.checking(str(prepared)), samples, batch, fixed)
+    names = [o.name for o in onnx.load(str(prepared), load_external_data=False).graph.output]
+    declared = recipe.evaluation.outputs
+    axes = BatchAxes.of(declared, names)  # outputs batch-first, as verify compares them
+    reference = run_all(OnnxRunner.checking(str(prepared)), samples, batch, fixed, axes=axes)
     feeds, _ = next(samples.batches(batch, fixed=True))
     work = ctx.out_dir / ".fallback"
     work.mkdir()
@@ -54,7 +57,8 @@ def search(
             files[names] = work / f"trial-{len(files)}.onnx"
             quantize(files[names], [node for n in names for node in by_name[n].excludes])
         runner = OnnxRunner.from_file(str(files[names]))
-        found = fallback.figures(reference, run_all(runner, samples, batch, fixed), samples.labels)
+        outputs = run_all(runner, samples, batch, fixed, axes=axes)
+        found = fallback.figures(reference, outputs, samples.labels, names, declared)
         done[names] = fallback.judge(
             names, found, budget, fallback.cost(runner, feeds, files[names])
         )

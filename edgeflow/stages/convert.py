@@ -54,6 +54,7 @@ def run(ctx: StageContext) -> None:
         calibration=calibration,
         budget=budget,
         kept_layout=kept_layout(recipe.source),
+        declared_outputs=recipe.evaluation.outputs,
     )
     info = module.convert(job)
     if recipe.quantization.mode == "int8":

@@ -48,13 +48,17 @@ def search(
     open_runner: Callable[[Path, dict[str, Any]], Any],
 ) -> tuple[bytes | None, dict[str, Any]]:
     """(the mixed model, or None where onnx2tf's int8 file meets the budget; the record)."""
-    from edgeflow.verify.runners import OnnxRunner, run_all
+    import onnx
+
+    from edgeflow.verify.runners import BatchAxes, OnnxRunner, run_all
 
     samples, budget = job.calibration, job.budget
     if samples is None or not budget:
         raise AssertionError("fallback without calibration samples or a budget")
     batch = batch_size(job.inputs)
-    reference = run_all(OnnxRunner.checking(str(job.onnx)), samples, batch, True)
+    names = [o.name for o in onnx.load(str(job.onnx), load_external_data=False).graph.output]
+    axes = BatchAxes.of(job.declared_outputs, names)  # outputs batch-first, as verify has them
+    reference = run_all(OnnxRunner.checking(str(job.onnx)), samples, batch, True, axes=axes)
     feeds, _ = next(samples.batches(batch, fixed=True))
     models: dict[tuple[str, ...], bytes] = {
         (): (out / f"model_{_onnx2tf.suffix(job.quantization)}.tflite").read_bytes()
@@ -75,8 +79,8 @@ def search(
         path = work / f"trial-{len(done)}.tflite"
         path.write_bytes(models[names])
         runner = open_runner(path, layouts["mlir" if names else ()])
-        outputs = run_all(runner, samples, batch, True)
-        found = fallback.figures(reference, outputs, samples.labels)
+        outputs = run_all(runner, samples, batch, True, axes=axes)
+        found = fallback.figures(reference, outputs, samples.labels, names, job.declared_outputs)
         done[names] = fallback.judge(names, found, budget, fallback.cost(runner, feeds, path))
         del runner
         return done[names]

@@ -13,9 +13,10 @@ A backend module defines:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from edgeflow.core.specs import Quantization, TensorSpec
@@ -39,6 +40,8 @@ class ConvertJob:
     budget: dict[str, float] | None = None
     # inputs whose layout onnx2tf keeps as declared (a channel-last source's: Keras, Flax)
     kept_layout: tuple[str, ...] = ()
+    # evaluation.outputs: the outputs' kinds and batch axes, for the fallback's comparisons
+    declared_outputs: Mapping[str, Any] = field(default_factory=dict)
 
     def input_perm(self, spec: TensorSpec) -> tuple[int, ...]:
         """How a recipe tensor of this input is laid out for the .tflite: as declared, or

@@ -16,7 +16,7 @@ that order, then each kept layer dropped again where the budget holds without it
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,14 +63,19 @@ def calibration_budget(verify: Any, metric: str, labelled: bool) -> tuple[dict[s
 
 
 def figures(
-    reference: list[np.ndarray], outputs: list[np.ndarray], labels: np.ndarray | None
+    reference: list[np.ndarray],
+    outputs: list[np.ndarray],
+    labels: np.ndarray | None,
+    names: Sequence[str] | None = None,
+    declared: Mapping[str, Any] | None = None,
 ) -> dict[str, float | None]:
     """The budget's figures of one build's outputs against the float model's on the same
-    samples (None where an output is NaN/Inf on every sample)."""
-    agreement = compare_outputs(reference, outputs)
+    samples, batch-first (None where an output is NaN/Inf on every sample); `declared`:
+    evaluation.outputs by output name, as verify compares them."""
+    agreement = compare_outputs(reference, outputs, list(names) if names else None, declared)
     relative = [o["max_rel_to_range"] for o in agreement["outputs"]]
     found: dict[str, float | None] = {
-        "top1_agreement": agreement["top1"],
+        "top1_agreement": agreement.get("top1"),
         "max_abs_diff": agreement["max_abs_diff"],
         "max_relative_diff": None if None in relative else max(relative),
         "non_finite_samples": agreement["non_finite_samples"],

@@ -244,3 +244,20 @@ def test_no_mix_within_the_budget_fails_and_keeps_the_closest(tmp_path: Path, wr
     assert len(record["trials"]) >= 4  # the all-int8 file, then 1, 2, 4, ... layers float
     assert "**misses the budget**" in (result.build_dir / "report.md").read_text()
     shutil.rmtree(tmp_path / "cache")
+
+
+def test_the_search_compares_outputs_as_verify_declares_them() -> None:
+    """evaluation.outputs reaches the fallback's figures: a [N, 10] output declared `values`
+    has no top-1 figure (it was scored as a class vector), and its name is the declared one."""
+    from edgeflow.core.specs import ValuesOutput
+
+    rng = np.random.default_rng(0)
+    reference = [rng.standard_normal((6, 10)).astype(np.float32)]
+    outputs = [reference[0] + rng.standard_normal((6, 10)).astype(np.float32)]
+    assert fallback.figures(reference, outputs, None)["top1_agreement"] is not None
+    declared = {"embedding": ValuesOutput(kind="values")}
+    found = fallback.figures(reference, outputs, None, ["embedding"], declared)
+    assert found["top1_agreement"] is None
+    assert found["min_sqnr_db"] == pytest.approx(
+        fallback.figures(reference, outputs, None)["min_sqnr_db"]
+    )
