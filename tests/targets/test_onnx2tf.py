@@ -25,7 +25,14 @@ pytestmark = [
 ]
 
 
-def job(onnx: Path, out: Path, target: str, **quantization: object) -> ConvertJob:
+def job(
+    onnx: Path,
+    out: Path,
+    target: str,
+    inputs: list[TensorSpec] | None = None,
+    **quantization: object,
+) -> ConvertJob:
+    """A convert job for x [1, 3, 4, 4] (or `inputs`; int8 calibrates on x only)."""
     out.mkdir()
     calibration = None
     if quantization.get("mode") == "int8":
@@ -36,7 +43,7 @@ def job(onnx: Path, out: Path, target: str, **quantization: object) -> ConvertJo
         out_dir=out,
         profile=load_profile(target),
         quantization=Quantization(**quantization),  # type: ignore[arg-type]
-        inputs=[TensorSpec(name="x", shape=[1, 3, 4, 4])],
+        inputs=inputs or [TensorSpec(name="x", shape=[1, 3, 4, 4])],
         calibration=calibration,
     )
 
@@ -93,16 +100,8 @@ def test_an_input_onnx2tf_keeps_as_declared_is_found_by_the_probe(tmp_path: Path
     )
     path = tmp_path / "kept.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
-    (tmp_path / "out").mkdir()
-    convert_job = ConvertJob(
-        onnx=path,
-        out_dir=tmp_path / "out",
-        profile=load_profile("tflite"),
-        quantization=Quantization(mode="none"),
-        inputs=[TensorSpec(name="x", shape=[1, 4, 4, 4])],
-        calibration=None,
-    )
-    info = tflite.convert(convert_job)
+    inputs = [TensorSpec(name="x", shape=[1, 4, 4, 4])]
+    info = tflite.convert(job(path, tmp_path / "out", "tflite", inputs, mode="none"))
     assert info["io"]["inputs"] == [{"name": "x", "index": 0, "perm": [0, 1, 2, 3]}]
     assert info["io"]["ambiguous_layout"] == "float32 probe against onnxruntime"
     x = np.random.default_rng(2).normal(size=(1, 4, 4, 4)).astype(np.float32)
@@ -197,17 +196,9 @@ def test_without_renaming_onnx2tf_refuses_paddle_names(
 
     monkeypatch.setattr(_onnx2tf_copy, "_scope_safe_names", lambda model: 0)
     onnx = paddle_named_onnx(tmp_path / "m.onnx")
-    (tmp_path / "out").mkdir()
-    convert = ConvertJob(
-        onnx=onnx,
-        out_dir=tmp_path / "out",
-        profile=load_profile("tflite"),
-        quantization=Quantization(mode="none"),
-        inputs=[TensorSpec(name="@x:0", shape=[1, 3, 4, 4])],
-        calibration=None,
-    )
+    inputs = [TensorSpec(name="@x:0", shape=[1, 3, 4, 4])]
     with pytest.raises(EdgeflowError, match="is not a valid scope name"):
-        tflite.convert(convert)
+        tflite.convert(job(onnx, tmp_path / "out", "tflite", inputs, mode="none"))
 
 
 def _positional_layernorm(path: Path) -> Path:
