@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 from edgeflow.core.sources import kept_layout
 from edgeflow.core.specs import FALLBACK_READS, fed_inputs
@@ -45,6 +47,7 @@ def run(ctx: StageContext) -> None:
             )
             if note:
                 ctx.warn(note)
+    findings: list[dict[str, Any]] = []  # the converted model's operators (judge)
     job = ConvertJob(
         onnx=ctx.inputs["onnx"],
         out_dir=artifact_dir,
@@ -55,8 +58,11 @@ def run(ctx: StageContext) -> None:
         budget=budget,
         kept_layout=kept_layout(recipe.source),
         declared_outputs=recipe.evaluation.outputs,
+        check=lambda artifact: judge(ctx, artifact, findings),
     )
     info = module.convert(job)
+    if ctx.profile.builtins:
+        info["emitted"] = findings
     if recipe.quantization.mode == "int8":
         imposed = {
             k: v for k, v in ctx.profile.int8.items() if getattr(recipe.quantization, k) != v
@@ -69,6 +75,42 @@ def run(ctx: StageContext) -> None:
         info["host"] = postprocess.write_host(tail, artifact_dir, info["artifact"])
         info["files"] = [*info["files"], *info["host"]["files"]]
     ctx.output("convert").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def judge(ctx: StageContext, artifact: Path, found: list[dict[str, Any]]) -> None:
+    """The operators the converter wrote (a .tflite's, with the options that matter) against
+    those the target's probes measured, before the target's runtime loads the file: the
+    findings go to `found` (convert.json `emitted`); an error stops the build unless the
+    recipe sets precheck.continue_on_failure."""
+    from edgeflow.core.errors import EdgeflowError
+    from edgeflow.targets import emitted
+    from edgeflow.targets.precheck import check_builtins, errors, render_table, to_json
+
+    profile, q = ctx.profile, ctx.recipe.quantization
+    if not profile.builtins:
+        return
+    table = to_json(
+        check_builtins(emitted.counts(artifact, profile.name), profile, q.mode, q.activations)
+    )
+    found[:] = table
+    if not table:
+        return
+    if not errors(table):
+        ctx.warn(f"the converted model's operators, on {profile.name}:\n{render_table(table)}")
+        return
+    summary = (
+        f"the converter wrote operators the {profile.name} runtime was measured not to take "
+        f"(the precheck of the ONNX graph did not foresee them):\n{render_table(table)}"
+    )
+    if ctx.recipe.precheck.continue_on_failure:
+        ctx.warn(f"{summary}\ncontinuing because the recipe sets precheck.continue_on_failure")
+        return
+    raise EdgeflowError(
+        summary,
+        "a rewrite rule that keeps the graph from becoming these operators (see "
+        "docs/debugging.md, 'The converter wrote an operator the runtime lacks'), another "
+        "target, or precheck.continue_on_failure: true to let the runtime try",
+    )
 
 
 STAGE = Stage(
@@ -86,6 +128,7 @@ STAGE = Stage(
         "source.inputs",
         "source.state",
         "source.dynamic_batch",  # a stateful model's calibration sequences run in batches
+        "precheck",  # continue_on_failure: the converted model's operators (judge)
         *FALLBACK_READS,
     ),
     tools=("onnx", *RUNTIMES),

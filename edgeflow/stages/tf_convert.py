@@ -22,8 +22,8 @@ from edgeflow.stages.convert import RUNTIMES
 def run(ctx: StageContext) -> None:
     from edgeflow.data import load_samples
     from edgeflow.stages.verify import read_reference
-    from edgeflow.targets import backend
-    from edgeflow.targets._tf_native import NativeJob, Unlowered, builtin_counts
+    from edgeflow.targets import backend, emitted
+    from edgeflow.targets._tf_native import NativeJob, Unlowered
     from edgeflow.targets.precheck import check_builtins, errors, render_table, to_json
 
     recipe, profile = ctx.recipe, ctx.profile
@@ -97,7 +97,7 @@ def run(ctx: StageContext) -> None:
 
     try:
         info = module.convert_native(
-            job, lambda artifact: precheck(builtin_counts(artifact, profile.name), [])
+            job, lambda artifact: precheck(emitted.counts(artifact, profile.name), [])
         )
     except Unlowered as exc:
         precheck({}, exc.found)

@@ -91,12 +91,16 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
 
     `mix(out folder, io layout) -> (model bytes or None, record)` (quantization.fallback,
     edgeflow.targets._tflite_fallback) may replace the int8 file with a mixed one; `quantize`
-    (see `outputs`) makes it where onnx2tf cannot calibrate."""
+    (see `outputs`) makes it where onnx2tf cannot calibrate. job.check judges each file
+    written before a runtime loads it."""
+    from edgeflow.targets import emitted
+
     mode, q = job.quantization.mode, job.quantization
     mixed = None
     with outputs(job, target, quantize) as (out, run):
         produced = out / f"model_{suffix(q)}.tflite"
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
+        job.check(job.out_dir / ARTIFACT)
         if run.replacement is not None:  # a build artifact: what made the conversion work
             shutil.copyfile(run.replacement, job.out_dir / AUTO_JSON)
         float32 = out / "model_float32.tflite"
@@ -106,13 +110,14 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
             model, mixed = mix(out, layout)
             if model is not None:
                 (job.out_dir / ARTIFACT).write_bytes(model)
+                job.check(job.out_dir / ARTIFACT)
                 layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, kept)
     info: dict[str, Any] = {
         "artifact": ARTIFACT,
         "files": [ARTIFACT, *([AUTO_JSON] if run.replacement is not None else [])],
         "converter": f"onnx2tf {_version('onnx2tf')}, tensorflow {_version('tensorflow')}",
         "convert_seconds": round(run.seconds, 3),
-        "operators": operators(job.out_dir / ARTIFACT, target),
+        "operators": emitted.operators(job.out_dir / ARTIFACT, target),
         "io": layout,
     }
     if run.retry is not None:
@@ -577,26 +582,6 @@ def _probe_errors(
             best = (score, list(combo), errors)
     assert best is not None  # product() of non-empty candidate lists yields at least one
     return best[1], best[2]
-
-
-def operators(artifact: Path, target: str) -> list[str]:
-    """The builtin (or custom) operator names the .tflite uses, in first-use order."""
-    schema = require("ai_edge_litert.schema_py_generated", target)
-    return operators_by_code(schema.Model.GetRootAs(artifact.read_bytes(), 0), schema)
-
-
-def operators_by_code(model: Any, schema: ModuleType) -> list[str]:
-    """The operator name of each operator code of a parsed .tflite (`schema.Model`)."""
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    found = []
-    for i in range(model.OperatorCodesLength()):
-        code = model.OperatorCodes(i)
-        op = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        name = names.get(op, str(op))
-        if name == "CUSTOM":
-            name = f"CUSTOM:{code.CustomCode().decode()}"
-        found.append(name)
-    return found
 
 
 def _tail(log: str) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.targets import _onnx2tf
+from edgeflow.targets import _onnx2tf, emitted
 from edgeflow.targets._tflite_quant import calibrated_on, sixteen_by_eight, whole_batches
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
         "path": "native",
         "converter": f"tensorflow {tf.__version__} TFLiteConverter (from the SavedModel)",
         "convert_seconds": round(seconds, 3),
-        "operators": _onnx2tf.operators(artifact, target),
+        "operators": emitted.operators(artifact, target),
         "io": io_layout(artifact, [s.name for s in job.inputs], job.output_names, target),
     }
     if q.mode == "int8":
@@ -168,17 +168,3 @@ def io_layout(artifact: Path, inputs: list[str], outputs: list[str], target: str
         for name, pos in zip(outputs, positions, strict=True)
     ]
     return {"inputs": layout_in, "outputs": layout_out}
-
-
-def builtin_counts(artifact: Path, target: str) -> dict[str, int]:
-    """How many operators of each builtin (or CUSTOM:name) the .tflite's subgraphs hold."""
-    schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", target)
-    model = schema.Model.GetRootAs(artifact.read_bytes(), 0)
-    names = _onnx2tf.operators_by_code(model, schema)
-    counts: dict[str, int] = {}
-    for g in range(model.SubgraphsLength()):
-        graph = model.Subgraphs(g)
-        for i in range(graph.OperatorsLength()):
-            name = names[graph.Operators(i).OpcodeIndex()]
-            counts[name] = counts.get(name, 0) + 1
-    return counts

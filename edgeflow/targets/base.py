@@ -13,7 +13,7 @@ A backend module defines:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,9 @@ class ConvertJob:
     kept_layout: tuple[str, ...] = ()
     # evaluation.outputs: the outputs' kinds and batch axes, for the fallback's comparisons
     declared_outputs: Mapping[str, Any] = field(default_factory=dict)
+    # judges the artifact the converter wrote (the TFLite family: its operators against the
+    # profile's measured builtins) before any runtime loads it; raises to stop the build
+    check: Callable[[Path], None] = lambda artifact: None
 
     def input_perm(self, spec: TensorSpec) -> tuple[int, ...]:
         """How a recipe tensor of this input is laid out for the .tflite: as declared, or

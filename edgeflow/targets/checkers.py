@@ -147,6 +147,43 @@ def slice_one_axis(node: Node) -> str | None:
     return None
 
 
+def no_partial_window(node: Node) -> str | None:
+    """A pooling whose ceil_mode adds no window reaching past the padded input (the output
+    size that floor rounding gives); an unknown input shape with ceil_mode counts as one."""
+    if not node.attribute("ceil_mode", 0):
+        return None
+    shape = node.shapes.get(node.input(0))
+    kernel = list(node.attribute("kernel_shape") or [])
+    if shape is None or len(shape) != len(kernel) + 2:
+        return "ceil_mode on an input of unknown shape"
+    spatial = len(kernel)
+    pads = list(node.attribute("pads") or [0] * 2 * spatial)
+    strides = list(node.attribute("strides") or [1] * spatial)
+    dilations = list(node.attribute("dilations") or [1] * spatial)
+    for i, (n, k, s, d) in enumerate(zip(shape[2:], kernel, strides, dilations, strict=True)):
+        if (n + pads[i] + pads[spatial + i] - d * (k - 1) - 1) % s:
+            return "ceil_mode adds a partial last window"
+    return None
+
+
+def pad_value_zero(node: Node) -> str | None:
+    """A constant-mode Pad fills with 0 (its value input, or before opset 11 its `value`
+    attribute, is absent or 0)."""
+    import numpy as np
+
+    mode = node.attribute("mode", b"constant")
+    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
+        return None
+    value = node.attribute("value")
+    if node.input(2):
+        value = node.constants.get(node.input(2))
+        if value is None:
+            return "a pad value that is not a constant"
+    if value is None or not np.any(np.asarray(value) != 0):
+        return None
+    return f"pads with {float(np.asarray(value).ravel()[0]):g} (needs 0)"
+
+
 def pad_all_axes(node: Node) -> str | None:
     """A Pad without an `axes` input (opset 18): its pads cover every axis."""
     return "pads only the axes it names (axes input)" if node.input(3) else None
@@ -190,6 +227,8 @@ CHECKERS: dict[str, Callable[[Node], str | None]] = {
     "not_depthwise": not_depthwise,
     "pads_zero": pads_zero,
     "pad_constant": pad_constant,
+    "pad_value_zero": pad_value_zero,
+    "no_partial_window": no_partial_window,
     "resize_nearest": resize_nearest,
     "cast_not_to_int64": cast_not_to_int64,
     "slice_one_axis": slice_one_axis,

@@ -523,18 +523,26 @@ def memory_line(memory: dict[str, Any]) -> str:
 def check_builtins(
     counts: dict[str, int], profile: TargetProfile, mode: str, activations: str = "int8"
 ) -> list[Finding]:
-    """A .tflite's builtins (TensorFlow's own converter: convert.via native) against the
-    builtins the profile measured in this mode: one measured to fail is an error, one no
-    probe had is a warning (verify runs it). fp16 runs the float kernels (weights
-    dequantized); 16x8 was not measured, so nothing in it is more than a warning."""
+    """A .tflite's operators (targets/emitted.py: a builtin, with an option where it has one
+    that matters) against those the profile measured in this mode: one measured to fail is
+    an error, one no probe had is a warning (verify runs it). An operator whose option no
+    probe had is judged by its builtin. fp16 runs the float kernels (weights dequantized);
+    16x8 was not measured, so nothing in it is more than a warning."""
+    from edgeflow.targets.emitted import base
+
     if not profile.builtins:
         return []
     measured = profile.builtins.get("int8" if mode == "int8" else "none")
     if measured is None:
         return []
+    judged: dict[str, int] = {}
+    for name, count in counts.items():
+        if name not in measured.runs and name not in measured.fails:
+            name = base(name)
+        judged[name] = judged.get(name, 0) + count
     sixteen = mode == "int8" and activations == "int16"
     findings = []
-    for name, count in sorted(counts.items()):
+    for name, count in sorted(judged.items()):
         if name in measured.runs or (mode == "fp16" and name == "DEQUANTIZE"):
             continue
         why = measured.fails.get(name)

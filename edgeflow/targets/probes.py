@@ -40,6 +40,9 @@ class Case:
     feeds: dict[str, np.ndarray] = field(default_factory=dict)
     op: str = ""  # the operator a probe asks about (its first node's type by default)
     checker: str = ""  # a variant's checker: added to the op when the variant alone fails
+    # asks only which TFLite operators the runtime takes (a fused activation): it adds to the
+    # profile's `builtins`, not to an ONNX operator's verdict
+    emitted_only: bool = False
 
 
 def const(name: str, value: Any, dtype: Any = np.float32) -> onnx.TensorProto:
@@ -130,6 +133,21 @@ def _if_probe() -> Case:
     return Case("If", model, feeds, "If")
 
 
+def _fused(name: str, op: str, inputs: list[Any], consts: dict[str, Any], low: float) -> Case:
+    """`op` then Clip(low, 1): onnx2tf fuses the Clip into the op as an activation option
+    (RELU_N1_TO_1 for low -1), which some runtimes refuse though they take the op."""
+    model = single(name, op, inputs, consts).model
+    graph = model.graph
+    graph.node[0].output[0] = "pre"
+    graph.node.append(helper.make_node("Clip", ["pre", "low", "high"], ["y0"]))
+    graph.initializer.extend([const("low", low), const("high", 1.0)])
+    graph.output[0].type.tensor_type.ClearField("shape")
+    model = typed_outputs(model)
+    rng = np.random.default_rng(0)
+    feeds = {n: (rng.standard_normal(s) * 2).astype(np.float32) for n, _, s in inputs}
+    return Case(name, model, feeds, op, emitted_only=True)
+
+
 def probes() -> list[Case]:
     """The probe set: main probes in float32 with typical attributes, then variants."""
     x = [("x", T.FLOAT, [1, 6, 10, 10])]
@@ -138,6 +156,7 @@ def probes() -> list[Case]:
     rng = np.random.default_rng(7)
     w = rng.standard_normal((8, 6, 3, 3)).astype(np.float32)
     ones6, zeros6 = np.ones(6), np.zeros(6)
+    ones7 = np.ones(7) / 2
     i64 = np.int64
     found: list[Case] = []
     unary: tuple[str, ...] = (
@@ -348,6 +367,20 @@ def probes() -> list[Case]:
             checker="pads_zero",
         ),
         single(
+            "MaxPool ceil",
+            "MaxPool",
+            x,
+            attrs={"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+            checker="no_partial_window",
+        ),
+        single(
+            "AveragePool ceil",
+            "AveragePool",
+            x,
+            attrs={"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+            checker="no_partial_window",
+        ),
+        single(
             "AveragePool padded",
             "AveragePool",
             x,
@@ -362,6 +395,33 @@ def probes() -> list[Case]:
             {"mode": "reflect"},
             checker="pad_constant",
         ),
+        single(
+            "Pad edge",
+            "Pad",
+            x,
+            {"p": const("p", [0, 0, 1, 1, 0, 0, 1, 1], i64)},
+            {"mode": "edge"},
+            checker="pad_constant",
+        ),
+        single(
+            "Pad value",
+            "Pad",
+            x,
+            {"p": const("p", [0, 0, 1, 2, 0, 0, 1, 2], i64), "v": 1.5},
+            checker="pad_value_zero",
+        ),
+        # Pad before opset 11 takes its pads and value as attributes (onnx2tf drops the value)
+        single("Pad-2", "Pad", x, attrs={"pads": [0, 0, 1, 2, 0, 0, 1, 2], "value": 1.5}, opset=10),
+        single("Pad-11", "Pad", x, {"p": const("p", [0, 0, 1, 2, 0, 0, 1, 2], i64)}, opset=11),
+        # operator options onnx2tf writes: a Clip(-1, 1) fused into the op before it
+        _fused(
+            "Gemm fused Clip",
+            "Gemm",
+            [("x", T.FLOAT, [2, 12])],
+            {"w": np.ones((12, 7)) / 4, "b": ones7},
+            -1.0,
+        ),
+        _fused("Conv fused Clip", "Conv", x, {"w": w / 4, "b": np.ones(8)}, -1.0),
         single(
             "Pad axes",
             "Pad",

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.targets import _onnx2tf
+from edgeflow.targets import _onnx2tf, emitted
 from edgeflow.targets._tflite_io import Quant
 from edgeflow.verify.layers import ArtifactTensor
 
@@ -59,7 +59,7 @@ class TfliteGraph:
 def tflite_graph(model: bytes, target: str) -> TfliteGraph:
     schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", target)
     root = schema.Model.GetRootAs(model, 0)
-    codes = _onnx2tf.operators_by_code(root, schema)
+    codes = emitted.operators_by_code(root, schema)
     graph = root.Subgraphs(0)
     names: list[str] = []
     seen: set[str] = set()

@@ -278,11 +278,11 @@ def _run(
 ) -> Verdict:
     import json
 
-    from edgeflow.targets import _onnx2tf
+    from edgeflow.targets import emitted
     from edgeflow.targets.taps import open_tflite
 
     artifact = folder / "model.tflite"
-    builtins = _onnx2tf.operators(artifact, target)
+    builtins = list(emitted.counts(artifact, target))
     layout = json.loads((folder / "io.json").read_text())
     try:
         runner = open_tflite(target, artifact, layout)

@@ -65,6 +65,12 @@ CHECK_CASES: dict[tuple[str, str], onnx.ModelProto] = {
     ("Pad", "pad_constant"): single(
         "p", "Pad", X, {"pads": np.array([0, 0, 1, 1] * 2, np.int64)}, {"mode": "reflect"}
     ).model,
+    ("MaxPool", "no_partial_window"): single(
+        "m", "MaxPool", X, attrs={"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}
+    ).model,
+    ("Pad", "pad_value_zero"): single(
+        "p", "Pad", X, {"pads": np.array([0, 0, 1, 1] * 2, np.int64), "v": 1.5}
+    ).model,
     ("Pad", "pad_all_axes"): single(
         "p",
         "Pad",

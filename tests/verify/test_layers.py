@@ -168,10 +168,10 @@ def _negate_tflite_conv(path: Path, out: Path) -> None:
     import flatbuffers
     from ai_edge_litert import schema_py_generated as schema
 
-    from edgeflow.targets import _onnx2tf
+    from edgeflow.targets import emitted
 
     tree = schema.ModelT.InitFromPackedBuf(bytearray(path.read_bytes()), 0)
-    names = _onnx2tf.operators_by_code(schema.Model.GetRootAs(path.read_bytes(), 0), schema)
+    names = emitted.operators_by_code(schema.Model.GetRootAs(path.read_bytes(), 0), schema)
     graph = tree.subgraphs[0]
     conv = [op for op in graph.operators if names[op.opcodeIndex] == "CONV_2D"][PERTURBED]
     tensor = graph.tensors[conv.inputs[1]]

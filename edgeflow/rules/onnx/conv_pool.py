@@ -2,10 +2,10 @@
 onnx.pad_all_axes: padded max pooling, grouped convolution, channel shuffles and padding in
 forms every TFLite runtime parses and computes right.
 
-Both are exact (the same float operations in another arrangement). They exist for Arm NN 22's
-TfLite parser: onnx2tf writes a padded MaxPool as PADV2 (pad with -inf), which that parser
-lacks, and Arm NN's CpuRef gets grouped (not depthwise) CONV_2D wrong (relative error 1.1,
-measured by the target's probes).
+All are exact (the same float operations in another arrangement). Most exist for Arm NN 22's
+TfLite parser: onnx2tf writes some padded MaxPools and every Pad with a value other than 0 as
+PADV2, which that parser lacks, and Arm NN's CpuRef gets grouped (not depthwise) CONV_2D wrong
+(relative error 1.1, measured by the target's probes).
 """
 
 from __future__ import annotations
@@ -21,18 +21,25 @@ from edgeflow.rules.onnx._edit import Edit, NodeRule
 
 
 class MaxPoolEdgePad(NodeRule):
-    """Exact. onnx2tf writes a padded MaxPool as PADV2 (pad with -inf) + MAX_POOL_2D, and Arm
-    NN 22's TfLite parser has no PADV2. Pads below the kernel size mean every window that
-    reaches into the padding also holds the edge value the copies repeat, so the maximum is
-    unchanged. Kept: dilated pooling, auto_pad, a used Indices output, ceil_mode with a partial
-    last window. A default rewrite of armnn."""
+    """Exact. onnx2tf writes a MaxPool whose ceil_mode adds a partial last window as PAD +
+    MAX_POOL_2D that computes it wrong (relative error 0.44 on LiteRT, TFLite Micro and Arm
+    NN, measured by the targets' probes), and Arm NN 22's TfLite parser has no PADV2, which
+    onnx2tf writes for some padded pools. Every window that reaches into the padding also
+    holds the edge value the copies repeat (it starts inside the input), so the maximum is
+    unchanged; a partial last window becomes a whole one over more edge copies, and the pool
+    rounds down (ceil_mode 0) to the same output size. Kept: dilated pooling, auto_pad, a
+    used Indices output, a window that lies in the padding alone. `ceil_mode_only` leaves the
+    pools without a partial window as they are. A default rewrite of armnn, and with
+    ceil_mode_only of tflite and tflite_micro."""
 
     name = "onnx.maxpool_edge_pad"
     description = "Pad a MaxPool by repeating edge rows/columns (Slice + Concat), not with -inf."
-    fixes = (Fix.check("MaxPool", "pads_zero"),)
+    fixes = (Fix.check("MaxPool", "pads_zero"), Fix.check("MaxPool", "no_partial_window"))
 
     class Options(RuleOptions):
-        pass
+        """ceil_mode_only: rewrite only the pools whose ceil_mode adds a partial window."""
+
+        ceil_mode_only: bool = False
 
     example: ClassVar[tuple[str, str] | None] = (
         "y = MaxPool(x, kernel 3x3, stride 2, pads 1)",
@@ -46,34 +53,43 @@ class MaxPoolEdgePad(NodeRule):
     what = "padded MaxPool"
 
     def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
-        return _edge_pad_maxpool(node, e)
+        return _edge_pad_maxpool(node, e, opts.ceil_mode_only)
 
 
-def _edge_pad_maxpool(node: Any, e: Edit) -> str | None:
+def _edge_pad_maxpool(node: Any, e: Edit, ceil_mode_only: bool) -> str | None:
     """A window that reaches into the padding always holds the edge value it would repeat
-    (pads < kernel), so max over [edge copies + real values] = max over the real values."""
-    pads = list(attr(node, "pads", []))
-    if not any(pads):
+    (it starts inside the input or ends inside it), so max over [edge copies + real values]
+    = max over the real values."""
+    kernel = list(attr(node, "kernel_shape", []))
+    spatial = len(kernel)
+    pads = list(attr(node, "pads", [0] * 2 * spatial))
+    shape = e.shape(node.input[0])
+    strides = list(attr(node, "strides", [1] * spatial))
+    begins, ends = pads[:spatial], pads[spatial:]
+    partial = None
+    if attr(node, "ceil_mode", 0) and shape is not None:
+        # the end padding that makes the last (partial) window whole: floor then rounds
+        # to the size ceil gave
+        partial = [
+            (-(n + b + f - k)) % s
+            for n, k, s, b, f in zip(shape[2:], kernel, strides, begins, ends, strict=True)
+        ]
+    if not any(partial or ()) and (ceil_mode_only or not any(pads)):
         return ""
     if attr(node, "auto_pad", "NOTSET") != "NOTSET":
         return "auto_pad is set"
     if len(node.output) > 1 and node.output[1]:
         return "the Indices output is used"
-    kernel = list(attr(node, "kernel_shape", []))
-    if any(d != 1 for d in attr(node, "dilations", [1] * len(kernel))):
+    if any(d != 1 for d in attr(node, "dilations", [1] * spatial)):
         return "dilated pooling"
-    shape = e.shape(node.input[0])
     if shape is None:
         return "the input shape is not static"
-    spatial = len(kernel)
-    begins, ends = pads[:spatial], pads[spatial:]
-    if any(p >= k for p, k in zip([*begins, *ends], kernel * 2, strict=True)):
+    ends = [f + extra for f, extra in zip(ends, partial or [0] * spatial, strict=True)]
+    if any(b >= k for b, k in zip(begins, kernel, strict=True)):
         return f"pads {pads} reach past a whole window (kernel {kernel})"
-    strides = list(attr(node, "strides", [1] * spatial))
-    if attr(node, "ceil_mode", 0):
-        for n, k, s, b, f in zip(shape[2:], kernel, strides, begins, ends, strict=True):
-            if (n + b + f - k) % s:
-                return "ceil_mode adds a partial window"
+    for n, k, s, b, f in zip(shape[2:], kernel, strides, begins, ends, strict=True):
+        if ((n + b + f - k) // s) * s - b >= n:  # the last window's start
+            return "the last window lies in the padding alone"
     x = node.input[0]
     for i in range(spatial):
         axis, n = 2 + i, shape[2 + i]
@@ -231,14 +247,16 @@ class PadWithConcat(NodeRule):
     point exactly. Convolutions whose pads SAME gives are kept as they are (no PAD is written
     for them). Pad nodes in reflect and edge mode, which onnx2tf writes as MIRROR_PAD (Arm NN
     22's parser has none), become single-row slices of the tensor (mirrored, or the edge row
-    repeated) concatenated around it: the same values. Needs a static input shape (float32
-    for zero padding). A default rewrite of armnn."""
+    repeated) concatenated around it: the same values. A constant other than 0, which onnx2tf
+    writes as PADV2 (the parser has none), becomes blocks of that constant. Needs a static
+    input shape (float32 for constant padding). A default rewrite of armnn."""
 
     name = "onnx.pad_with_concat"
     description = "Pad by concatenating zeros, edge or mirrored rows (Concat), not PAD/MIRROR_PAD."
     # Pad nodes (zero padding): armnn's profile measures int8 PAD inaccurate (a warning);
-    # reflect/edge Pad: its parser has no MIRROR_PAD (the pad_constant check)
-    fixes = (Fix.op("Pad"), Fix.check("Pad", "pad_constant"))
+    # reflect/edge Pad: its parser has no MIRROR_PAD (the pad_constant check); a value other
+    # than 0: no PADV2 (pad_value_zero)
+    fixes = (Fix.op("Pad"), Fix.check("Pad", "pad_constant"), Fix.check("Pad", "pad_value_zero"))
 
     class Options(RuleOptions):
         pass
@@ -286,7 +304,7 @@ def _conv_with_concat(node: Any, e: Edit) -> str | None:
         return ""  # TensorFlow's SAME padding: no PAD is written
     if e.dtypes.get(node.input[0]) != 1:
         return "not float32"
-    padded = _concat_zeros(e, node.input[0], shape, begins, ends)
+    padded = _concat_fill(e, node.input[0], shape, begins, ends)
     attrs = {a.name: attr(node, a.name, None) for a in node.attribute if a.name != "pads"}
     e.op("Conv", padded, *node.input[1:], out=node.output[0], **attrs)
     return None
@@ -311,8 +329,6 @@ def _pad_node_with_concat(node: Any, e: Edit) -> str | None:
         pads = [int(p) for p in given]
     else:
         pads, value = list(attr(node, "pads", [])), np.asarray(attr(node, "value", 0.0))
-    if mode == "constant" and value is not None and np.any(value != 0):
-        return "pads with a value other than 0"
     if any(p < 0 for p in pads):
         return "negative pads (a crop)"
     rank = len(shape)
@@ -322,11 +338,9 @@ def _pad_node_with_concat(node: Any, e: Edit) -> str | None:
         return _pad_with_slices(e, node, shape, pads[:rank], pads[rank:], mode)
     if e.dtypes.get(node.input[0]) != 1:
         return "not float32"
-    e.op(
-        "Identity",
-        _concat_zeros(e, node.input[0], shape, pads[:rank], pads[rank:], first_axis=0),
-        out=node.output[0],
-    )
+    fill = 0.0 if value is None else float(np.asarray(value).ravel()[0])
+    x = _concat_fill(e, node.input[0], shape, pads[:rank], pads[rank:], first_axis=0, fill=fill)
+    e.op("Identity", x, out=node.output[0])
     return None
 
 
@@ -363,10 +377,17 @@ def _same_pads(size: int, kernel: int, stride: int, dilation: int) -> tuple[int,
     return total // 2, total - total // 2
 
 
-def _concat_zeros(
-    e: Edit, x: str, shape: list[int], begins: list[int], ends: list[int], first_axis: int = 2
+def _concat_fill(
+    e: Edit,
+    x: str,
+    shape: list[int],
+    begins: list[int],
+    ends: list[int],
+    first_axis: int = 2,
+    fill: float = 0.0,
 ) -> str:
-    """x with `begins[i]` zero slices before and `ends[i]` after along axis first_axis + i."""
+    """x with `begins[i]` slices of zeros (or `fill`) before and `ends[i]` after along axis
+    first_axis + i."""
     import numpy as np
 
     dims = list(shape)
@@ -377,7 +398,8 @@ def _concat_zeros(
         parts = []
         for count in (before, after):
             zeros = [*dims[:axis], count, *dims[axis + 1 :]]
-            parts.append(e.array(np.zeros(zeros, np.float32), "pad_zeros") if count else "")
+            block = np.full(zeros, fill, np.float32)
+            parts.append(e.array(block, "pad_zeros" if fill == 0 else "pad_fill") if count else "")
         x = e.op("Concat", *(p for p in (parts[0], x, parts[1]) if p), axis=axis)
         dims[axis] += before + after
     return x

@@ -62,12 +62,44 @@ def test_maxpool_kept_when_edge_copies_would_change_it() -> None:
     m = model([dilated], [("x", T.FLOAT, [1, 2, 9, 9])], [("y", T.FLOAT, None)])
     result = apply(MaxPoolEdgePad, m)
     assert not result.changed and outcomes(result) == [("kept", "y")]  # dilated pooling
-    partial = helper.make_node(
-        "MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1
+    # ceil_mode's last window would start in the end padding (stride 3 over 6 + 1 pad)
+    alone = helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[3, 3], pads=[0, 0, 1, 1], ceil_mode=1
     )
-    m = model([partial], [("x", T.FLOAT, [1, 2, 8, 8])], [("y", T.FLOAT, None)])
+    m = model([alone], [("x", T.FLOAT, [1, 2, 6, 6])], [("y", T.FLOAT, None)])
     result = apply(MaxPoolEdgePad, m)
-    assert not result.changed and outcomes(result) == [("kept", "y")]  # a partial window
+    assert not result.changed and outcomes(result) == [("kept", "y")]
+
+
+@pytest.mark.parametrize(
+    ("size", "kernel", "strides", "pads"),
+    [(10, [3, 3], [2, 2], [0] * 4), (8, [3, 3], [2, 2], [1] * 4), (9, [2, 2], [2, 2], [0] * 4)],
+)
+def test_a_ceil_mode_partial_window_becomes_a_whole_window_of_edge_copies(
+    size, kernel, strides, pads
+) -> None:
+    """onnx2tf writes a MaxPool whose ceil_mode adds a partial last window as PAD + MAX_POOL_2D
+    that computes it wrong (0.44 of the range off in the targets' probes). With more edge
+    copies at the end and ceil_mode 0, the same windows hold the same maxima."""
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=1
+    )
+    m = model([node], [("x", T.FLOAT, [1, 3, size, size])], [("y", T.FLOAT, None)])
+    for ceil_mode_only in (False, True):
+        result = apply(MaxPoolEdgePad, m, ceil_mode_only=ceil_mode_only)
+        assert result.changed and result.matches == 1
+        pool = next(n for n in result.model.graph.node if n.op_type == "MaxPool")
+        assert {a.name for a in pool.attribute} == {"kernel_shape", "strides"}
+        x = -np.abs(RNG.standard_normal((1, 3, size, size))).astype(np.float32) - 1
+        same_outputs(m, result.model, {"x": x})
+
+
+def test_ceil_mode_only_keeps_pools_without_a_partial_window() -> None:
+    padded = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    m = model([padded], [("x", T.FLOAT, [1, 2, 8, 8])], [("y", T.FLOAT, None)])
+    result = apply(MaxPoolEdgePad, m, ceil_mode_only=True)
+    assert not result.changed and result.matches == 0
+    assert apply(MaxPoolEdgePad, m).changed
 
 
 def test_explicit_padding_becomes_concatenated_zeros_and_same_padding_is_kept() -> None:
@@ -124,6 +156,27 @@ def test_reflect_and_edge_padding_become_slices_and_concats(opset, mode) -> None
     want, got = run(m, {"x": x})[0], run(result.model, {"x": x})[0]
     assert got.shape == want.shape == (1, 6, 10, 10)
     np.testing.assert_array_equal(got, want)  # exact: the same values
+
+
+@pytest.mark.parametrize("opset", [10, 17])
+def test_a_pad_value_other_than_zero_becomes_blocks_of_that_value(opset) -> None:
+    """onnx2tf writes a Pad with a value other than 0 as PADV2 (Arm NN 22's parser has none),
+    and drops the value of an opset-10 Pad (its `value` attribute): concatenated blocks of
+    the value keep it, exactly."""
+    pads = [0, 0, 1, 2, 0, 0, 2, 1]
+    if opset < 11:
+        node = helper.make_node("Pad", ["x"], ["y"], pads=pads, value=1.5)
+        inits = {}
+    else:
+        node = helper.make_node("Pad", ["x", "pads", "value"], ["y"])
+        inits = {"pads": np.array(pads, np.int64), "value": np.array(1.5, np.float32)}
+    m = model([node], [("x", T.FLOAT, [1, 3, 5, 4])], [("y", T.FLOAT, None)], inits, opset=opset)
+    result = apply(PadWithConcat, m)
+    assert result.changed and "Pad" not in ops(result.model)
+    x = RNG.standard_normal((1, 3, 5, 4)).astype(np.float32)
+    (want,), (got,) = run(m, {"x": x}), run(result.model, {"x": x})
+    np.testing.assert_array_equal(got, want)
+    assert float(got[0, 0, 0, 0]) == 1.5
 
 
 def test_reflect_padding_wider_than_the_axis_is_kept() -> None:
