@@ -41,6 +41,11 @@ from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, MissingDependency, first_line
 from edgeflow.core.sources import batch_size
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
+from edgeflow.targets._onnx2tf_recurrent import (
+    float_from_saved_model,
+    has_sequence_ops,
+    sequence_layers,
+)
 from edgeflow.targets._tflite_io import CStderr
 from edgeflow.targets.base import ConvertJob, channel_last
 
@@ -192,6 +197,10 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             }
         run, log = _convert_or_retry(source, work, options, target)
         produced = work / "out" / f"model_{suffix(q)}.tflite"
+        if has_sequence_ops(source):  # onnx2tf's float files hold a loop, not the fused LSTM
+            names = ["model_float32.tflite", *(["model_float16.tflite"] if mode == "fp16" else [])]
+            with _contained():
+                float_from_saved_model(work / "out", names, mode == "fp16")
         if own_calibration:
             produced.write_bytes(quantize(job, work / "out", target))
         if not produced.is_file():
@@ -266,6 +275,7 @@ def _run_onnx2tf(
             contextlib.redirect_stdout(log),
             contextlib.redirect_stderr(log),
             _scalar_topk_k(),
+            sequence_layers(target),
             progress.task("onnx2tf conversion"),  # one call: what runs, and for how long
         ):
             try:

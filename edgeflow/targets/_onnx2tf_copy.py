@@ -37,6 +37,9 @@ def prepare(onnx_path: Path, copy: Path) -> None:
     - A ConvTranspose without `kernel_shape` (optional in ONNX: the weight's shape says it)
       gets it from its constant weight: onnx2tf 1.28.8 reads the kernel's rank from that
       attribute alone and fails without it ("axes don't match array"; torch's exports set it).
+    - An LSTM or GRU initial state of zeros (torch exports it as an Expand of a 0 to a shape
+      taken from the input) is left out, which ONNX defines as zeros: the recurrent layers
+      (_onnx2tf_recurrent) then start from no state.
     """
     import onnx
     from onnx import helper
@@ -48,6 +51,7 @@ def prepare(onnx_path: Path, copy: Path) -> None:
     renamed = [k for k, o in enumerate(graph.output) if not TF_OP_NAME.fullmatch(o.name)]
     hoisted = constants_to_initializers(graph)
     shaped = _kernel_shapes(graph)
+    shaped += _drop_zero_states(graph)
     for k in renamed:
         output = graph.output[k]
         graph.node.append(helper.make_node("Identity", [output.name], [f"edgeflow_output_{k}"]))
@@ -56,6 +60,51 @@ def prepare(onnx_path: Path, copy: Path) -> None:
         shutil.copyfile(onnx_path, copy)
         return
     onnx.save(model, str(copy))
+
+
+# Ops that only move or repeat their first input's values (a zero stays zero through them).
+SHAPE_ONLY = frozenset({"Expand", "Reshape", "Unsqueeze", "Squeeze", "Tile", "Cast", "Identity"})
+
+
+def _drop_zero_states(graph: Any) -> int:
+    """LSTM/GRU initial states (inputs 5 and 6) that are zeros by construction, left out;
+    the nodes only they used removed. Returns how many were left out."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+
+    def zero(name: str) -> bool:
+        for _ in range(8):
+            if name in constants:
+                return not np.any(constants[name])
+            node = producer.get(name)
+            if node is None:
+                return False
+            if node.op_type == "ConstantOfShape":
+                value = [a.t for a in node.attribute if a.name == "value"]
+                return not value or not np.any(numpy_helper.to_array(value[0]))
+            if node.op_type not in SHAPE_ONLY:
+                return False
+            name = node.input[0]
+        return False
+
+    dropped = 0
+    for node in graph.node:
+        if node.op_type in ("LSTM", "GRU"):
+            for i in (5, 6):
+                if i < len(node.input) and node.input[i] and zero(node.input[i]):
+                    node.input[i] = ""
+                    dropped += 1
+    while dropped:
+        used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+        dead = [n for n in graph.node if not any(o in used for o in n.output)]
+        if not dead:
+            break
+        for n in dead:
+            graph.node.remove(n)
+    return dropped
 
 
 def scope_safe(name: str) -> str:

@@ -45,7 +45,10 @@ class Quant:
 
 
 class TfliteRunner:
-    """run(feeds) for a .tflite interpreter; subclasses provide _set, _invoke and _get."""
+    """run(feeds) for a .tflite interpreter; subclasses provide _reset, _set, _invoke and
+    _get. Every run is one whole input: a sequence operator's state (the variable tensors of
+    UNIDIRECTIONAL_SEQUENCE_LSTM, which a runtime keeps between invocations) starts from zero,
+    as the ONNX model's does."""
 
     def __init__(self, io: dict[str, Any], inputs: list[Quant], outputs: list[Quant]) -> None:
         self.io = io
@@ -53,6 +56,7 @@ class TfliteRunner:
         self.outputs = outputs  # by .tflite output position
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self._reset()
         for spec in self.io["inputs"]:
             pos = spec["index"]
             data = self.inputs[pos].quantize(np.transpose(feeds[spec["name"]], spec["perm"]))
@@ -64,6 +68,9 @@ class TfliteRunner:
             value = self.outputs[pos].dequantize(self._get(pos))
             results.append(np.ascontiguousarray(np.transpose(value, spec["perm"])))
         return results
+
+    def _reset(self) -> None:
+        raise NotImplementedError
 
     def _set(self, pos: int, data: np.ndarray) -> None:
         raise NotImplementedError

@@ -91,6 +91,9 @@ class ArmnnRunner(TfliteRunner):
         self.feeds: dict[int, np.ndarray] = {}
         self.results: list[np.ndarray] = []
 
+    def _reset(self) -> None:
+        pass  # Arm NN 22's parser has no operator that keeps a state between runs
+
     def _set(self, pos: int, data: np.ndarray) -> None:
         self.feeds[pos] = data
 

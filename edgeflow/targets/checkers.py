@@ -22,6 +22,7 @@ class Node:
     constants: dict[str, Any]  # initializer / Constant outputs -> numpy arrays
     ranks: dict[str, int]  # tensor -> rank, where shape inference knows it
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # where static
+    read: frozenset[str] = frozenset()  # the tensors a node or the graph's outputs read
 
     def attribute(self, name: str, default: Any = None) -> Any:
         import onnx
@@ -184,6 +185,13 @@ def pad_value_zero(node: Node) -> str | None:
     return f"pads with {float(np.asarray(value).ravel()[0]):g} (needs 0)"
 
 
+def no_final_cell_state(node: Node) -> str | None:
+    """An LSTM whose final cell state (Y_c, its third output) nothing reads: the sequence
+    operators of the TFLite runtimes output the hidden states only."""
+    cell = node.proto.output[2] if len(node.proto.output) > 2 else ""
+    return "its final cell state Y_c is read" if cell and cell in node.read else None
+
+
 def pad_all_axes(node: Node) -> str | None:
     """A Pad without an `axes` input (opset 18): its pads cover every axis."""
     return "pads only the axes it names (axes input)" if node.input(3) else None
@@ -233,6 +241,7 @@ CHECKERS: dict[str, Callable[[Node], str | None]] = {
     "cast_not_to_int64": cast_not_to_int64,
     "slice_one_axis": slice_one_axis,
     "pad_all_axes": pad_all_axes,
+    "no_final_cell_state": no_final_cell_state,
     "same_rank": same_rank,
     "same_shapes": same_shapes,
 }

@@ -293,6 +293,7 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
     constants = {t.name: numpy_helper.to_array(t) for t in _initializers(graph)}
     shapes.update({name: value.shape for name, value in constants.items()})
     nodes = list(named_nodes(graph))
+    read = frozenset({i for _, n in nodes for i in n.input} | {o.name for o in graph.output})
     for _, node in nodes:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
@@ -362,7 +363,7 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
                 typed = DTYPE_FINDINGS.get(type_name)
                 add(op, f"dtype {type_name}", why, name, Fix.finding(typed) if typed else None)
         for check in spec.checks:
-            problem = CHECKERS[check](Node(node, constants, ranks, shapes))
+            problem = CHECKERS[check](Node(node, constants, ranks, shapes, read))
             if problem is not None:
                 add(op, check, f"{check}: {problem}", name, Fix.check(op, check))
     return list(groups.values())

@@ -13,7 +13,7 @@ tests/targets/opzoo.py builds its cases with the same helpers; its cases
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -148,6 +148,19 @@ def _fused(name: str, op: str, inputs: list[Any], consts: dict[str, Any], low: f
     return Case(name, model, feeds, op, emitted_only=True)
 
 
+def _batch_first(case: Case) -> Case:
+    """The probe's [steps, batch, features] input taken as [batch, steps, features] through
+    a Transpose, as torch exports a batch_first recurrent layer."""
+    graph = case.model.graph
+    x = graph.input[0]
+    dims = x.type.tensor_type.shape.dim
+    dims[0].dim_value, dims[1].dim_value = dims[1].dim_value, dims[0].dim_value
+    graph.node[0].input[0] = "steps"
+    graph.node.insert(0, helper.make_node("Transpose", [x.name], ["steps"], perm=[1, 0, 2]))
+    feeds = {x.name: np.ascontiguousarray(case.feeds[x.name].transpose(1, 0, 2))}
+    return Case(case.name, case.model, feeds, case.op, case.checker)
+
+
 def probes() -> list[Case]:
     """The probe set: main probes in float32 with typical attributes, then variants."""
     x = [("x", T.FLOAT, [1, 6, 10, 10])]
@@ -233,9 +246,9 @@ def probes() -> list[Case]:
         single("LogSoftmax", "LogSoftmax", seq, attrs={"axis": -1}),
         single("Einsum", "Einsum", seq, {"w": np.ones((12, 3))}, {"equation": "bij,jk->bik"}),
     ]
-    # recurrent layers as exported: [steps, batch, features], weights constant, Y and Y_h
-    steps = [("x", T.FLOAT, [5, 1, 8])]
-    for op, gates, outs in (("LSTM", 4, 3), ("GRU", 3, 2)):
+    # recurrent layers as torch exports a batch_first layer: [batch, steps, features]
+    # transposed to [steps, batch, features], weights constant, Y, Y_h (and Y_c)
+    for op, gates in (("LSTM", 4), ("GRU", 3)):
         weights = {
             "W": rng.standard_normal((1, gates * 16, 8)).astype(np.float32) * 0.3,
             "R": rng.standard_normal((1, gates * 16, 16)).astype(np.float32) * 0.3,
@@ -244,7 +257,11 @@ def probes() -> list[Case]:
         attrs: dict[str, Any] = {"hidden_size": 16}
         if op == "GRU":
             attrs["linear_before_reset"] = 1  # as torch.nn.GRU exports it
-        found.append(single(op, op, steps, weights, attrs, outputs=outs))
+        inputs = [("x", T.FLOAT, [5, 1, 8])]
+        found.append(_batch_first(single(op, op, inputs, weights, attrs, outputs=2)))
+        if op == "LSTM":  # its final cell state read too
+            probe = single("LSTM final cell", op, inputs, weights, attrs, outputs=3)
+            found.append(replace(_batch_first(probe), checker="no_final_cell_state"))
     # shapes and layouts
     found += [
         single("Reshape", "Reshape", x, {"shape": const("shape", [1, 6, -1], i64)}),

@@ -58,6 +58,9 @@ class LiteRtRunner(TfliteRunner):
         self.out_index = [d["index"] for d in outs]
         super().__init__(io, [_quant(d) for d in ins], [_quant(d) for d in outs])
 
+    def _reset(self) -> None:
+        self.interp.reset_all_variables()
+
     def _set(self, pos: int, data: np.ndarray) -> None:
         self.interp.set_tensor(self.in_index[pos], data)
 

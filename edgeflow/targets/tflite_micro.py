@@ -164,6 +164,9 @@ class MicroRunner(TfliteRunner):
         outs = [_quant(self.interp.get_output_details(i)) for i in range(n_out)]
         super().__init__(io, ins, outs)
 
+    def _reset(self) -> None:
+        self.interp.reset()
+
     def _set(self, pos: int, data: np.ndarray) -> None:
         self.interp.set_input(data, pos)
 

@@ -1,6 +1,7 @@
 """Recurrent layers end to end: a PyTorch LSTM over the 8 rows of a digit, built for each
-target (the TFLite family through its default onnx.unroll_recurrent, onnxruntime_micro with
-its native LSTM kernel) and verified against PyTorch."""
+target (tflite and tflite_micro as one UNIDIRECTIONAL_SEQUENCE_LSTM, armnn through its
+default onnx.unroll_recurrent, onnxruntime_micro with its native LSTM kernel) and verified
+against PyTorch; and LSTMs at real lengths (160 steps) as the runtime's sequence operator."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from edgeflow.cli import main
 from tests.targets.conftest import needs_tflite
 from tests.targets.test_armnn import needs_armnn
+from tests.targets.test_emitted import stage_record
 from tests.targets.test_target_rewrites import target_rules
 
 MODEL = '''
@@ -70,8 +72,103 @@ def test_an_lstm_builds_and_verifies_in_float32(
     rules = target_rules(tmp_path / "recipe.yaml", shared_cache, tmp_path / "b")
     if target == "onnxruntime_micro":  # a native LSTM kernel: no default rewrites
         assert "onnx.unroll_recurrent" not in rules
-    else:
+    elif target == "armnn":  # no recurrent operator in Arm NN's parser
         assert rules["onnx.unroll_recurrent"]["matches"] == 1
+    else:  # the head reads h, not the final cell state: kept for the sequence operator
+        assert rules["onnx.unroll_recurrent"]["matches"] == 0
+        convert = stage_record(tmp_path / "recipe.yaml", shared_cache, tmp_path / "b", "convert")
+        assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in convert["operators"]
+
+
+LONG = '''
+import torch
+from torch import nn
+
+
+class Long(nn.Module):
+    """LSTM layers over 160 steps of 40 features; a head on the last step (or the mean)."""
+
+    def __init__(self, layers=3, bidirectional=False, state=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lstm = nn.LSTM(40, 64, num_layers=layers, batch_first=True,
+                            bidirectional=bidirectional)
+        self.head = nn.Linear(64 * (2 if bidirectional else 1), 10)
+        self.state = state
+
+    def forward(self, x, h=None):
+        if self.state:  # the first hidden state comes in, [batch, layers, hidden]
+            h = h.transpose(0, 1).contiguous()
+            y, _ = self.lstm(x, (h, torch.zeros_like(h)))
+        else:
+            y, _ = self.lstm(x)
+        return self.head(y.mean(dim=1))
+'''
+LONG_RECIPE = """
+    source:
+      kind: pytorch
+      model: long.py:Long
+      init: INIT
+      inputs: INPUTS
+    evaluation: {dataset: data.npz, metric: agreement}
+    quantization: {mode: none}
+    target: TARGET
+    verify: {max_relative_diff: 1.0e-4, latency_runs: 2, warmup_runs: 0}
+"""
+
+
+@pytest.mark.slow
+@needs_tflite
+@pytest.mark.parametrize("target", ["tflite", "tflite_micro"])
+@pytest.mark.parametrize(
+    "init",
+    [{"layers": 3}, {"layers": 1, "bidirectional": True}, {"layers": 2, "state": True}],
+    ids=["stacked", "bidirectional", "state input"],
+)
+def test_an_lstm_at_a_real_length_is_the_runtimes_sequence_operator(
+    target: str, init: dict, tmp_path: Path, shared_cache: Path
+) -> None:
+    """160 steps: one UNIDIRECTIONAL_SEQUENCE_LSTM per layer and direction (no loop, no
+    unrolled cells), float32 within 1e-4 of PyTorch (measured: 1e-6 and below), and the
+    .tflite no bigger than 1.1x the source's weights."""
+    import numpy as np
+
+    (tmp_path / "long.py").write_text(LONG)
+    inputs = [{"name": "x", "shape": [1, 160, 40]}]
+    rng = np.random.default_rng(0)
+    data = {"x": rng.standard_normal((4, 160, 40)).astype(np.float32)}
+    if init.get("state"):
+        inputs.append({"name": "h", "shape": [1, 2, 64]})
+        data["h"] = (rng.standard_normal((4, 2, 64)) * 0.5).astype(np.float32)
+    np.savez(tmp_path / "data.npz", **data)
+    text = textwrap.dedent(LONG_RECIPE).replace("TARGET", target)
+    text = text.replace("INIT", json.dumps(init)).replace("INPUTS", json.dumps(inputs))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(text)
+    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main(args) == 0
+    out = tmp_path / "b" / "recipe" / f"{target}-none"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["verified"] is True and metrics["agreement"]["max_relative_diff"] <= 1e-4
+    convert = stage_record(recipe, shared_cache, tmp_path / "b", "convert")
+    directions = 2 if init.get("bidirectional") else 1
+    assert convert["operators"].count("UNIDIRECTIONAL_SEQUENCE_LSTM") == 1  # one opcode
+    assert "WHILE" not in convert["operators"] and "LOGISTIC" not in convert["operators"]
+    from edgeflow.targets import emitted
+
+    fused = sum(
+        n
+        for k, n in emitted.counts(out / "model.tflite", target).items()
+        if emitted.base(k) == "UNIDIRECTIONAL_SEQUENCE_LSTM"
+    )
+    assert fused == init["layers"] * directions
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("long", tmp_path / "long.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    weights = sum(p.numel() for p in module.Long(**init).parameters()) * 4
+    assert (out / "model.tflite").stat().st_size <= 1.1 * weights
 
 
 @pytest.mark.slow

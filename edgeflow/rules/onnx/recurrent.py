@@ -40,19 +40,25 @@ class UnrollRecurrent(NodeRule):
     initial_h / initial_c inputs (a zero state, as torch exports it through Expand, skips the
     recurrent terms of the first step); all of Y, Y_h, Y_c in their ONNX shapes, layout 0 or 1.
     Every step reads the same weight initializers (a 3-layer LSTM of 256 over 160 steps
-    unrolls to 10,597 nodes and 5.7 MB of weights, as the source's). Keeps nodes with
-    sequence_lens, clip, input_forget or non-default activations. A default
-    rewrite of tflite, tflite_micro and armnn (before onnx.lower_matmul, which turns the
-    MatMuls into Gemms with a bias for Arm NN)."""
+    unrolls to 10,597 nodes and 5.7 MB of weights, as the source's; onnx2tf then converts
+    it for far more than 15 minutes). Keeps nodes with sequence_lens, clip, input_forget or
+    non-default activations. `keep_sequence_lstm` keeps the LSTMs whose final cell state
+    nothing reads: tflite and tflite_micro run those as one UNIDIRECTIONAL_SEQUENCE_LSTM
+    (targets/_onnx2tf_recurrent.py; the 3-layer LSTM above converts in 9 s). A default
+    rewrite of armnn (before onnx.lower_matmul, which turns the MatMuls into Gemms with a
+    bias for Arm NN), and with keep_sequence_lstm of tflite and tflite_micro (GRU: TFLite
+    has no GRU operator, and TFLite Micro hangs on the loop TensorFlow writes for one)."""
 
     name = "onnx.unroll_recurrent"
     description = "Unroll LSTM/GRU over a static sequence into per-step MatMul/Sigmoid/Tanh math."
-    fixes = (Fix.op("LSTM"), Fix.op("GRU"))
+    fixes = (Fix.op("LSTM"), Fix.op("GRU"), Fix.check("LSTM", "no_final_cell_state"))
 
     class Options(RuleOptions):
-        """max_steps: the longest sequence to unroll (the graph grows by a cell per step)."""
+        """max_steps: the longest sequence to unroll (the graph grows by a cell per step).
+        keep_sequence_lstm: keep the LSTMs whose final cell state Y_c nothing reads."""
 
         max_steps: int = 256
+        keep_sequence_lstm: bool = False
 
     example: ClassVar[tuple[str, str] | None] = (
         "Y, Y_h, Y_c = LSTM(x[8, 1, 8], W, R, B, hidden_size=16)",
@@ -66,6 +72,10 @@ class UnrollRecurrent(NodeRule):
     what = "recurrent layer"
 
     def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        if opts.keep_sequence_lstm and node.op_type == "LSTM":
+            cell = node.output[2] if len(node.output) > 2 else ""
+            if not (cell and (e.consumers.get(cell) or cell in e.graph_outputs)):
+                return ""  # a sequence operator runs it
         return _unroll(node, e, opts.max_steps)
 
     def apply(

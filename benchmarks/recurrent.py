@@ -1,0 +1,244 @@
+"""Recurrent models at real lengths on every target: the route each build takes, what it costs
+and how close it is.
+
+    python benchmarks/recurrent.py [--models lstm3,gru2] [--targets tflite,armnn]
+                                   [--modes none,int8] [--timeout 900] [--out recurrent.json]
+
+Per development model (PyTorch, made in code with seeded random weights: the sizes of widely
+used speech and text models) and target, one `edgeflow run` of a generated recipe, with
+random normal inputs (8 samples, also the int8 calibration set), printing:
+
+- route: `sequence op` (the .tflite holds UNIDIRECTIONAL_SEQUENCE_LSTM), `loop` (WHILE),
+  `unrolled` (the target's onnx.unroll_recurrent wrote a cell per step), `native` (an ONNX
+  runtime's own LSTM/GRU kernel);
+- conversion CPU: the CPU seconds of the stages that turn the ONNX model into the artifact
+  (rewrite_target, precheck, quantize, convert), from benchmarks/_stage_cpu.py;
+- size: the artifact's bytes against the source's weights (the ONNX file's initializers);
+- float32: the largest difference relative to the reference's range (max_relative_diff);
+- int8: the lowest output SQNR and top-1 agreement of the 10-class head.
+
+Goals (issue 32): every build converts in <= 60 s CPU, the artifact within 1.1x the source's
+weights, float32 within 1e-4. A build past --timeout is reported as such. Nothing is
+downloaded: the models are made here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+CONVERSION = ("rewrite_target", "precheck", "quantize", "convert")
+
+MODELS = '''
+import torch
+from torch import nn
+
+
+class Sequence(nn.Module):
+    """A recurrent stack over [batch, steps, features] and a 10-class head."""
+
+    def __init__(self, kind="LSTM", features=40, hidden=256, layers=1, bidirectional=False,
+                 reads="last"):
+        super().__init__()
+        torch.manual_seed(0)
+        self.rnn = getattr(nn, kind)(features, hidden, num_layers=layers, batch_first=True,
+                                     bidirectional=bidirectional)
+        self.head = nn.Linear(hidden * (2 if bidirectional else 1), 10)
+        self.reads = reads
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        y = y[:, -1] if self.reads == "last" else y.mean(dim=1)
+        return self.head(y)
+
+
+class StatefulLSTM(nn.Module):
+    """A streaming LSTM: the state [batch, layers, hidden] comes in and goes out."""
+
+    def __init__(self, features=40, hidden=128, layers=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.rnn = nn.LSTM(features, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, 10)
+
+    def forward(self, x, h, c):
+        state = (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous())
+        y, (h, c) = self.rnn(x, state)
+        return self.head(y[:, -1]), h.transpose(0, 1), c.transpose(0, 1)
+'''
+
+# name: (class, init, steps, features, extra inputs: name -> shape)
+DEV: dict[str, tuple[str, dict[str, Any], int, int, dict[str, list[int]]]] = {
+    # a 3-layer LSTM of 256 over 160 frames of 40 features (a speaker encoder's size)
+    "lstm3": ("Sequence", {"kind": "LSTM", "layers": 3}, 160, 40, {}),
+    "gru2": ("Sequence", {"kind": "GRU", "layers": 2}, 200, 40, {}),
+    "bilstm": (
+        "Sequence",
+        {"kind": "LSTM", "hidden": 128, "bidirectional": True, "reads": "mean"},
+        128,
+        40,
+        {},
+    ),
+    "lstm_state": ("StatefulLSTM", {}, 50, 40, {"h": [1, 2, 128], "c": [1, 2, 128]}),
+}
+TARGETS = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
+
+
+def recipe(name: str, target: str, mode: str) -> str:
+    cls, init, steps, features, extra = DEV[name]
+    inputs = [{"name": "x", "shape": [1, steps, features], "dtype": "float32"}]
+    inputs += [{"name": k, "shape": v, "dtype": "float32"} for k, v in extra.items()]
+    outputs = "[logits, h_out, c_out]" if extra else "[logits]"
+    return textwrap.dedent(
+        f"""\
+        source:
+          kind: pytorch
+          model: models.py:{cls}
+          init: {json.dumps(init)}
+          inputs: {json.dumps(inputs)}
+          outputs: {outputs}
+        calibration: {{dataset: data_{name}.npz}}
+        evaluation: {{dataset: data_{name}.npz, metric: agreement}}
+        quantization: {{mode: {mode}}}
+        target: {target}
+        verify: {{max_relative_diff: {1e-4 if mode == "none" else 1.0}, latency_runs: 2,
+                 warmup_runs: 0}}
+        """
+    )
+
+
+def write_data(work: Path, name: str) -> None:
+    _, _, steps, features, extra = DEV[name]
+    rng = np.random.default_rng(0)
+    data = {"x": rng.standard_normal((8, steps, features)).astype(np.float32)}
+    for k, shape in extra.items():
+        data[k] = (rng.standard_normal((8, *shape[1:])) * 0.1).astype(np.float32)
+    np.savez(work / f"data_{name}.npz", **data)
+
+
+def run_one(work: Path, name: str, target: str, mode: str, timeout: float) -> dict[str, Any]:
+    path = work / f"{name}-{target}-{mode}.yaml"
+    path.write_text(recipe(name, target, mode))
+    build = work / "builds"
+    args = [
+        sys.executable,
+        str(HERE / "_stage_cpu.py"),
+        "run",
+        f"recipe={path}",
+        f"cache_dir={work / 'cache'}",
+        f"build_dir={build}",
+    ]
+    row: dict[str, Any] = {"model": name, "target": target, "mode": mode}
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=work)
+    except subprocess.TimeoutExpired:
+        return {**row, "result": f"timed out after {timeout:.0f} s"}
+    row["wall_s"] = round(time.perf_counter() - start, 1)
+    try:
+        stages = json.loads(done.stdout.strip().splitlines()[-1])["stages"]
+    except (IndexError, ValueError, KeyError):
+        stages = []
+    row["conversion_cpu_s"] = round(
+        sum(s["parent"] + s["worker"] for s in stages if s["stage"] in CONVERSION), 1
+    )
+    out = build / path.stem / f"{target}-{mode}"
+    if done.returncode != 0 or not (out / "metrics.json").is_file():
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        return {**row, "result": "failed: " + (lines[-1][:160] if lines else "?")}
+    metrics = json.loads((out / "metrics.json").read_text())
+    agreement = metrics.get("agreement", {})
+    artifact = next((p for p in out.iterdir() if p.suffix in (".tflite", ".ort")), None)
+    row.update(
+        result="verified" if metrics.get("verified") else "not verified",
+        route=route(out, target),
+        size_bytes=artifact.stat().st_size if artifact else None,
+        source_weight_bytes=source_weights(work, name),
+        max_relative_diff=agreement.get("max_relative_diff"),
+        min_sqnr_db=agreement.get("min_sqnr_db"),
+        top1=agreement.get("top1"),
+    )
+    return row
+
+
+def route(out: Path, target: str) -> str:
+    if target in ("onnxruntime_micro", "tensorrt"):
+        return "native"
+    from edgeflow.targets import emitted
+
+    ops = {emitted.base(k) for k in emitted.counts(out / "model.tflite", target)}
+    if "UNIDIRECTIONAL_SEQUENCE_LSTM" in ops:
+        return "sequence op"
+    return "loop" if "WHILE" in ops else "unrolled"
+
+
+def source_weights(work: Path, name: str) -> int:
+    """The bytes of the source's weights: its parameters, float32."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_models", work / "models.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cls, init, *_ = DEV[name]
+    model = getattr(module, cls)(**init)
+    return int(sum(p.numel() for p in model.parameters()) * 4)
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    columns = ["model", "target", "mode", "result", "route", "conversion CPU s"]
+    columns += ["size / weights", "float32 max rel", "int8 SQNR dB", "top-1"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        size = (
+            f"{r['size_bytes'] / r['source_weight_bytes']:.2f}x"
+            if r.get("size_bytes") and r.get("source_weight_bytes")
+            else ""
+        )
+        rel = f"{r['max_relative_diff']:.2g}" if r.get("max_relative_diff") is not None else ""
+        sqnr = f"{r['min_sqnr_db']:.1f}" if r.get("min_sqnr_db") is not None else ""
+        top1 = f"{r['top1']:.3f}" if r.get("top1") is not None else ""
+        lines.append(
+            f"| {r['model']} | {r['target']} | {r['mode']} | {r['result']} | "
+            f"{r.get('route', '')} | {r.get('conversion_cpu_s', '')} | {size} | {rel} | "
+            f"{sqnr if r['mode'] == 'int8' else ''} | {top1 if r['mode'] == 'int8' else ''} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(DEV))
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--modes", default="none,int8")
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--work", type=Path, default=Path(".edgeflow/recurrent"))
+    parser.add_argument("--out", type=Path, default=Path("recurrent.json"))
+    args = parser.parse_args(argv)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "models.py").write_text(MODELS)
+    rows = []
+    for name in args.models.split(","):
+        write_data(work, name)
+        for target in args.targets.split(","):
+            for mode in args.modes.split(","):
+                row = run_one(work, name, target, mode, args.timeout)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    print(render(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
