@@ -134,7 +134,7 @@ def run_one(work: Path, name: str, target: str, mode: str, timeout: float) -> di
         str(HERE / "_stage_cpu.py"),
         "run",
         f"recipe={path}",
-        f"cache_dir={work / 'cache'}",
+        f"cache_dir={work / 'cache' / path.stem}",  # its own: nothing cached from another
         f"build_dir={build}",
     ]
     row: dict[str, Any] = {"model": name, "target": target, "mode": mode}
@@ -144,10 +144,8 @@ def run_one(work: Path, name: str, target: str, mode: str, timeout: float) -> di
     except subprocess.TimeoutExpired:
         return {**row, "result": f"timed out after {timeout:.0f} s"}
     row["wall_s"] = round(time.perf_counter() - start, 1)
-    try:
-        stages = json.loads(done.stdout.strip().splitlines()[-1])["stages"]
-    except (IndexError, ValueError, KeyError):
-        stages = []
+    marked = [ln for ln in done.stdout.splitlines() if ln.startswith("STAGE-CPU ")]
+    stages = json.loads(marked[-1].removeprefix("STAGE-CPU "))["stages"] if marked else []
     row["conversion_cpu_s"] = round(
         sum(s["parent"] + s["worker"] for s in stages if s["stage"] in CONVERSION), 1
     )

@@ -41,6 +41,7 @@ class RewriteContext:
     # compare each rule's outputs with its input's (off for detectors, whose output form a
     # rule may change on purpose: the rewrite stage compares their detections as sets)
     check_numerics: bool = True
+    quantization: str = "none"  # the build's quantization.mode (a stage that passes it reads it)
 
     def example_inputs(self) -> tuple[Any, ...]:
         from edgeflow.source import example_inputs

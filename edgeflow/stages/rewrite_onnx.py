@@ -62,7 +62,11 @@ def rewritten(ctx: StageContext, specs: list[Any]) -> tuple[Any, list[dict[str, 
     from edgeflow.rules.base import RewriteContext
 
     model = onnx.load(str(ctx.inputs["onnx"]))
-    rewrite_ctx = RewriteContext(list(fed_inputs(ctx.recipe.source.inputs)), ctx.loaded.path.parent)
+    rewrite_ctx = RewriteContext(
+        list(fed_inputs(ctx.recipe.source.inputs)),
+        ctx.loaded.path.parent,
+        quantization=ctx.recipe.quantization.mode,
+    )
     model, records, _ = apply_rules(model, specs, ("onnx",), rewrite_ctx)
     onnx.checker.check_model(model)
     return model, records
@@ -79,7 +83,7 @@ STAGE = Stage(
         "host": "host",
         "rewrite_onnx": "rewrite_onnx.json",
     },
-    reads=("rewrites", "postprocess", "source.inputs"),
+    reads=("rewrites", "postprocess", "source.inputs", "quantization.mode"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
     rule_levels=("onnx",),
     isolated=True,

@@ -46,7 +46,7 @@ STAGE = Stage(
         "source_onnx": "model.onnx",
         "rewrite_target": "rewrite_target.json",
     },
-    reads=("target", "target_rewrites", "rewrites", "source.inputs"),
+    reads=("target", "target_rewrites", "rewrites", "source.inputs", "quantization.mode"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir"),
     rule_levels=("onnx",),
     isolated=True,

@@ -68,6 +68,14 @@ CHECK_CASES: dict[tuple[str, str], onnx.ModelProto] = {
     ("MaxPool", "no_partial_window"): single(
         "m", "MaxPool", X, attrs={"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}
     ).model,
+    ("LSTM", "no_final_cell_state"): single(
+        "l",
+        "LSTM",
+        [("x", T.FLOAT, [5, 1, 8])],
+        {"W": np.ones((1, 64, 8)) / 8, "R": np.ones((1, 64, 16)) / 16},
+        {"hidden_size": 16},
+        outputs=3,
+    ).model,
     ("Pad", "pad_value_zero"): single(
         "p", "Pad", X, {"pads": np.array([0, 0, 1, 1] * 2, np.int64), "v": 1.5}
     ).model,

@@ -11,12 +11,12 @@ converted that Transpose followed by a Reshape wrongly (relative error 1.0).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from edgeflow.rules.base import RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx._build import attr
-from edgeflow.rules.onnx._edit import Edit, NodeRule
+from edgeflow.rules.onnx._edit import Edit, NodeRule, rewrite_nodes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,12 +42,15 @@ class UnrollRecurrent(NodeRule):
     Every step reads the same weight initializers (a 3-layer LSTM of 256 over 160 steps
     unrolls to 10,597 nodes and 5.7 MB of weights, as the source's; onnx2tf then converts
     it for far more than 15 minutes). Keeps nodes with sequence_lens, clip, input_forget or
-    non-default activations. `keep_sequence_lstm` keeps the LSTMs whose final cell state
-    nothing reads: tflite and tflite_micro run those as one UNIDIRECTIONAL_SEQUENCE_LSTM
-    (targets/_onnx2tf_recurrent.py; the 3-layer LSTM above converts in 9 s). A default
-    rewrite of armnn (before onnx.lower_matmul, which turns the MatMuls into Gemms with a
-    bias for Arm NN), and with keep_sequence_lstm of tflite and tflite_micro (GRU: TFLite
-    has no GRU operator, and TFLite Micro hangs on the loop TensorFlow writes for one)."""
+    non-default activations. `keep_sequence_lstm` names the quantization modes in which
+    the LSTMs whose final cell state nothing reads are kept: tflite and tflite_micro run
+    those as one UNIDIRECTIONAL_SEQUENCE_LSTM (targets/_onnx2tf_recurrent.py; the 3-layer
+    LSTM above converts in 9 s), but LiteRT's int8 kernel computes stacked layers wrong
+    (relative error 1.05 on two layers; TFLite Micro's, on the same file, is right). A
+    default rewrite of armnn (before onnx.lower_matmul, which turns the MatMuls into Gemms
+    with a bias for Arm NN), and with keep_sequence_lstm of tflite (none, fp16) and
+    tflite_micro (none, fp16, int8): GRU stays unrolled there (TFLite has no GRU operator,
+    and TFLite Micro hangs on the loop TensorFlow writes for one)."""
 
     name = "onnx.unroll_recurrent"
     description = "Unroll LSTM/GRU over a static sequence into per-step MatMul/Sigmoid/Tanh math."
@@ -55,10 +58,11 @@ class UnrollRecurrent(NodeRule):
 
     class Options(RuleOptions):
         """max_steps: the longest sequence to unroll (the graph grows by a cell per step).
-        keep_sequence_lstm: keep the LSTMs whose final cell state Y_c nothing reads."""
+        keep_sequence_lstm: the quantization modes (none, fp16, int8) in which the LSTMs whose
+        final cell state Y_c nothing reads are kept."""
 
         max_steps: int = 256
-        keep_sequence_lstm: bool = False
+        keep_sequence_lstm: tuple[Literal["none", "fp16", "int8"], ...] = ()
 
     example: ClassVar[tuple[str, str] | None] = (
         "Y, Y_h, Y_c = LSTM(x[8, 1, 8], W, R, B, hidden_size=16)",
@@ -72,10 +76,6 @@ class UnrollRecurrent(NodeRule):
     what = "recurrent layer"
 
     def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
-        if opts.keep_sequence_lstm and node.op_type == "LSTM":
-            cell = node.output[2] if len(node.output) > 2 else ""
-            if not (cell and (e.consumers.get(cell) or cell in e.graph_outputs)):
-                return ""  # a sequence operator runs it
         return _unroll(node, e, opts.max_steps)
 
     def apply(
@@ -83,7 +83,16 @@ class UnrollRecurrent(NodeRule):
     ) -> RuleResult[onnx.ModelProto]:
         from edgeflow.rules.onnx.fold_if import _remove_dead_code
 
-        result = super().apply(model, opts, ctx)
+        keep = ctx.quantization in opts.keep_sequence_lstm
+
+        def replace(node: Any, e: Edit) -> str | None:
+            if keep and node.op_type == "LSTM":
+                cell = node.output[2] if len(node.output) > 2 else ""
+                if not (cell and (e.consumers.get(cell) or cell in e.graph_outputs)):
+                    return ""  # a sequence operator runs it
+            return _unroll(node, e, opts.max_steps)
+
+        result = rewrite_nodes(model, set(self.op_types), replace, self.what)
         if result.changed:  # torch's zero initial state (Shape, Gather, Expand) is unread now
             removed = _remove_dead_code(result.model)
             if removed:
