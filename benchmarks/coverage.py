@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -156,7 +157,20 @@ def run_one(
             row.update(status="verified", reason="")
     row["precheck"] = precheck_verdict(lines, target)
     row["seconds"] = round(time.perf_counter() - start, 1)
+    row["conversion_seconds"] = conversion_seconds(lines)
     return row
+
+
+# A stage's line: "  convert        ran        2.56 s" (ran, cached or failed)
+STAGE_LINE = re.compile(r"^\s*(\w+)\s+(?:ran|failed)\s+([\d.]+) s")
+CONVERSION_STAGES = ("rewrite_target", "precheck", "quantize", "convert")
+
+
+def conversion_seconds(lines: list[str]) -> float:
+    """The seconds of the stages that made the artifact from the ONNX model in this run
+    (cached stages: 0)."""
+    found = (STAGE_LINE.match(line) for line in lines)
+    return round(sum(float(m[2]) for m in found if m and m[1] in CONVERSION_STAGES), 1)
 
 
 def precheck_verdict(lines: list[str], target: str) -> str | None:
@@ -290,6 +304,8 @@ def _dev_cell(r: dict[str, Any]) -> str:
         text = f"{mode}: failed: {r['reason']}"
     if r.get("precheck") == "refused":
         text += " [precheck refused]"
+    if r.get("conversion_seconds"):
+        text += f", converted in {r['conversion_seconds']:g} s"
     return text
 
 
@@ -360,7 +376,8 @@ def dev_table(models: list[str], configs: list[tuple[str, str]], work: Path, out
             recipe = REPO / "recipes" / f"{model}.yaml"
             row = run_one(recipe, target, mode, cache, work / "build", forced=True)
             rows.append(row)
-            status = f"{row['status']:<9} {row['seconds']:6.1f} s  {row['reason']}"
+            status = f"{row['status']:<9} {row['seconds']:6.1f} s"
+            status += f" (conversion {row['conversion_seconds']:g} s)  {row['reason']}"
             print(f"{model:<24} {target:<18} {mode:<5} {status}", flush=True)
     print("\n" + render_dev(rows))
     report = {"date": time.strftime("%Y-%m-%d"), "versions": versions(), "rows": rows}

@@ -18,8 +18,10 @@ random normal inputs (8 samples, also the int8 calibration set), printing:
 - int8: the lowest output SQNR and top-1 agreement of the 10-class head.
 
 Goals (issue 32): every build converts in <= 60 s CPU, the artifact within 1.1x the source's
-weights, float32 within 1e-4. A build past --timeout is reported as such. Nothing is
-downloaded: the models are made here.
+weights, float32 within 1e-4. Each build is forced past a failed precheck
+(`precheck.continue_on_failure`: the larger models fit no TFLite Micro board's memory), so a
+row is what the converter and runtime do. A build past --timeout is reported as such.
+Nothing is downloaded: the models are made here.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def recipe(name: str, target: str, mode: str) -> str:
         calibration: {{dataset: data_{name}.npz}}
         evaluation: {{dataset: data_{name}.npz, metric: agreement}}
         quantization: {{mode: {mode}}}
+        precheck: {{continue_on_failure: true}}
         target: {target}
         verify: {{max_relative_diff: {1e-4 if mode == "none" else 1.0}, latency_runs: 2,
                  warmup_runs: 0}}

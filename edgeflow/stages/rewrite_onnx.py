@@ -43,17 +43,22 @@ def split_host(ctx: StageContext, model: Any) -> tuple[Any, dict[str, Any]]:
     return head, {**postprocess.summary(tail), "head_nodes": len(head.graph.node)}
 
 
-def rewrite(ctx: StageContext, specs: list[Any]) -> list[dict[str, Any]]:
+def rewrite(
+    ctx: StageContext, specs: list[Any], quantization: str | None = None
+) -> list[dict[str, Any]]:
     """Apply onnx.* rule specs to the stage's input model, write the checked result to its
-    "onnx" output, and return what each rule did (for the report)."""
+    "onnx" output, and return what each rule did (for the report). `quantization`: the
+    build's mode, for a per-build stage that reads it (RewriteContext.quantization)."""
     import onnx
 
-    model, records = rewritten(ctx, specs)
+    model, records = rewritten(ctx, specs, quantization)
     onnx.save(model, str(ctx.output("onnx")))
     return records
 
 
-def rewritten(ctx: StageContext, specs: list[Any]) -> tuple[Any, list[dict[str, Any]]]:
+def rewritten(
+    ctx: StageContext, specs: list[Any], quantization: str | None = None
+) -> tuple[Any, list[dict[str, Any]]]:
     """The stage's input model with onnx.* rule specs applied and checked, and what each
     rule did (for the report)."""
     import onnx
@@ -62,11 +67,8 @@ def rewritten(ctx: StageContext, specs: list[Any]) -> tuple[Any, list[dict[str, 
     from edgeflow.rules.base import RewriteContext
 
     model = onnx.load(str(ctx.inputs["onnx"]))
-    rewrite_ctx = RewriteContext(
-        list(fed_inputs(ctx.recipe.source.inputs)),
-        ctx.loaded.path.parent,
-        quantization=ctx.recipe.quantization.mode,
-    )
+    inputs = list(fed_inputs(ctx.recipe.source.inputs))
+    rewrite_ctx = RewriteContext(inputs, ctx.loaded.path.parent, quantization=quantization)
     model, records, _ = apply_rules(model, specs, ("onnx",), rewrite_ctx)
     onnx.checker.check_model(model)
     return model, records
@@ -83,7 +85,7 @@ STAGE = Stage(
         "host": "host",
         "rewrite_onnx": "rewrite_onnx.json",
     },
-    reads=("rewrites", "postprocess", "source.inputs", "quantization.mode"),
+    reads=("rewrites", "postprocess", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
     rule_levels=("onnx",),
     isolated=True,

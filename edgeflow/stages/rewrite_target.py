@@ -30,7 +30,7 @@ def run(ctx: StageContext) -> None:
         info["off"] = not recipe.target_rewrites
         shutil.copyfile(ctx.inputs["onnx"], ctx.output("onnx"))
     else:
-        info["rules"] = rewrite(ctx, specs)
+        info["rules"] = rewrite(ctx, specs, recipe.quantization.mode)
     ctx.write_json("rewrite_target", info)
 
 

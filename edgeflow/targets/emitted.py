@@ -18,14 +18,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from edgeflow.targets._onnx2tf import require
-
 SCHEMA = "ai_edge_litert.schema_py_generated"
 
 
 def operators(artifact: Path, target: str) -> list[str]:
     """The builtin (or custom) operator names the .tflite uses, in first-use order."""
-    schema = require(SCHEMA, target)
+    schema = _schema(target)
     return operators_by_code(schema.Model.GetRootAs(artifact.read_bytes(), 0), schema)
 
 
@@ -46,7 +44,7 @@ def operators_by_code(model: Any, schema: ModuleType) -> list[str]:
 def counts(artifact: Path, target: str) -> dict[str, int]:
     """How many operators of each name (with its option, see the module) the .tflite's
     subgraphs hold."""
-    schema = require(SCHEMA, target)
+    schema = _schema(target)
     model = schema.Model.GetRootAs(artifact.read_bytes(), 0)
     names = operators_by_code(model, schema)
     found: dict[str, int] = {}
@@ -64,6 +62,18 @@ def counts(artifact: Path, target: str) -> dict[str, int]:
 def base(name: str) -> str:
     """The builtin of an operator name: FULLY_CONNECTED of FULLY_CONNECTED(RELU_N1_TO_1)."""
     return name.split("(", 1)[0]
+
+
+def _schema(target: str) -> ModuleType:
+    """LiteRT's flatbuffer schema (ai-edge-litert), or how to install it."""
+    import importlib
+
+    from edgeflow.core.errors import MissingDependency
+
+    try:
+        return importlib.import_module(SCHEMA)
+    except ImportError as exc:
+        raise MissingDependency(f"target {target}", "ai-edge-litert", "tflite") from exc
 
 
 def _option(op: Any, schema: ModuleType) -> str:

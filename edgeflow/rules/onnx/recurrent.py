@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.base import RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx._build import attr
@@ -83,6 +84,14 @@ class UnrollRecurrent(NodeRule):
     ) -> RuleResult[onnx.ModelProto]:
         from edgeflow.rules.onnx.fold_if import _remove_dead_code
 
+        if opts.keep_sequence_lstm and ctx.quantization is None:
+            raise EdgeflowError(
+                "keep_sequence_lstm depends on the build's quantization mode, which the "
+                "recipe's own rewrites (run once for every build) do not know",
+                "leave LSTMs to the target's default rewrites (`target_rewrites: true`; "
+                "tflite and tflite_micro keep them where their runtime runs them), or list "
+                "onnx.unroll_recurrent without keep_sequence_lstm",
+            )
         keep = ctx.quantization in opts.keep_sequence_lstm
 
         def replace(node: Any, e: Edit) -> str | None:

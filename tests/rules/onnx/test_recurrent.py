@@ -199,3 +199,13 @@ def test_keep_sequence_lstm_keeps_an_lstm_whose_cell_state_nobody_reads(mode: st
     assert kept.changed == (mode == "int8")
     for unrolled_anyway in (recurrent("LSTM"), recurrent("GRU")):
         assert UnrollRecurrent().apply(unrolled_anyway, opts, ctx).changed
+
+
+def test_keep_sequence_lstm_needs_the_builds_mode() -> None:
+    """The recipe's own rewrites run once for every build: the mode is not known there."""
+    from edgeflow.core.errors import EdgeflowError
+
+    opts = UnrollRecurrent.Options(keep_sequence_lstm=("none",))
+    with pytest.raises(EdgeflowError, match="quantization mode") as info:
+        UnrollRecurrent().apply(recurrent("LSTM"), opts, RewriteContext([]))
+    assert "target_rewrites" in (info.value.hint or "")
