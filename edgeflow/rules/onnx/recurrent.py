@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from pydantic import Field
+
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules.base import RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
@@ -63,7 +65,7 @@ class UnrollRecurrent(NodeRule):
         final cell state Y_c nothing reads are kept."""
 
         max_steps: int = 256
-        keep_sequence_lstm: tuple[Literal["none", "fp16", "int8"], ...] = ()
+        keep_sequence_lstm: list[Literal["none", "fp16", "int8"]] = Field(default_factory=list)
 
     example: ClassVar[tuple[str, str] | None] = (
         "Y, Y_h, Y_c = LSTM(x[8, 1, 8], W, R, B, hidden_size=16)",
