@@ -155,7 +155,8 @@ def run_one(work: Path, name: str, target: str, mode: str, timeout: float) -> di
     out = build / path.stem / f"{target}-{mode}"
     if not (out / "metrics.json").is_file():  # a build that did not reach verify
         lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-        return {**row, "result": "failed: " + (lines[-1][:160] if lines else "?")}
+        errors = [ln for ln in lines if ln.startswith("error:")] or lines[-1:]
+        return {**row, "result": "failed: " + (errors[-1][:200] if errors else "?")}
     metrics = json.loads((out / "metrics.json").read_text())
     agreement = metrics.get("agreement", {})
     artifact = next((p for p in out.iterdir() if p.suffix in (".tflite", ".ort")), None)

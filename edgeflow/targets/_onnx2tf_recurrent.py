@@ -1,18 +1,17 @@
-"""ONNX LSTM and GRU through onnx2tf as the runtime's own sequence operators, at any length.
+"""ONNX LSTM through onnx2tf as the runtime's own sequence operator, at any length.
 
 onnx2tf 1.28.8's LSTM and GRU converters fail (a segfault on torch's exports, a Reshape or
 Split error on the bare ops), and unrolling them (onnx.unroll_recurrent) does not scale: a
 3-layer LSTM of 256 over 160 steps unrolls to 10,597 nodes, which onnx2tf converts for far
 more than 15 minutes. While onnx2tf runs, `sequence_layers(target)` replaces its LSTM and
-GRU converters with tf_keras (Keras 2) recurrent layers carrying the ONNX weights.
-TensorFlow's TFLite converter fuses a tf_keras LSTM (tagged `lstm_<id>` for that purpose;
+GRU converters: an LSTM becomes a tf_keras (Keras 2) LSTM layer carrying the ONNX weights,
+which TensorFlow's TFLite converter fuses (the layer is tagged `lstm_<id>` for that purpose;
 Keras 3's LSTM is not, and becomes a WHILE loop) into UNIDIRECTIONAL_SEQUENCE_LSTM, which
-LiteRT and TFLite Micro run; a GRU (TFLite has no GRU operator) becomes a WHILE loop, which
-LiteRT runs and TFLite Micro does not (measured 2026-12: TFLite Micro's WHILE hangs on it,
-and computes a Keras LSTM loop wrong). So:
+LiteRT and TFLite Micro run. A GRU is refused with the reason: TFLite has no GRU operator,
+and the WHILE loop TensorFlow writes for a tf_keras GRU hangs TFLite Micro and crashes the
+int8 calibrator (measured 2026-12; LiteRT runs it in float32). So:
 
-- tflite: LSTM and GRU as layers (UNIDIRECTIONAL_SEQUENCE_LSTM; WHILE);
-- tflite_micro: LSTM as a layer; GRU is refused here, and unrolled (its profile's default);
+- tflite, tflite_micro: LSTM as a layer; GRU refused, and unrolled (the profiles' default);
 - armnn: neither: Arm NN 22's TfLite parser has no recurrent operator and no WHILE, so both
   are unrolled (its profile's default).
 
@@ -35,7 +34,7 @@ import numpy as np
 
 # The targets whose runtime runs each op's layer form (see the module docstring).
 LAYERS = {"tflite": ("LSTM",), "tflite_micro": ("LSTM",)}
-DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]  # per direction
 
 
 class Unsupported(ValueError):
@@ -95,9 +94,11 @@ def _refuse(op: str, target: str) -> Any:
 
 
 def _make_node(*, graph_node: Any, tf_layers_dict: dict[str, Any], **kwargs: Any) -> None:
-    """One ONNX LSTM/GRU node as tf_keras layers (one per direction); its outputs Y, Y_h,
-    Y_c in their ONNX shapes and layout."""
+    """One ONNX LSTM node as tf_keras layers (one per direction); its outputs Y and Y_h in
+    their ONNX shapes and layout (Y_c, which the sequence operator does not output, is
+    refused where it is read)."""
     import tensorflow as tf
+    import tf_keras
 
     op, inputs, attrs = graph_node.op, graph_node.inputs, graph_node.attrs
     weights = [_constant(inputs, i) for i in range(4)]
@@ -105,7 +106,7 @@ def _make_node(*, graph_node: Any, tf_layers_dict: dict[str, Any], **kwargs: Any
     if w is None or r is None:
         raise Unsupported(f"{op} node '{graph_node.name}': W and R must be constants")
     _check(graph_node, inputs, attrs)
-    if op == "LSTM" and _used(graph_node.outputs[2:3], kwargs.get("onnx_graph")):
+    if _used(graph_node.outputs[2:3], kwargs.get("onnx_graph")):
         raise Unsupported(
             f"LSTM node '{graph_node.name}': its final cell state Y_c is used, which the "
             "sequence operator does not output (TensorFlow's converter then writes a loop)"
@@ -118,16 +119,15 @@ def _make_node(*, graph_node: Any, tf_layers_dict: dict[str, Any], **kwargs: Any
     direction = direction.decode() if isinstance(direction, bytes) else direction
     backwards = [False, True] if direction == "bidirectional" else [direction == "reverse"]
     states = [_state(inputs, i, layout, len(backwards), tf_layers_dict) for i in (5, 6)]
-    count = 2 if op == "LSTM" else 1  # initial_h (and initial_c)
     outs = []
     for d, back in enumerate(backwards):
-        layer = _layer(op, hidden, back, int(attrs.get("linear_before_reset", 0)))
+        layer = tf_keras.layers.LSTM(hidden, return_sequences=True, go_backwards=back)
         initial = None
-        if any(s is not None for s in states[:count]):  # a layer takes all its states or none
-            given = next(s[d] for s in states[:count] if s is not None)
-            initial = [tf.zeros_like(given) if s is None else s[d] for s in states[:count]]
+        if any(s is not None for s in states):  # the layer takes both states or none
+            given = next(s[d] for s in states if s is not None)
+            initial = [tf.zeros_like(given) if s is None else s[d] for s in states]
         y = layer(x, initial_state=initial)
-        layer.set_weights(keras_weights(op, w, r, b, d, int(attrs.get("linear_before_reset", 0))))
+        layer.set_weights(keras_weights(w, r, b, d))
         # the final hidden state is the last step processed (the converter fuses the layer
         # only where its states are not asked for)
         outs.append((tf.reverse(y, [1]) if back else y, y[:, -1]))
@@ -166,7 +166,7 @@ def _check(node: Any, inputs: list[Any], attrs: dict[str, Any]) -> None:
     if int(attrs.get("input_forget", 0)):
         problems.append("input_forget")
     activations = [a.decode() if isinstance(a, bytes) else a for a in attrs.get("activations", [])]
-    per_direction = DEFAULT_ACTIVATIONS[op]
+    per_direction = DEFAULT_ACTIVATIONS
     if activations and any(
         a.lower() != per_direction[i % len(per_direction)].lower()
         for i, a in enumerate(activations)
@@ -178,33 +178,15 @@ def _check(node: Any, inputs: list[Any], attrs: dict[str, Any]) -> None:
         )
 
 
-def _layer(op: str, hidden: int, backwards: bool, linear_before_reset: int) -> Any:
-    import tf_keras
-
-    common = {"return_sequences": True, "go_backwards": backwards}
-    if op == "LSTM":
-        return tf_keras.layers.LSTM(hidden, **common)
-    # linear_before_reset: the reset gate scales R h + Rb (Keras reset_after) or h
-    return tf_keras.layers.GRU(hidden, reset_after=bool(linear_before_reset), **common)
-
-
-def keras_weights(
-    op: str, w: Any, r: Any, b: Any, d: int, linear_before_reset: int = 0
-) -> list[np.ndarray]:
-    """Direction d of ONNX weights W [D, G*H, F], R [D, G*H, H], B [D, 2*G*H] as the tf_keras
-    layer's [kernel, recurrent_kernel, bias]. LSTM gates: ONNX i, o, f, c; Keras i, f, c, o
-    (the two biases summed). GRU gates: z, r, h in both; with reset_after the bias is
-    [input bias, recurrent bias], without it their sum."""
+def keras_weights(w: Any, r: Any, b: Any, d: int) -> list[np.ndarray]:
+    """Direction d of ONNX LSTM weights W [D, 4H, F], R [D, 4H, H], B [D, 8H] as the tf_keras
+    layer's [kernel, recurrent_kernel, bias]: gates ONNX i, o, f, c; Keras i, f, c, o; the two
+    biases summed."""
     hidden = r.shape[-1]
-    gates = w.shape[1] // hidden
-    b = np.zeros((w.shape[0], 2 * gates * hidden), np.float32) if b is None else b
-    wb, rb = b[d][: gates * hidden], b[d][gates * hidden :]
-    if op == "LSTM":
-        order = np.concatenate([np.arange(0, hidden), np.arange(2 * hidden, 4 * hidden)])
-        order = np.concatenate([order, np.arange(hidden, 2 * hidden)])
-        return [w[d][order].T, r[d][order].T, (wb + rb)[order]]
-    bias = np.stack([wb, rb]) if linear_before_reset else wb + rb
-    return [w[d].T, r[d].T, bias]
+    b = np.zeros((w.shape[0], 8 * hidden), np.float32) if b is None else b
+    order = np.concatenate([np.arange(0, hidden), np.arange(2 * hidden, 4 * hidden)])
+    order = np.concatenate([order, np.arange(hidden, 2 * hidden)])
+    return [w[d][order].T, r[d][order].T, (b[d][: 4 * hidden] + b[d][4 * hidden :])[order]]
 
 
 def _constant(inputs: list[Any], i: int) -> np.ndarray | None:
