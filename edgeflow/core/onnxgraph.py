@@ -297,3 +297,28 @@ def graph_inputs(path: Any, overridable: bool = False) -> dict[str, tuple[str, l
         ]
         found[value.name] = (dtype, dims)
     return found
+
+
+# Ops that only move or repeat their first input's values (a zero stays zero through them).
+SHAPE_ONLY = frozenset({"Expand", "Reshape", "Unsqueeze", "Squeeze", "Tile", "Cast", "Identity"})
+
+
+def is_zero(name: str, constants: dict[str, Any], producers: dict[str, Any]) -> bool:
+    """Whether a tensor is all zeros by construction: a constant of zeros, a ConstantOfShape
+    of 0, or either through ops that only move or repeat values (torch exports an LSTM's zero
+    initial state as an Expand of a 0 to a shape taken from the input)."""
+    from onnx import numpy_helper
+
+    for _ in range(8):
+        if name in constants:
+            return not constants[name].any()
+        node = producers.get(name)
+        if node is None:
+            return False
+        if node.op_type == "ConstantOfShape":
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            return value is None or not numpy_helper.to_array(value).any()
+        if node.op_type not in SHAPE_ONLY:
+            return False
+        name = node.input[0]
+    return False

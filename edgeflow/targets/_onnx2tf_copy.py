@@ -51,7 +51,7 @@ def prepare(onnx_path: Path, copy: Path) -> None:
     renamed = [k for k, o in enumerate(graph.output) if not TF_OP_NAME.fullmatch(o.name)]
     hoisted = constants_to_initializers(graph)
     shaped = _kernel_shapes(graph)
-    shaped += _drop_zero_states(graph)
+    shaped += _drop_zero_states(model)
     for k in renamed:
         output = graph.output[k]
         graph.node.append(helper.make_node("Identity", [output.name], [f"edgeflow_output_{k}"]))
@@ -62,48 +62,27 @@ def prepare(onnx_path: Path, copy: Path) -> None:
     onnx.save(model, str(copy))
 
 
-# Ops that only move or repeat their first input's values (a zero stays zero through them).
-SHAPE_ONLY = frozenset({"Expand", "Reshape", "Unsqueeze", "Squeeze", "Tile", "Cast", "Identity"})
-
-
-def _drop_zero_states(graph: Any) -> int:
+def _drop_zero_states(model: Any) -> int:
     """LSTM/GRU initial states (inputs 5 and 6) that are zeros by construction, left out;
-    the nodes only they used removed. Returns how many were left out."""
-    import numpy as np
+    what only they read removed. Returns how many were left out."""
     from onnx import numpy_helper
 
+    from edgeflow.core.onnxgraph import is_zero
+    from edgeflow.rules.onnx.fold_if import _remove_dead_code
+
+    graph = model.graph
     constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    producer = {o: n for n in graph.node for o in n.output}
-
-    def zero(name: str) -> bool:
-        for _ in range(8):
-            if name in constants:
-                return not np.any(constants[name])
-            node = producer.get(name)
-            if node is None:
-                return False
-            if node.op_type == "ConstantOfShape":
-                value = [a.t for a in node.attribute if a.name == "value"]
-                return not value or not np.any(numpy_helper.to_array(value[0]))
-            if node.op_type not in SHAPE_ONLY:
-                return False
-            name = node.input[0]
-        return False
-
+    producers = {o: n for n in graph.node for o in n.output}
     dropped = 0
     for node in graph.node:
         if node.op_type in ("LSTM", "GRU"):
             for i in (5, 6):
-                if i < len(node.input) and node.input[i] and zero(node.input[i]):
+                name = node.input[i] if i < len(node.input) else ""
+                if name and is_zero(name, constants, producers):
                     node.input[i] = ""
                     dropped += 1
-    while dropped:
-        used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
-        dead = [n for n in graph.node if not any(o in used for o in n.output)]
-        if not dead:
-            break
-        for n in dead:
-            graph.node.remove(n)
+    if dropped:
+        _remove_dead_code(model)
     return dropped
 
 

@@ -10,7 +10,10 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto as T
+from onnx import helper
 
 from edgeflow.cli import main
 from edgeflow.engine.cache import Cache
@@ -18,6 +21,7 @@ from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
 from edgeflow.targets import load_profile
 from edgeflow.targets.precheck import check_builtins
+from tests.rules.onnx.helpers import model
 from tests.targets.conftest import needs_tflite
 from tests.targets.test_armnn import needs_armnn
 from tests.targets.test_target_rewrites import target_rules
@@ -34,43 +38,24 @@ RECIPE = """
 def padding_graph(path: Path, opset: int) -> Path:
     """MaxPool 3x3 stride 2 with ceil_mode on 10x10 (a partial last window), then a Pad with
     the value 1.5: before opset 11 as the Pad's `value` attribute, from 11 on as its input."""
-    import onnx
-    from onnx import TensorProto as T
-    from onnx import helper, numpy_helper
-
     pads = [0, 0, 1, 2, 0, 0, 2, 1]
     nodes = [
         helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
     ]
-    inits = []
+    inits = {}
     if opset < 11:
         nodes.append(helper.make_node("Pad", ["p"], ["y"], pads=pads, value=1.5))
     else:
         nodes.append(helper.make_node("Pad", ["p", "pads", "v"], ["y"]))
-        inits = [
-            numpy_helper.from_array(np.array(pads, np.int64), "pads"),
-            numpy_helper.from_array(np.array(1.5, np.float32), "v"),
-        ]
-    graph = helper.make_graph(
-        nodes,
-        "padding",
-        [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 10, 10])],
-        [helper.make_tensor_value_info("y", T.FLOAT, [1, 3, 8, 8])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, str(path))
+        inits = {"pads": np.array(pads, np.int64), "v": np.array(1.5, np.float32)}
+    io = ([("x", T.FLOAT, [1, 3, 10, 10])], [("y", T.FLOAT, [1, 3, 8, 8])])
+    onnx.save(model(nodes, *io, inits, opset=opset), str(path))
     return path
 
 
 def fused_clip_graph(path: Path) -> Path:
     """Gemm (with a bias) then Clip(-1, 1): onnx2tf fuses the Clip into the FULLY_CONNECTED
     as its RELU_N1_TO_1 activation, which Arm NN 22's parser refuses."""
-    import onnx
-    from onnx import TensorProto as T
-    from onnx import helper, numpy_helper
-
     rng = np.random.default_rng(0)
     consts = {
         "w": (rng.standard_normal((12, 7)) * 0.3).astype(np.float32),
@@ -78,19 +63,12 @@ def fused_clip_graph(path: Path) -> Path:
         "lo": np.array(-1.0, np.float32),
         "hi": np.array(1.0, np.float32),
     }
-    graph = helper.make_graph(
-        [
-            helper.make_node("Gemm", ["x", "w", "b"], ["g"]),
-            helper.make_node("Clip", ["g", "lo", "hi"], ["y"]),
-        ],
-        "fused",
-        [helper.make_tensor_value_info("x", T.FLOAT, [1, 12])],
-        [helper.make_tensor_value_info("y", T.FLOAT, [1, 7])],
-        [numpy_helper.from_array(v, k) for k, v in consts.items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, str(path))
+    nodes = [
+        helper.make_node("Gemm", ["x", "w", "b"], ["g"]),
+        helper.make_node("Clip", ["g", "lo", "hi"], ["y"]),
+    ]
+    io = ([("x", T.FLOAT, [1, 12])], [("y", T.FLOAT, [1, 7])])
+    onnx.save(model(nodes, *io, consts, opset=17), str(path))
     return path
 
 

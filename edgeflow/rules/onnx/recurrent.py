@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.onnxgraph import is_zero
 from edgeflow.rules.base import RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx._build import attr
@@ -220,22 +221,8 @@ def _state(
 
 
 def _is_zero(e: Edit, name: str) -> bool:
-    """A constant all-zero tensor, or an Expand or ConstantOfShape of zeros (torch's export)."""
-    value = e.constants.get(name)
-    if value is not None:
-        return not value.any()
-    producer = e.producers.get(name)
-    if producer is None:
-        return False
-    if producer.op_type == "Expand":
-        value = e.constants.get(producer.input[0])
-        return value is not None and not value.any()
-    if producer.op_type == "ConstantOfShape":
-        from onnx import numpy_helper
-
-        found = next((a for a in producer.attribute if a.name == "value"), None)
-        return found is None or not numpy_helper.to_array(found.t).any()
-    return False
+    """A zero tensor by construction (torch's export of a zero initial state)."""
+    return is_zero(name, e.constants, e.producers)
 
 
 class _Cell:
