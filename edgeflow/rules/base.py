@@ -41,9 +41,6 @@ class RewriteContext:
     # compare each rule's outputs with its input's (off for detectors, whose output form a
     # rule may change on purpose: the rewrite stage compares their detections as sets)
     check_numerics: bool = True
-    # the build's quantization.mode, where the stage is per build and reads it (rewrite_target);
-    # None where the rules run once for every build (the recipe's own rewrites)
-    quantization: str | None = None
 
     def example_inputs(self) -> tuple[Any, ...]:
         from edgeflow.source import example_inputs

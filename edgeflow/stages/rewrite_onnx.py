@@ -43,22 +43,17 @@ def split_host(ctx: StageContext, model: Any) -> tuple[Any, dict[str, Any]]:
     return head, {**postprocess.summary(tail), "head_nodes": len(head.graph.node)}
 
 
-def rewrite(
-    ctx: StageContext, specs: list[Any], quantization: str | None = None
-) -> list[dict[str, Any]]:
+def rewrite(ctx: StageContext, specs: list[Any]) -> list[dict[str, Any]]:
     """Apply onnx.* rule specs to the stage's input model, write the checked result to its
-    "onnx" output, and return what each rule did (for the report). `quantization`: the
-    build's mode, for a per-build stage that reads it (RewriteContext.quantization)."""
+    "onnx" output, and return what each rule did (for the report)."""
     import onnx
 
-    model, records = rewritten(ctx, specs, quantization)
+    model, records = rewritten(ctx, specs)
     onnx.save(model, str(ctx.output("onnx")))
     return records
 
 
-def rewritten(
-    ctx: StageContext, specs: list[Any], quantization: str | None = None
-) -> tuple[Any, list[dict[str, Any]]]:
+def rewritten(ctx: StageContext, specs: list[Any]) -> tuple[Any, list[dict[str, Any]]]:
     """The stage's input model with onnx.* rule specs applied and checked, and what each
     rule did (for the report)."""
     import onnx
@@ -68,7 +63,7 @@ def rewritten(
 
     model = onnx.load(str(ctx.inputs["onnx"]))
     inputs = list(fed_inputs(ctx.recipe.source.inputs))
-    rewrite_ctx = RewriteContext(inputs, ctx.loaded.path.parent, quantization=quantization)
+    rewrite_ctx = RewriteContext(inputs, ctx.loaded.path.parent)
     model, records, _ = apply_rules(model, specs, ("onnx",), rewrite_ctx)
     onnx.checker.check_model(model)
     return model, records

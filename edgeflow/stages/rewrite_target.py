@@ -30,7 +30,7 @@ def run(ctx: StageContext) -> None:
         info["off"] = not recipe.target_rewrites
         shutil.copyfile(ctx.inputs["onnx"], ctx.output("onnx"))
     else:
-        info["rules"] = rewrite(ctx, specs, recipe.quantization.mode)
+        info["rules"] = rewrite(ctx, specs)
     ctx.write_json("rewrite_target", info)
 
 
@@ -46,7 +46,7 @@ STAGE = Stage(
         "source_onnx": "model.onnx",
         "rewrite_target": "rewrite_target.json",
     },
-    reads=("target", "target_rewrites", "rewrites", "source.inputs", "quantization.mode"),
+    reads=("target", "target_rewrites", "rewrites", "source.inputs"),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir"),
     rule_levels=("onnx",),
     isolated=True,

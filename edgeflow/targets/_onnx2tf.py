@@ -42,6 +42,7 @@ from edgeflow.core.errors import EdgeflowError, MissingDependency, first_line
 from edgeflow.core.sources import batch_size
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
 from edgeflow.targets._onnx2tf_recurrent import (
+    SEQUENCE_OP,
     float_from_saved_model,
     has_sequence_ops,
     sequence_layers,
@@ -164,10 +165,12 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
     folder exists. It holds model_float32.tflite and the file the quantization asks for
     (`suffix`; checked: onnx2tf only warns when an int8 conversion fails).
 
-    onnx2tf calibrates every input in windows of axis 0: where an input is batched on another
-    axis (a state [layers, batch, features]), onnx2tf writes the float model only and
-    `quantize(job, out folder, target) -> bytes` (edgeflow.targets._tflite_quant.own_int8)
-    makes the int8 file from its SavedModel."""
+    onnx2tf calibrates every input in windows of axis 0, and in int8 converts the model seven
+    times (float32, float16, dynamic range, two int8 and two 16x8 files): where an input is
+    batched on another axis (a state [layers, batch, features]), or the model has a recurrent
+    layer (unrolled, a 3-layer LSTM over 160 steps took 80 s CPU so), onnx2tf writes the
+    float model only and `quantize(job, out folder, target, why) -> bytes`
+    (edgeflow.targets._tflite_quant.own_int8) makes the int8 file from its SavedModel."""
     mode, q = job.quantization.mode, job.quantization
     if mode == "int8" and q.method != "minmax":
         raise EdgeflowError(
@@ -185,8 +188,15 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
         options: dict[str, Any] = {}
         if job.kept_layout:  # a channel-last source: its inputs as declared, not transposed
             options["keep_shape_absolutely_input_names"] = [scope_safe(n) for n in job.kept_layout]
-        own_calibration = quantize is not None and mode == "int8"
-        own_calibration = own_calibration and any(s.batch_axis != 0 for s in job.inputs)
+        recurrent = has_sequence_ops(source)
+        why = (
+            "an input batched on an axis other than 0"
+            if any(s.batch_axis != 0 for s in job.inputs)
+            else "a recurrent layer"
+            if recurrent
+            else ""
+        )
+        own_calibration = quantize is not None and mode == "int8" and bool(why)
         if mode == "int8" and not own_calibration:
             options |= {
                 "output_integer_quantized_tflite": True,
@@ -195,14 +205,15 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 "input_quant_dtype": "int8",
                 "output_quant_dtype": "int8",
             }
-        run, log = _convert_or_retry(source, work, options, target)
+        with _contained(), sequence_layers(target, mode) as routes:
+            run, log = _convert_or_retry(source, work, options, target)
         produced = work / "out" / f"model_{suffix(q)}.tflite"
-        if has_sequence_ops(source):  # onnx2tf's float files hold a loop, not the fused LSTM
+        if SEQUENCE_OP in routes.values():  # onnx2tf's float files: a loop, not the fused LSTM
             names = ["model_float32.tflite", *(["model_float16.tflite"] if mode == "fp16" else [])]
             with _contained():
                 float_from_saved_model(work / "out", names, mode == "fp16")
         if own_calibration:
-            produced.write_bytes(quantize(job, work / "out", target))
+            produced.write_bytes(quantize(job, work / "out", target, why))
         if not produced.is_file():
             raise EdgeflowError(
                 f"onnx2tf wrote no {produced.name} (quantization mode {mode}); "
@@ -275,7 +286,6 @@ def _run_onnx2tf(
             contextlib.redirect_stdout(log),
             contextlib.redirect_stderr(log),
             _scalar_topk_k(),
-            sequence_layers(target),
             progress.task("onnx2tf conversion"),  # one call: what runs, and for how long
         ):
             try:

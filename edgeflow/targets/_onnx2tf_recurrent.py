@@ -1,30 +1,35 @@
-"""ONNX LSTM through onnx2tf as the runtime's own sequence operator, at any length.
+"""ONNX LSTM and GRU through onnx2tf at any sequence length, as each runtime can run them.
 
-onnx2tf 1.28.8's LSTM and GRU converters fail (a segfault on torch's exports, a Reshape or
-Split error on the bare ops), and unrolling them (onnx.unroll_recurrent) does not scale: a
-3-layer LSTM of 256 over 160 steps unrolls to 10,597 nodes, which onnx2tf converts for far
-more than 15 minutes. While onnx2tf runs, `sequence_layers(target)` replaces its LSTM and
-GRU converters: an LSTM becomes a tf_keras (Keras 2) LSTM layer carrying the ONNX weights,
-which TensorFlow's TFLite converter fuses (the layer is tagged `lstm_<id>` for that purpose;
-Keras 3's LSTM is not, and becomes a WHILE loop) into UNIDIRECTIONAL_SEQUENCE_LSTM, which
-LiteRT and TFLite Micro run. A GRU is refused with the reason: TFLite has no GRU operator,
-and the WHILE loop TensorFlow writes for a tf_keras GRU hangs TFLite Micro and crashes the
-int8 calibrator (measured 2026-12; LiteRT runs it in float32). So:
+onnx2tf 1.28.8's own LSTM and GRU converters fail (a segfault on torch's exports, a Reshape
+or Split error on the bare ops), and unrolling them in ONNX (onnx.unroll_recurrent) does not
+scale: a 3-layer LSTM of 256 over 160 steps unrolls to 10,597 nodes, which onnx2tf converts
+for far more than 15 minutes. While onnx2tf runs, `sequence_layers(target, mode)` replaces
+both converters; a node becomes
 
-- tflite, tflite_micro: LSTM as a layer; GRU refused, and unrolled (the profiles' default);
-- armnn: neither: Arm NN 22's TfLite parser has no recurrent operator and no WHILE, so both
-  are unrolled (its profile's default).
+- the runtime's own sequence operator where it has one: an LSTM as a tf_keras (Keras 2) LSTM
+  layer carrying the ONNX weights, which TensorFlow's TFLite converter fuses (the layer is
+  tagged `lstm_<id>` for that purpose; Keras 3's is not, and becomes a WHILE loop) into
+  UNIDIRECTIONAL_SEQUENCE_LSTM. LiteRT and TFLite Micro run it (SEQUENCE_LSTM: the modes in
+  which each does it right); only Y and Y_h: an LSTM whose Y_c is read, or with peepholes,
+  is unrolled;
+- else the node unrolled per time step in TensorFlow (edgeflow.targets._tf_recurrent), each
+  weight stored once: every GRU (TFLite has no GRU operator, and TFLite Micro hangs on the
+  WHILE loop TensorFlow writes for one), everything on armnn (Arm NN 22's parser has no
+  recurrent operator and no WHILE), and LSTMs in int8 on tflite (LiteRT's int8
+  UNIDIRECTIONAL_SEQUENCE_LSTM computes stacked layers wrong: relative error 1.05 on two
+  layers of 16 over 20 steps, where TFLite Micro's, on the same file, is 0.005).
 
-Measured (onnx2tf + converter CPU, float32 against onnxruntime): a Conv1d + 3-layer LSTM of
-256 over 160 steps + Linear, 9 s, relative error 1.3e-6, the .tflite 1.00x the ONNX file.
-What the layers do not express is refused with the reason (onnx2tf then fails, and the
-precheck's rule for the op, onnx.unroll_recurrent, applies): sequence_lens, peepholes, clip,
-input_forget, activations other than the defaults.
+Measured (onnx2tf + converter CPU, float32 against onnxruntime, 2026-12): a Conv1d + 3-layer
+LSTM of 256 over 160 steps + Linear as layers, 9 s, relative error 1.3e-6, the .tflite 1.00x
+the ONNX file; unrolled, see _tf_recurrent. What neither form expresses is refused with the
+reason (onnx2tf then fails with it): sequence_lens, clip, input_forget, activations other
+than the defaults.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,27 +37,37 @@ from typing import Any
 
 import numpy as np
 
-# The targets whose runtime runs each op's layer form (see the module docstring).
-LAYERS = {"tflite": ("LSTM",), "tflite_micro": ("LSTM",)}
-DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]  # per direction
+from edgeflow.targets._tf_recurrent import Recurrent, unrolled
+
+# Per target, the quantization modes in which its runtime runs UNIDIRECTIONAL_SEQUENCE_LSTM
+# right (see the module docstring); elsewhere LSTMs are unrolled.
+SEQUENCE_LSTM = {"tflite": ("none", "fp16"), "tflite_micro": ("none", "fp16", "int8")}
+SEQUENCE_OP, UNROLLED = "sequence op", "unrolled"  # the routes a node takes
+# The activations each op's equations name, per direction.
+DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
 
 
 class Unsupported(ValueError):
-    """An LSTM or GRU node the layer form cannot express (onnx2tf reports it as its error)."""
+    """An LSTM or GRU node neither form can express (onnx2tf reports it as its error)."""
 
 
 @contextlib.contextmanager
-def sequence_layers(target: str) -> Iterator[None]:
-    """While onnx2tf converts for `target`, its LSTM and GRU converters build tf_keras layers
-    (the ops of LAYERS[target]); the others are refused with the reason."""
+def sequence_layers(target: str, mode: str) -> Iterator[dict[str, str]]:
+    """While onnx2tf converts for `target` in quantization `mode`, its LSTM and GRU
+    converters are ours (see the module docstring). Yields the route each node took, by
+    node name: SEQUENCE_OP or UNROLLED."""
     modules: dict[str, Any] = {
         op: importlib.import_module(f"onnx2tf.ops.{op}") for op in ("LSTM", "GRU")
     }
     saved = {op: m.make_node for op, m in modules.items()}
-    for op, module in modules.items():
-        module.make_node = _make_node if op in LAYERS.get(target, ()) else _refuse(op, target)
+    layer = mode in SEQUENCE_LSTM.get(target, ())
+    routes: dict[str, str] = {}
+    for module in modules.values():
+        module.make_node = functools.partial(
+            _make_node, layer=layer, int8=mode == "int8", routes=routes
+        )
     try:
-        yield
+        yield routes
     finally:
         for op, module in modules.items():
             module.make_node = saved[op]
@@ -68,10 +83,11 @@ def has_sequence_ops(onnx_path: Path) -> bool:
 
 def float_from_saved_model(out: Path, names: list[str], fp16: bool) -> None:
     """Write onnx2tf's float files (`names` in `out`) again from the SavedModel it wrote
-    there. onnx2tf converts float from a concrete function of its Keras model, in which the
-    converter does not fuse the tf_keras LSTM (measured: a WHILE loop, which TFLite Micro
-    hangs on); from the SavedModel, as onnx2tf makes its int8 file, it does. TFLite builtins
-    only (none of edgeflow's runtimes has Select TF ops)."""
+    there, where an LSTM took the SEQUENCE_OP route. onnx2tf converts float from a concrete
+    function of its Keras model, in which the converter does not fuse the tf_keras LSTM
+    (measured: a WHILE loop, which TFLite Micro hangs on); from the SavedModel, as onnx2tf
+    makes its int8 file, it does. TFLite builtins only (none of edgeflow's runtimes has
+    Select TF ops)."""
     import tensorflow as tf
 
     converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
@@ -83,60 +99,52 @@ def float_from_saved_model(out: Path, names: list[str], fp16: bool) -> None:
         (out / names[1]).write_bytes(converter.convert())
 
 
-def _refuse(op: str, target: str) -> Any:
-    def make_node(*, graph_node: Any, tf_layers_dict: dict[str, Any], **kwargs: Any) -> None:
-        raise Unsupported(
-            f"{op} node '{graph_node.name}': the {target} runtime has no operator for a "
-            f"whole {op} sequence; onnx.unroll_recurrent writes it per time step"
-        )
-
-    return make_node
-
-
-def _make_node(*, graph_node: Any, tf_layers_dict: dict[str, Any], **kwargs: Any) -> None:
-    """One ONNX LSTM node as tf_keras layers (one per direction); its outputs Y and Y_h in
-    their ONNX shapes and layout (Y_c, which the sequence operator does not output, is
-    refused where it is read)."""
-    import tensorflow as tf
-    import tf_keras
-
+def _make_node(
+    *,
+    graph_node: Any,
+    tf_layers_dict: dict[str, Any],
+    layer: bool,
+    int8: bool,
+    routes: dict[str, str],
+    **kwargs: Any,
+) -> None:
+    """One ONNX LSTM or GRU node, its outputs Y, Y_h and Y_c in their ONNX shapes and layout:
+    as tf_keras LSTM layers (one per direction) where `layer` allows and the node's final
+    cell state and peepholes are unused (in int8: and it runs forward only: TFLite Micro's
+    int8 kernel, fed by REVERSE_V2, gave relative error 0.28 on a bidirectional LSTM of 16
+    over 12 steps, unrolled 0.026), else unrolled (edgeflow.targets._tf_recurrent)."""
     op, inputs, attrs = graph_node.op, graph_node.inputs, graph_node.attrs
-    weights = [_constant(inputs, i) for i in range(4)]
-    w, r, b = weights[1], weights[2], weights[3]
+    w, r, b = (_constant(inputs, i) for i in range(1, 4))
     if w is None or r is None:
         raise Unsupported(f"{op} node '{graph_node.name}': W and R must be constants")
     _check(graph_node, inputs, attrs)
-    if _used(graph_node.outputs[2:3], kwargs.get("onnx_graph")):
-        raise Unsupported(
-            f"LSTM node '{graph_node.name}': its final cell state Y_c is used, which the "
-            "sequence operator does not output (TensorFlow's converter then writes a loop)"
-        )
-    layout, hidden = int(attrs.get("layout", 0)), r.shape[-1]
-    batch_major = [1, 0, 2]  # [T, B, F] <-> [B, T, F]
-    x = _tensor(inputs[0], tf_layers_dict)
-    x = tf.transpose(x, batch_major) if layout == 0 else x
+    peepholes = _constant(inputs, 7) if op == "LSTM" else None
     direction = attrs.get("direction", "forward")
     direction = direction.decode() if isinstance(direction, bytes) else direction
-    backwards = [False, True] if direction == "bidirectional" else [direction == "reverse"]
-    states = [_state(inputs, i, layout, len(backwards), tf_layers_dict) for i in (5, 6)]
-    outs = []
-    for d, back in enumerate(backwards):
-        layer = tf_keras.layers.LSTM(hidden, return_sequences=True, go_backwards=back)
-        initial = None
-        if any(s is not None for s in states):  # the layer takes both states or none
-            given = next(s[d] for s in states if s is not None)
-            initial = [tf.zeros_like(given) if s is None else s[d] for s in states]
-        y = layer(x, initial_state=initial)
-        layer.set_weights(keras_weights(w, r, b, d))
-        # the final hidden state is the last step processed (the converter fuses the layer
-        # only where its states are not asked for)
-        outs.append((tf.reverse(y, [1]) if back else y, y[:, -1]))
-    y = tf.stack([o[0] for o in outs], axis=2)  # [B, T, D, H]
-    y = tf.transpose(y, [1, 2, 0, 3]) if layout == 0 else y  # [T, D, B, H]
-    final = tf.stack([o[1] for o in outs], axis=0)  # Y_h: [D, B, H]
-    final = tf.transpose(final, batch_major) if layout == 1 else final  # [B, D, H]
-    for out, tensor in zip(graph_node.outputs[:2], [y, final], strict=False):
-        if out.name:
+    backwards = (False, True) if direction == "bidirectional" else (direction == "reverse",)
+    node = Recurrent(
+        op, w, r, b, peepholes, backwards, bool(int(attrs.get("linear_before_reset", 0)))
+    )
+    layout = int(attrs.get("layout", 0))
+    x = _tensor(inputs[0], tf_layers_dict)
+    states = [_state(inputs, i, tf_layers_dict) for i in (5, 6)]
+    cell_read = op == "LSTM" and _used(graph_node.outputs[2:3], kwargs.get("onnx_graph"))
+    plain = peepholes is None or not peepholes.any()
+    forward = not any(backwards) or not int8
+    if layer and op == "LSTM" and not cell_read and plain and forward:
+        results = _layers(node, x, states, layout)
+        routes[graph_node.name] = SEQUENCE_OP
+    else:
+        routes[graph_node.name] = UNROLLED
+        import tensorflow as tf
+
+        tensors = [s for s in states if _is_tensor(s)]
+        # each output from its own (identity) layer: onnx2tf names an output's layer after
+        # the ONNX output, and three outputs of one layer got the keys y2, y2_1, y2_2 in the
+        # SavedModel's signature, which no longer say which output is which
+        results = [tf.identity(t) for t in _unrolled_layer(node, layout, states)([x, *tensors])]
+    for out, tensor in zip(graph_node.outputs, results, strict=False):
+        if out.name and tensor is not None:
             tf_layers_dict[out.name] = {
                 "optype": op,
                 "shape": out.shape,
@@ -145,6 +153,63 @@ def _make_node(*, graph_node: Any, tf_layers_dict: dict[str, Any], **kwargs: Any
                 # in the ONNX node's own layout: the ops after it read its axes as they are
                 "before_op_output_shape_trans": False,
             }
+
+
+def _layers(node: Recurrent, x: Any, states: list[Any], layout: int) -> list[Any]:
+    """Y and Y_h of an LSTM node as tf_keras LSTM layers, which TensorFlow's converter fuses
+    into UNIDIRECTIONAL_SEQUENCE_LSTM."""
+    import tensorflow as tf
+    import tf_keras
+
+    batch_major = [1, 0, 2]  # [T, B, F] <-> [B, T, F]
+    x = tf.transpose(x, batch_major) if layout == 0 else x
+    states = [tf.constant(s) if isinstance(s, np.ndarray) else s for s in states]
+    per_direction = [_directions(s, layout, len(node.backwards)) for s in states]
+    outs = []
+    for d, back in enumerate(node.backwards):
+        layer = tf_keras.layers.LSTM(node.hidden, return_sequences=True, go_backwards=back)
+        initial = None
+        if any(s is not None for s in per_direction):  # the layer takes both states or none
+            given = next(s[d] for s in per_direction if s is not None)
+            initial = [tf.zeros_like(given) if s is None else s[d] for s in per_direction]
+        y = layer(x, initial_state=initial)
+        layer.set_weights(keras_weights(node.w, node.r, node.b, d))
+        # the final hidden state is the last step processed (the converter fuses the layer
+        # only where its states are not asked for)
+        outs.append((tf.reverse(y, [1]) if back else y, y[:, -1]))
+    y = tf.stack([o[0] for o in outs], axis=2)  # [B, T, D, H]
+    y = tf.transpose(y, [1, 2, 0, 3]) if layout == 0 else y  # [T, D, B, H]
+    final = tf.stack([o[1] for o in outs], axis=0)  # Y_h: [D, B, H]
+    final = tf.transpose(final, batch_major) if layout == 1 else final  # [B, D, H]
+    return [y, final]
+
+
+def _unrolled_layer(node: Recurrent, layout: int, states: list[Any]) -> Any:
+    """A tf_keras layer that computes the node unrolled: called on [X, the initial states
+    that are tensors], it returns [Y, Y_h, Y_c] in the node's layout (Y_c None for a GRU);
+    constant states (numpy arrays) are its own constants. One layer, not one per op, for
+    onnx2tf's Keras model of thousands of steps' ops."""
+    import tensorflow as tf
+    import tf_keras
+
+    class Unrolled(tf_keras.layers.Layer):
+        def call(self, inputs: list[Any]) -> list[Any]:
+            x, rest = inputs[0], list(inputs[1:])
+            x = tf.transpose(x, [1, 0, 2]) if layout == 1 else x  # time-major [T, B, F]
+            given = [
+                s if s is None or not isinstance(s, np.ndarray) else tf.constant(s)
+                for s in (rest.pop(0) if _is_tensor(s) else s for s in states)
+            ]
+            y, y_h, y_c = unrolled(
+                node, x, *(_directions(s, layout, len(node.backwards)) for s in given)
+            )
+            if layout == 1:  # Y [B, T, D, H], Y_h and Y_c [B, D, H]
+                y = tf.transpose(y, [2, 0, 1, 3])
+                y_h = tf.transpose(y_h, [1, 0, 2])
+                y_c = None if y_c is None else tf.transpose(y_c, [1, 0, 2])
+            return [y, y_h] if y_c is None else [y, y_h, y_c]
+
+    return Unrolled()
 
 
 def _used(outputs: list[Any], model: Any) -> bool:
@@ -159,14 +224,12 @@ def _check(node: Any, inputs: list[Any], attrs: dict[str, Any]) -> None:
     problems = []
     if 4 in given:
         problems.append("sequence_lens")
-    if 7 in given and op == "LSTM":
-        problems.append("peepholes")
     if attrs.get("clip") is not None:
         problems.append("clip")
     if int(attrs.get("input_forget", 0)):
         problems.append("input_forget")
     activations = [a.decode() if isinstance(a, bytes) else a for a in attrs.get("activations", [])]
-    per_direction = DEFAULT_ACTIVATIONS
+    per_direction = DEFAULT_ACTIVATIONS[op]
     if activations and any(
         a.lower() != per_direction[i % len(per_direction)].lower()
         for i, a in enumerate(activations)
@@ -174,7 +237,8 @@ def _check(node: Any, inputs: list[Any], attrs: dict[str, Any]) -> None:
         problems.append(f"activations {activations}")
     if problems:
         raise Unsupported(
-            f"{op} node '{node.name}': {', '.join(problems)} (no tf_keras layer has them)"
+            f"{op} node '{node.name}': {', '.join(problems)} (edgeflow converts neither "
+            "the sequence operator nor its unrolled steps with them)"
         )
 
 
@@ -210,21 +274,27 @@ def _tensor(value: Any, tf_layers_dict: dict[str, Any]) -> Any:
     return tensor
 
 
-def _state(
-    inputs: list[Any], i: int, layout: int, directions: int, tf_layers_dict: dict[str, Any]
-) -> Any:
-    """initial_h (5) or initial_c (6) per direction, [B, H] each; None where absent or zero."""
-    import tensorflow as tf
-
+def _state(inputs: list[Any], i: int, tf_layers_dict: dict[str, Any]) -> Any:
+    """initial_h (5) or initial_c (6) as the node has it ([D, B, H], or [B, D, H] in layout
+    1): a tensor, a numpy array where constant, None where absent or zero."""
     if i >= len(inputs) or not inputs[i].name:
         return None
     value = _constant(inputs, i)
-    if value is not None:
-        if not np.any(value):
-            return None
-        state = tf.constant(value)
-    else:
-        state = _tensor(inputs[i], tf_layers_dict)
-    if layout == 1:  # [B, D, H]
+    if value is None:
+        return _tensor(inputs[i], tf_layers_dict)
+    return value if np.any(value) else None
+
+
+def _is_tensor(state: Any) -> bool:
+    return state is not None and not isinstance(state, np.ndarray)
+
+
+def _directions(state: Any, layout: int, directions: int) -> list[Any] | None:
+    """A state [D, B, H] (layout 0) or [B, D, H] (layout 1) as [B, H] per direction."""
+    import tensorflow as tf
+
+    if state is None:
+        return None
+    if layout == 1:
         state = tf.transpose(state, [1, 0, 2])
-    return tf.unstack(state, num=directions, axis=0)
+    return list(tf.unstack(state, num=directions, axis=0))

@@ -2,7 +2,8 @@
 instead of onnx2tf: the fallback's calibration and MLIR quantization
 (edgeflow.targets._tflite_fallback), and the int8 / 16x8 builds of models with an input
 batched on another axis than 0 (onnx2tf cuts every input's calibration data in windows of
-axis 0: a [layers, batch, hidden] state cannot be calibrated through it)."""
+axis 0: a [layers, batch, hidden] state cannot be calibrated through it) or with a recurrent
+layer (onnx2tf's int8 run converts the model seven times over, see _onnx2tf.outputs)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ if TYPE_CHECKING:
 Feeds = dict[str, np.ndarray]
 
 
-def own_int8(job: ConvertJob, out: Path, target: str) -> bytes:
+def own_int8(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
     """The int8 model of the SavedModel onnx2tf wrote, calibrated on batches cut on each
     input's own batch axis: TensorFlow's converter and MLIR quantizer as the fallback uses
-    them, or for int16 activations its 16x8 mode, with the I/O types onnx2tf would give."""
-    why = "an input batched on an axis other than 0"
+    them, or for int16 activations its 16x8 mode, with the I/O types onnx2tf would give.
+    `why`: what needed it, for the error."""
     if job.quantization.activations != "int16":
         return quantize(calibrate(job, out, why), job, [])
     tf = _onnx2tf.require("tensorflow", target)

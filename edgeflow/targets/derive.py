@@ -5,6 +5,7 @@
     python -m edgeflow.targets.derive tensorrt --operators-md operators.md --write
     python -m edgeflow.targets.derive tflite_family --write        # tflite, tflite_micro, armnn
     python -m edgeflow.targets.derive tflite_family --verdicts v.json --write   # keep/reuse
+    python -m edgeflow.targets.derive tflite_family --verdicts v.json --remeasure LSTM,GRU --write
 
 onnxruntime_micro: the kernels onnxruntime registers for its CPU execution provider
 (`get_all_opkernel_def()`), one entry per op and version range, with the types its kernel
@@ -205,13 +206,17 @@ FAMILY = ("tflite", "tflite_micro", "armnn")
 MEASURED_MODES = ("none", "int8")
 
 
-def measure_probes(progress: Any = None) -> tuple[list[Any], dict[str, Any]]:
-    """Every probe through onnx2tf and the three TFLite-family runtimes: (probes, verdicts)."""
+def measure_probes(
+    progress: Any = None, ops: set[str] | None = None
+) -> tuple[list[Any], dict[str, Any]]:
+    """Every probe (or those of the ONNX operators `ops`) through onnx2tf and the three
+    TFLite-family runtimes: (all probes, verdicts of those measured)."""
     from edgeflow.targets.probes import probes
     from edgeflow.targets.trial import Trial, run_trials
 
     cases = probes()
-    trials = [Trial(c.name, c.model.SerializeToString(), c.feeds) for c in cases]
+    chosen = [c for c in cases if ops is None or c.op in ops]
+    trials = [Trial(c.name, c.model.SerializeToString(), c.feeds) for c in chosen]
     return cases, run_trials(trials, FAMILY, MEASURED_MODES, progress)
 
 
@@ -479,9 +484,18 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="tflite_family: save the measured verdicts here, or reuse them if the file exists",
     )
+    parser.add_argument(
+        "--remeasure",
+        default="",
+        help="tflite_family with --verdicts of an earlier run: measure the probes of these "
+        "ONNX operators again (comma-separated, e.g. LSTM,GRU), reuse the others' verdicts",
+    )
     args = parser.parse_args(argv)
+    if args.remeasure and (args.verdicts is None or not args.verdicts.is_file()):
+        parser.error("--remeasure needs --verdicts naming the file an earlier run saved")
     if args.target == "tflite_family":
-        return _derive_family(args.write, args.verdicts)
+        remeasure = {op for op in args.remeasure.split(",") if op}
+        return _derive_family(args.write, args.verdicts, remeasure)
     if args.target == "tensorrt":
         if args.operators_md is None:
             parser.error("tensorrt needs --operators-md (onnx-tensorrt's docs/operators.md)")
@@ -498,9 +512,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _derive_family(write: bool, saved: Path | None) -> int:
-    """Measure the probes once (or read the verdicts saved by an earlier run), then write (or
-    print) the three profiles' operator lists."""
+def _derive_family(write: bool, saved: Path | None, remeasure: set[str] | None = None) -> int:
+    """Measure the probes once (or read the verdicts saved by an earlier run, measuring again
+    those of the operators in `remeasure`), then write (or print) the three profiles'
+    operator lists."""
     from edgeflow.targets import load_profile
     from edgeflow.targets.probes import probes
     from edgeflow.targets.trial import Verdict
@@ -515,6 +530,13 @@ def _derive_family(write: bool, saved: Path | None) -> int:
         verdicts = {n: {k: Verdict(**v) for k, v in found.items()} for n, found in raw.items()}
         if set(verdicts) != {c.name for c in cases}:
             raise SystemExit(f"{saved} holds verdicts for other probes: delete it to measure")
+        unknown = sorted((remeasure or set()) - {c.op for c in cases})
+        if unknown:
+            raise SystemExit(f"--remeasure: no probe of {', '.join(unknown)}")
+        if remeasure:
+            verdicts |= measure_probes(progress, remeasure)[1]
+            found = {n: {k: v.to_json() for k, v in f.items()} for n, f in verdicts.items()}
+            saved.write_text(json.dumps(found, indent=1), encoding="utf-8")
     else:
         cases, verdicts = measure_probes(progress)
         if saved is not None:

@@ -59,6 +59,15 @@ def counts(artifact: Path, target: str) -> dict[str, int]:
     return found
 
 
+def constant_bytes(artifact: Path, target: str) -> int:
+    """The bytes of the .tflite's constants: its buffers, each stored once however many
+    operators read it."""
+    schema = _schema(target)
+    model = schema.Model.GetRootAs(artifact.read_bytes(), 0)
+    buffers = (model.Buffers(i) for i in range(model.BuffersLength()))
+    return sum(b.Size() or b.DataLength() for b in buffers)
+
+
 def base(name: str) -> str:
     """The builtin of an operator name: FULLY_CONNECTED of FULLY_CONNECTED(RELU_N1_TO_1)."""
     return name.split("(", 1)[0]

@@ -60,6 +60,7 @@ class Verdict:
 
 
 Verdicts = dict[str, Verdict]  # "target/mode" -> verdict
+Plan = tuple[str, str, bool]  # one onnx2tf call: as for target, in mode, per channel
 
 
 def run_trials(
@@ -188,25 +189,35 @@ def try_graph(
         weights = {t.name for t in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in weights]
         # One onnx2tf call gives float32 and int8: per channel (tflite, tflite_micro) and per
-        # tensor (armnn). A failed int8 call is retried in float32 alone.
+        # tensor (armnn). A failed int8 call is retried in float32 alone. An LSTM converts by
+        # target and mode (edgeflow.targets._onnx2tf_recurrent), so a graph with one is
+        # converted for each target and mode on its own.
         announce("convert")
-        builds: dict[tuple[str, bool], Path | str] = {}
-        for per_channel in sorted({t != "armnn" for t in targets}, reverse=True):
-            for mode in ("int8", "none") if "int8" in modes else ("none",):
+        lstm = any(n.op_type == "LSTM" for n in model.graph.node)
+        both = "int8" if "int8" in modes else "none"
+        plans = {
+            (t, m): (t, m, t != "armnn") if lstm else ("tflite", both, t != "armnn")
+            for t in targets
+            for m in modes
+        }
+        builds: dict[tuple[Plan, str], Path | str] = {}
+        for plan in sorted(set(plans.values()), key=lambda p: (not p[2], p)):
+            route, wanted, per_channel = plan
+            for mode in ("int8", "none") if wanted == "int8" else ("none",):
                 try:
-                    files = _convert(trial, names, source, work, mode, per_channel)
+                    files = _convert(trial, names, source, work, mode, per_channel, route)
                 except EdgeflowError as exc:
-                    builds.setdefault(("int8", per_channel), first_lines(str(exc)))
-                    builds.setdefault(("none", per_channel), first_lines(str(exc)))
+                    builds.setdefault((plan, "int8"), first_lines(str(exc)))
+                    builds.setdefault((plan, "none"), first_lines(str(exc)))
                     continue
-                builds.update({(m, per_channel): f for m, f in files.items()})
+                builds.update({(plan, m): f for m, f in files.items()})
                 break
         for target in targets:
             for mode in modes:
                 key = f"{target}/{mode}"
                 if key in verdicts:
                     continue
-                built = builds[(mode, target != "armnn")]
+                built = builds[(plans[(target, mode)], mode)]
                 if isinstance(built, str):
                     verdicts[key] = Verdict(False, "convert", built)
                     continue
@@ -216,9 +227,16 @@ def try_graph(
 
 
 def _convert(
-    trial: Trial, names: list[str], source: Path, work: Path, mode: str, per_channel: bool
+    trial: Trial,
+    names: list[str],
+    source: Path,
+    work: Path,
+    mode: str,
+    per_channel: bool,
+    target: str,
 ) -> dict[str, Path]:
-    """onnx2tf in `mode`: {mode: folder with model.tflite and io.json} (int8 gives both)."""
+    """onnx2tf in `mode`, as for `target`: {mode: folder with model.tflite and io.json}
+    (int8 gives both)."""
     import json
     import shutil
 
@@ -235,13 +253,13 @@ def _convert(
     quantization = Quantization.model_validate({"mode": mode, "per_channel": per_channel})
     job = ConvertJob(source, work, None, quantization, specs, _calibration(trial))  # type: ignore[arg-type]
     files = {}
-    with _onnx2tf.outputs(job, "tflite") as (out, _):
+    with _onnx2tf.outputs(job, target) as (out, _):
         float32 = out / "model_float32.tflite"
         for m in ("none", mode):
-            folder = work / f"{m}-{'pc' if per_channel else 'pt'}"
+            folder = work / f"{target}-{mode}-{m}-{'pc' if per_channel else 'pt'}"
             folder.mkdir(exist_ok=True)
             shutil.copyfile(out / f"model_{_onnx2tf.SUFFIX[m]}.tflite", folder / "model.tflite")
-            layout = _onnx2tf.io_layout(source, folder / "model.tflite", float32, "tflite")
+            layout = _onnx2tf.io_layout(source, folder / "model.tflite", float32, target)
             (folder / "io.json").write_text(json.dumps(layout))
             files[m] = folder
     return files

@@ -1,7 +1,8 @@
 """Recurrent layers end to end: a PyTorch LSTM over the 8 rows of a digit, built for each
-target (tflite and tflite_micro as one UNIDIRECTIONAL_SEQUENCE_LSTM, armnn through its
-default onnx.unroll_recurrent, onnxruntime_micro with its native LSTM kernel) and verified
-against PyTorch; and LSTMs at real lengths (160 steps) as the runtime's sequence operator."""
+target (tflite and tflite_micro as one UNIDIRECTIONAL_SEQUENCE_LSTM, armnn unrolled in
+TensorFlow, onnxruntime_micro with its native LSTM kernel) and verified against PyTorch; and
+LSTMs and GRUs at real lengths (160 steps), as the runtime's sequence operator where it has
+one and unrolled where not, each weight stored once."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from edgeflow.cli import main
 from tests.targets.conftest import needs_tflite
 from tests.targets.test_armnn import needs_armnn
 from tests.targets.test_emitted import stage_record
-from tests.targets.test_target_rewrites import target_rules
 
 MODEL = '''
 import torch
@@ -69,15 +69,14 @@ def test_an_lstm_builds_and_verifies_in_float32(
     """Measured: max relative diff 2.0e-7 to 3.5e-7 (docs/coverage.md)."""
     metrics = build(tmp_path, shared_cache, target, "none", 1e-3)
     assert metrics["verified"] is True and metrics["agreement"]["max_relative_diff"] <= 1e-3
-    rules = target_rules(tmp_path / "recipe.yaml", shared_cache, tmp_path / "b")
-    if target == "onnxruntime_micro":  # a native LSTM kernel: no default rewrites
-        assert "onnx.unroll_recurrent" not in rules
-    elif target == "armnn":  # no recurrent operator in Arm NN's parser
-        assert rules["onnx.unroll_recurrent"]["matches"] == 1
-    else:  # the head reads h, not the final cell state: kept for the sequence operator
-        assert rules["onnx.unroll_recurrent"]["matches"] == 0
-        convert = stage_record(tmp_path / "recipe.yaml", shared_cache, tmp_path / "b", "convert")
-        assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in convert["operators"]
+    if target == "onnxruntime_micro":  # a native LSTM kernel
+        return
+    convert = stage_record(tmp_path / "recipe.yaml", shared_cache, tmp_path / "b", "convert")
+    # the head reads h, not the final cell state: the sequence operator where there is one;
+    # Arm NN's parser has no recurrent operator: unrolled
+    fused = "UNIDIRECTIONAL_SEQUENCE_LSTM" in convert["operators"]
+    assert fused == (target != "armnn")
+    assert ("LOGISTIC" in convert["operators"]) == (target == "armnn")
 
 
 LONG = '''
@@ -86,13 +85,13 @@ from torch import nn
 
 
 class Long(nn.Module):
-    """LSTM layers over 160 steps of 40 features; a head on the last step (or the mean)."""
+    """LSTM (or GRU) layers over 160 steps of 40 features; a head on the mean of the steps."""
 
-    def __init__(self, layers=3, bidirectional=False, state=False):
+    def __init__(self, layers=3, bidirectional=False, state=False, kind="LSTM"):
         super().__init__()
         torch.manual_seed(0)
-        self.lstm = nn.LSTM(40, 64, num_layers=layers, batch_first=True,
-                            bidirectional=bidirectional)
+        self.lstm = getattr(nn, kind)(40, 64, num_layers=layers, batch_first=True,
+                                      bidirectional=bidirectional)
         self.head = nn.Linear(64 * (2 if bidirectional else 1), 10)
         self.state = state
 
@@ -117,21 +116,33 @@ LONG_RECIPE = """
 """
 
 
+STACKED, GRU = {"layers": 3}, {"layers": 2, "kind": "GRU"}
+BIDIRECTIONAL, STATE = {"layers": 1, "bidirectional": True}, {"layers": 2, "state": True}
+
+
 @pytest.mark.slow
 @needs_tflite
-@pytest.mark.parametrize("target", ["tflite", "tflite_micro"])
+@needs_armnn
 @pytest.mark.parametrize(
-    "init",
-    [{"layers": 3}, {"layers": 1, "bidirectional": True}, {"layers": 2, "state": True}],
-    ids=["stacked", "bidirectional", "state input"],
+    ("target", "init"),
+    [
+        *((t, i) for t in ("tflite", "tflite_micro") for i in (STACKED, BIDIRECTIONAL, STATE)),
+        *((t, GRU) for t in ("tflite", "tflite_micro", "armnn")),
+        ("armnn", STACKED),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()),
 )
-def test_an_lstm_at_a_real_length_is_the_runtimes_sequence_operator(
+def test_a_recurrent_layer_at_a_real_length_converts_with_its_weights_once(
     target: str, init: dict, tmp_path: Path, shared_cache: Path
 ) -> None:
-    """160 steps: one UNIDIRECTIONAL_SEQUENCE_LSTM per layer and direction (no loop, no
-    unrolled cells), float32 within 1e-4 of PyTorch (measured: 1e-6 and below), and the
-    .tflite no bigger than 1.1x the source's weights."""
+    """160 steps, float32 within 1e-4 of PyTorch (measured: 1e-6 and below), the artifact's
+    constants within 1.1x the source's weights: an LSTM as one UNIDIRECTIONAL_SEQUENCE_LSTM
+    per layer and direction on tflite and tflite_micro; a GRU (no TFLite operator), and
+    every layer on armnn (no recurrent operator in its parser), unrolled with each weight
+    stored once (no WHILE loop in either)."""
     import numpy as np
+
+    from edgeflow.targets import emitted
 
     (tmp_path / "long.py").write_text(LONG)
     inputs = [{"name": "x", "shape": [1, 160, 40]}]
@@ -150,25 +161,21 @@ def test_an_lstm_at_a_real_length_is_the_runtimes_sequence_operator(
     out = tmp_path / "b" / "recipe" / f"{target}-none"
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["verified"] is True and metrics["agreement"]["max_relative_diff"] <= 1e-4
-    convert = stage_record(recipe, shared_cache, tmp_path / "b", "convert")
-    directions = 2 if init.get("bidirectional") else 1
-    assert convert["operators"].count("UNIDIRECTIONAL_SEQUENCE_LSTM") == 1  # one opcode
-    assert "WHILE" not in convert["operators"] and "LOGISTIC" not in convert["operators"]
-    from edgeflow.targets import emitted
-
-    fused = sum(
-        n
-        for k, n in emitted.counts(out / "model.tflite", target).items()
-        if emitted.base(k) == "UNIDIRECTIONAL_SEQUENCE_LSTM"
-    )
-    assert fused == init["layers"] * directions
+    ops = {emitted.base(k): n for k, n in emitted.counts(out / "model.tflite", target).items()}
+    assert "WHILE" not in ops
+    if init.get("kind") == "GRU" or target == "armnn":
+        assert "UNIDIRECTIONAL_SEQUENCE_LSTM" not in ops and "LOGISTIC" in ops
+    else:
+        directions = 2 if init.get("bidirectional") else 1
+        assert ops["UNIDIRECTIONAL_SEQUENCE_LSTM"] == init["layers"] * directions
+        assert "LOGISTIC" not in ops
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("long", tmp_path / "long.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     weights = sum(p.numel() for p in module.Long(**init).parameters()) * 4
-    assert (out / "model.tflite").stat().st_size <= 1.1 * weights
+    assert emitted.constant_bytes(out / "model.tflite", target) <= 1.1 * weights
 
 
 @pytest.mark.slow
@@ -182,6 +189,7 @@ def test_an_lstm_builds_in_int8(target: str, tmp_path: Path, shared_cache: Path)
     metrics = build(tmp_path, shared_cache, target, "int8", 0.1)
     assert metrics["verified"] is True
     assert metrics["agreement"]["top1"] >= 0.9
-    if target in ("tflite", "tflite_micro"):
-        rules = target_rules(tmp_path / "recipe.yaml", shared_cache, tmp_path / "b")
-        assert rules["onnx.unroll_recurrent"]["matches"] == (1 if target == "tflite" else 0)
+    if target != "onnxruntime_micro":
+        convert = stage_record(tmp_path / "recipe.yaml", shared_cache, tmp_path / "b", "convert")
+        fused = "UNIDIRECTIONAL_SEQUENCE_LSTM" in convert["operators"]
+        assert fused == (target == "tflite_micro")

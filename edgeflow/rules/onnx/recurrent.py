@@ -11,16 +11,13 @@ converted that Transpose followed by a Reshape wrongly (relative error 1.0).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import Field
-
-from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.onnxgraph import is_zero
 from edgeflow.rules.base import RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx._build import attr
-from edgeflow.rules.onnx._edit import Edit, NodeRule, rewrite_nodes
+from edgeflow.rules.onnx._edit import Edit, NodeRule
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,38 +32,28 @@ MAX_CONCAT_INPUTS = 10
 
 
 class UnrollRecurrent(NodeRule):
-    """Exact in float (the same sums in another order, within 1e-5 of onnxruntime). onnx2tf
-    1.28.8 fails on ONNX LSTM and GRU (a segfault on torch's exports, a reshape or split error
-    on the bare ops), so no TFLite-family target runs them natively. For a static sequence
-    length and batch, each time step becomes the op's equations on [batch, hidden] tensors:
-    Gemm(x_t, W_g^T, Wb_g + Rb_g) + MatMul(h, R_g^T) per gate, Sigmoid/Tanh, Mul, Add (GRU's
-    linear_before_reset too; LSTM peepholes). Directions forward, reverse and bidirectional;
-    initial_h / initial_c inputs (a zero state, as torch exports it through Expand, skips the
-    recurrent terms of the first step); all of Y, Y_h, Y_c in their ONNX shapes, layout 0 or 1.
-    Every step reads the same weight initializers (a 3-layer LSTM of 256 over 160 steps
-    unrolls to 10,597 nodes and 5.7 MB of weights, as the source's; onnx2tf then converts
-    it for far more than 15 minutes). Keeps nodes with sequence_lens, clip, input_forget or
-    non-default activations. `keep_sequence_lstm` names the quantization modes in which
-    the LSTMs whose final cell state nothing reads are kept: tflite and tflite_micro run
-    those as one UNIDIRECTIONAL_SEQUENCE_LSTM (targets/_onnx2tf_recurrent.py; the 3-layer
-    LSTM above converts in 9 s), but LiteRT's int8 kernel computes stacked layers wrong
-    (relative error 1.05 on two layers; TFLite Micro's, on the same file, is right). A
-    default rewrite of armnn (before onnx.lower_matmul, which turns the MatMuls into Gemms
-    with a bias for Arm NN), and with keep_sequence_lstm of tflite (none, fp16) and
-    tflite_micro (none, fp16, int8): GRU stays unrolled there (TFLite has no GRU operator,
-    and TFLite Micro hangs on the loop TensorFlow writes for one)."""
+    """Exact in float (the same sums in another order, within 1e-5 of onnxruntime). For a
+    static sequence length and batch, each time step becomes the op's equations on [batch,
+    hidden] tensors: Gemm(x_t, W_g^T, Wb_g + Rb_g) + MatMul(h, R_g^T) per gate, Sigmoid/Tanh,
+    Mul, Add (GRU's linear_before_reset too; LSTM peepholes). Directions forward, reverse and
+    bidirectional; initial_h / initial_c inputs (a zero state, as torch exports it through
+    Expand, skips the recurrent terms of the first step); all of Y, Y_h, Y_c in their ONNX
+    shapes, layout 0 or 1. Every step reads the same weight initializers. Keeps nodes with
+    sequence_lens, clip, input_forget or non-default activations. For a runtime without
+    LSTM/GRU kernels that takes an ONNX graph. No target's default: the TFLite-family
+    targets convert LSTM and GRU themselves, as the runtime's sequence operator or unrolled
+    in TensorFlow (targets/_onnx2tf_recurrent.py): onnx2tf converts this rule's graph slowly
+    (a 3-layer LSTM of 256 over 160 steps unrolls to 10,597 nodes, which it converts for
+    far more than 15 minutes; the target converts the LSTM in 9 s)."""
 
     name = "onnx.unroll_recurrent"
     description = "Unroll LSTM/GRU over a static sequence into per-step MatMul/Sigmoid/Tanh math."
     fixes = (Fix.op("LSTM"), Fix.op("GRU"), Fix.check("LSTM", "no_final_cell_state"))
 
     class Options(RuleOptions):
-        """max_steps: the longest sequence to unroll (the graph grows by a cell per step).
-        keep_sequence_lstm: the quantization modes (none, fp16, int8) in which the LSTMs whose
-        final cell state Y_c nothing reads are kept."""
+        """max_steps: the longest sequence to unroll (the graph grows by a cell per step)."""
 
         max_steps: int = 256
-        keep_sequence_lstm: list[Literal["none", "fp16", "int8"]] = Field(default_factory=list)
 
     example: ClassVar[tuple[str, str] | None] = (
         "Y, Y_h, Y_c = LSTM(x[8, 1, 8], W, R, B, hidden_size=16)",
@@ -87,24 +74,7 @@ class UnrollRecurrent(NodeRule):
     ) -> RuleResult[onnx.ModelProto]:
         from edgeflow.rules.onnx.fold_if import _remove_dead_code
 
-        if opts.keep_sequence_lstm and ctx.quantization is None:
-            raise EdgeflowError(
-                "keep_sequence_lstm depends on the build's quantization mode, which the "
-                "recipe's own rewrites (run once for every build) do not know",
-                "leave LSTMs to the target's default rewrites (`target_rewrites: true`; "
-                "tflite and tflite_micro keep them where their runtime runs them), or list "
-                "onnx.unroll_recurrent without keep_sequence_lstm",
-            )
-        keep = ctx.quantization in opts.keep_sequence_lstm
-
-        def replace(node: Any, e: Edit) -> str | None:
-            if keep and node.op_type == "LSTM":
-                cell = node.output[2] if len(node.output) > 2 else ""
-                if not (cell and (e.consumers.get(cell) or cell in e.graph_outputs)):
-                    return ""  # a sequence operator runs it
-            return _unroll(node, e, opts.max_steps)
-
-        result = rewrite_nodes(model, set(self.op_types), replace, self.what)
+        result = super().apply(model, opts, ctx)
         if result.changed:  # torch's zero initial state (Shape, Gather, Expand) is unread now
             removed = _remove_dead_code(result.model)
             if removed:

@@ -185,27 +185,3 @@ def test_every_step_reads_the_same_weights(op: str, monkeypatch: pytest.MonkeyPa
     source = sum(int(np.prod(t.dims)) for t in m.graph.initializer)
     assert sizes[8] == sizes[64]  # independent of the sequence length
     assert sizes[64][1] <= source + 8 * HIDDEN * 2, (sizes, source)
-
-
-@pytest.mark.parametrize("mode", ["none", "int8"])
-def test_keep_sequence_lstm_keeps_an_lstm_whose_cell_state_nobody_reads(mode: str) -> None:
-    """In the modes it names, an LSTM whose Y_c nothing reads stays (tflite and tflite_micro
-    run it as UNIDIRECTIONAL_SEQUENCE_LSTM); one whose Y_c is read, and a GRU, are unrolled;
-    in the other modes every one is."""
-    opts = UnrollRecurrent.Options(keep_sequence_lstm=("none", "fp16"))
-    ctx = RewriteContext([], quantization=mode)
-    hidden_only = recurrent("LSTM", outputs=("Y", "Y_h"))
-    kept = UnrollRecurrent().apply(hidden_only, opts, ctx)
-    assert kept.changed == (mode == "int8")
-    for unrolled_anyway in (recurrent("LSTM"), recurrent("GRU")):
-        assert UnrollRecurrent().apply(unrolled_anyway, opts, ctx).changed
-
-
-def test_keep_sequence_lstm_needs_the_builds_mode() -> None:
-    """The recipe's own rewrites run once for every build: the mode is not known there."""
-    from edgeflow.core.errors import EdgeflowError
-
-    opts = UnrollRecurrent.Options(keep_sequence_lstm=("none",))
-    with pytest.raises(EdgeflowError, match="quantization mode") as info:
-        UnrollRecurrent().apply(recurrent("LSTM"), opts, RewriteContext([]))
-    assert "target_rewrites" in (info.value.hint or "")

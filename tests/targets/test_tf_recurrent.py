@@ -1,0 +1,66 @@
+"""The TensorFlow unrolling of ONNX LSTM and GRU (edgeflow.targets._tf_recurrent) computes
+what onnxruntime's kernels compute: every direction, initial states, peepholes, both GRU
+reset forms; Y, Y_h and Y_c."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from tests.rules.onnx.helpers import feeds, run, specs
+from tests.rules.onnx.test_recurrent import recurrent
+
+pytest.importorskip("tensorflow")
+
+CASES = [
+    ("LSTM", "forward", {}),
+    ("LSTM", "reverse", {"initial": True}),
+    ("LSTM", "bidirectional", {"initial": True, "peepholes": True}),
+    ("GRU", "forward", {"linear_before_reset": 1}),
+    ("GRU", "bidirectional", {"initial": True, "linear_before_reset": 0}),
+    ("GRU", "reverse", {"linear_before_reset": 1, "initial": True}),
+]
+
+
+@pytest.mark.parametrize(("op", "direction", "options"), CASES)
+def test_unrolled_steps_match_onnxruntime(op: str, direction: str, options: dict) -> None:
+    import tensorflow as tf
+
+    from edgeflow.targets._tf_recurrent import Recurrent, unrolled
+
+    m = recurrent(op, direction, **options)
+    node = m.graph.node[0]
+    weights = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    backwards = {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}
+    spec = Recurrent(
+        op,
+        weights["W"],
+        weights["R"],
+        weights["B"],
+        weights.get("P"),
+        backwards[direction],
+        bool(attrs.get("linear_before_reset", 0)),
+    )
+    for seed in range(2):
+        inputs = feeds(specs(m), seed=seed, scale=1.0)
+        want = dict(zip([o.name for o in m.graph.output], run(m, inputs), strict=True))
+        states = [
+            None if name not in inputs else tf.unstack(tf.constant(inputs[name]))
+            for name in ("h0", "c0")
+        ]
+        y, y_h, y_c = unrolled(spec, tf.constant(inputs["x"]), *states)
+        got = {"Y": y, "Y_h": y_h, "Y_c": y_c}
+        for name, value in want.items():
+            np.testing.assert_allclose(got[name].numpy(), value, atol=2e-6, err_msg=name)
+
+
+def test_a_zero_bias_is_kept_for_arm_nn() -> None:
+    """TensorFlow's converter drops an all-zero bias, and Arm NN 22 rejects a
+    FULLY_CONNECTED without one: the smallest normal float32 instead."""
+    from edgeflow.targets._tf_recurrent import kept_bias
+
+    assert kept_bias(np.zeros(3, np.float32)).tolist() == [np.finfo(np.float32).tiny] * 3
+    assert kept_bias(np.array([0.0, 1.0], np.float32)).tolist() == [0.0, 1.0]
