@@ -244,7 +244,7 @@ def _plain_onnx2tf(job: dict[str, Any], work: Path) -> Any:
     """onnx2tf's full-integer int8 with its default per-channel weights, in the target's
     own runtime (edgeflow's onnx2tf call only keeps it offline: the same options)."""
     from edgeflow.core.specs import Quantization
-    from edgeflow.targets import _onnx2tf
+    from edgeflow.targets import _onnx2tf, _tflite_layout
     from edgeflow.targets.base import ConvertJob
     from edgeflow.targets.taps import open_tflite
 
@@ -255,7 +255,7 @@ def _plain_onnx2tf(job: dict[str, Any], work: Path) -> Any:
     artifact = work / "model.tflite"
     with _onnx2tf.outputs(convert, job["target"]) as (out, _):
         shutil.copyfile(out / "model_full_integer_quant.tflite", artifact)
-        io = _onnx2tf.io_layout(job["onnx"], artifact, out / "model_float32.tflite", "tflite")
+        io = _tflite_layout.io_layout(job["onnx"], artifact, out / "model_float32.tflite", "tflite")
     runner = open_tflite(job["target"], artifact, io)
     return artifact, lambda feeds: runner.run(feeds)[0]
 

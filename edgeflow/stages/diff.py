@@ -148,7 +148,7 @@ def _through_float32(
     LiteRT: paired with the source by value, then aligned with the artifact operator by
     operator (the artifact's model inputs and outputs also pair by its recorded layout)."""
     from edgeflow.core.specs import Quantization
-    from edgeflow.targets import _onnx2tf
+    from edgeflow.targets import _onnx2tf, _tflite_layout
     from edgeflow.targets.base import ConvertJob
     from edgeflow.targets.taps import align, capture_tflite
     from edgeflow.verify.layers import match_by_value
@@ -166,7 +166,7 @@ def _through_float32(
     float32 = work / "float32.tflite"
     with _onnx2tf.outputs(job, family) as (out, _):
         shutil.copyfile(out / "model_float32.tflite", float32)
-    io = _onnx2tf.io_layout(ctx.inputs["float_onnx"], float32, float32, family, kept)
+    io = _tflite_layout.io_layout(ctx.inputs["float_onnx"], float32, float32, family, kept)
     oracle = capture_tflite("tflite", float32, io, batches, work)
     by_value = match_by_value(source, oracle.tensors, oracle.values)
     floats, quants = oracle.graph, captured.graph

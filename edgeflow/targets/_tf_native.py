@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.targets import _onnx2tf, emitted
+from edgeflow.targets import _onnx2tf, _tflite_layout, emitted
+from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_quant import calibrated_on, sixteen_by_eight, whole_batches
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def unlowered(text: str) -> list[UnloweredOp]:
 def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     """Write job.out_dir/model.tflite with TensorFlow's converter; return the convert info.
     `check(artifact)` (the precheck of its builtins) runs before any runtime loads it."""
-    tf = _onnx2tf.require("tensorflow", target)
+    tf = require("tensorflow", target)
     q = job.quantization
     converter = tf.lite.TFLiteConverter.from_saved_model(
         str(job.saved_model), signature_keys=["serving_default"]
@@ -153,16 +154,16 @@ def representative(job: NativeJob) -> Iterator[dict[str, np.ndarray]]:
 
 def io_layout(artifact: Path, inputs: list[str], outputs: list[str], target: str) -> dict[str, Any]:
     """Each input and output by its signature name: its .tflite position, no permutation."""
-    litert = _onnx2tf.require("ai_edge_litert.interpreter", target)
+    litert = require("ai_edge_litert.interpreter", target)
     interp = litert.Interpreter(model_path=str(artifact))
     in_details, out_details = interp.get_input_details(), interp.get_output_details()
-    order = _onnx2tf._input_order(inputs, in_details)
+    order = _tflite_layout.input_order(inputs, in_details)
     shapes = [tuple(int(d) for d in det["shape"]) for det in in_details]
     layout_in = [
         {"name": name, "index": pos, "perm": list(range(len(shapes[pos])))}
         for pos, name in enumerate(order)
     ]
-    positions = _onnx2tf._output_order(interp, out_details, outputs)
+    positions = _tflite_layout.output_order(interp, out_details, outputs)
     layout_out = [
         {"name": name, "index": pos, "perm": list(range(len(out_details[pos]["shape"])))}
         for name, pos in zip(outputs, positions, strict=True)

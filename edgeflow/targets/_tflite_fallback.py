@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.sources import batch_size
-from edgeflow.targets import _onnx2tf, _tflite_quant
+from edgeflow.targets import _onnx2tf, _tflite_layout, _tflite_quant
+from edgeflow.targets._tflite_deps import require
 from edgeflow.targets.base import ConvertJob
 from edgeflow.verify import fallback
 
@@ -97,7 +98,7 @@ def search(
     calibrated = _tflite_quant.calibrate(job, out)
     int8 = _tflite_quant.quantize(calibrated, job, [])
     (work / "int8.tflite").write_bytes(int8)
-    layouts["mlir"] = _onnx2tf.io_layout(
+    layouts["mlir"] = _tflite_layout.io_layout(
         job.onnx, work / "int8.tflite", out / "model_float32.tflite", target, job.kept_layout
     )
     layers, db = sensitivity(calibrated, int8, layouts["mlir"], samples, batch)
@@ -134,7 +135,7 @@ def _all_tensors(
 ) -> tuple[dict[str, list[np.ndarray]], list[tuple[str, list[str], str]]]:
     """Every operator output (dequantized) and every input of the model, per batch, read in
     LiteRT with all tensors preserved; and the operators as (op, input names, output name)."""
-    litert = _onnx2tf.require("ai_edge_litert.interpreter", "tflite")
+    litert = require("ai_edge_litert.interpreter", "tflite")
     interp = litert.Interpreter(  # the builtin kernels: a delegate would hide the operators
         model_content=model,
         experimental_preserve_all_tensors=True,

@@ -17,6 +17,7 @@ from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.sources import batch_size
 from edgeflow.targets import _onnx2tf
+from edgeflow.targets._tflite_deps import require
 from edgeflow.targets.base import ConvertJob
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def own_int8(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
     `why`: what needed it, for the error."""
     if job.quantization.activations != "int16":
         return quantize(calibrate(job, out, why), job, [])
-    tf = _onnx2tf.require("tensorflow", target)
+    tf = require("tensorflow", target)
     converter = _converter(job, out, tf)
     sixteen_by_eight(converter, tf)
     return _run(converter, f"{why}: TensorFlow's converter could not quantize it to 16x8", "")
@@ -42,7 +43,7 @@ def own_int8(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
 def calibrate(job: ConvertJob, out: Path, why: str = "quantization.fallback") -> bytes:
     """The SavedModel onnx2tf wrote, converted with calibration statistics recorded (`why`:
     what needed edgeflow's own calibration, for the error)."""
-    converter = _converter(job, out, _onnx2tf.require("tensorflow", "tflite"))
+    converter = _converter(job, out, require("tensorflow", "tflite"))
     converter._experimental_calibrate_only = True
     hint = "build without quantization.fallback to keep onnx2tf's own int8 file"
     return _run(
@@ -130,7 +131,7 @@ def representative(job: ConvertJob) -> Iterator[Feeds]:
 def quantize(calibrated: bytes, job: ConvertJob, float_nodes: list[str]) -> bytes:
     """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
     names) kept float."""
-    tf = _onnx2tf.require("tensorflow", "tflite")
+    tf = require("tensorflow", "tflite")
     from tensorflow.lite.python import convert
 
     return bytes(

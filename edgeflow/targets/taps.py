@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.targets import _onnx2tf, emitted
+from edgeflow.targets import emitted
+from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_io import Quant
 from edgeflow.verify.layers import ArtifactTensor
 
@@ -57,7 +58,7 @@ class TfliteGraph:
 
 
 def tflite_graph(model: bytes, target: str) -> TfliteGraph:
-    schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", target)
+    schema = require("ai_edge_litert.schema_py_generated", target)
     root = schema.Model.GetRootAs(model, 0)
     codes = emitted.operators_by_code(root, schema)
     graph = root.Subgraphs(0)
@@ -84,7 +85,7 @@ def mark_outputs(model: bytes, tensors: Sequence[int], target: str) -> tuple[byt
     output list (the model's own outputs first)."""
     import flatbuffers
 
-    schema = _onnx2tf.require("ai_edge_litert.schema_py_generated", target)
+    schema = require("ai_edge_litert.schema_py_generated", target)
     tree = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
     graph = tree.subgraphs[0]
     outputs = [int(t) for t in graph.outputs]

@@ -14,6 +14,7 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets import _onnx2tf, _tflite_fallback
+from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_io import CStderr, Quant, TfliteRunner
 from edgeflow.targets._tflite_quant import own_int8
 from edgeflow.targets.base import ConvertJob
@@ -42,7 +43,7 @@ class LiteRtRunner(TfliteRunner):
     """The artifact in ai_edge_litert's Interpreter (CPU, XNNPACK for float kernels)."""
 
     def __init__(self, path: Path, io: dict[str, Any]) -> None:
-        litert = _onnx2tf.require("ai_edge_litert.interpreter", TARGET)
+        litert = require("ai_edge_litert.interpreter", TARGET)
         err = CStderr()  # LiteRT logs to C-level stderr ("Created ... XNNPACK delegate")
         try:
             with err:

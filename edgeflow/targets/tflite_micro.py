@@ -17,6 +17,7 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets import _onnx2tf, _tflite_fallback
+from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_io import CStderr, Quant, TfliteRunner
 from edgeflow.targets._tflite_quant import own_int8
 from edgeflow.targets.base import ConvertJob
@@ -74,7 +75,7 @@ def open_runner(artifact_dir: Path, info: dict[str, Any]) -> MicroRunner:
 
 def _load(model: bytes, arena: int, err: CStderr) -> Any:
     """A TFLM interpreter with `arena` bytes, or None when allocation fails (text in err)."""
-    runtime = _onnx2tf.require("tflite_micro", TARGET).runtime
+    runtime = require("tflite_micro", TARGET).runtime
     with err:
         try:
             return runtime.Interpreter.from_bytes(model, arena_size=arena)

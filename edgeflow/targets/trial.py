@@ -241,7 +241,7 @@ def _convert(
     import shutil
 
     from edgeflow.core.specs import Quantization, TensorSpec
-    from edgeflow.targets import _onnx2tf
+    from edgeflow.targets import _onnx2tf, _tflite_layout
     from edgeflow.targets.base import ConvertJob
 
     specs = [
@@ -259,7 +259,7 @@ def _convert(
             folder = work / f"{target}-{mode}-{m}-{'pc' if per_channel else 'pt'}"
             folder.mkdir(exist_ok=True)
             shutil.copyfile(out / f"model_{_onnx2tf.SUFFIX[m]}.tflite", folder / "model.tflite")
-            layout = _onnx2tf.io_layout(source, folder / "model.tflite", float32, target)
+            layout = _tflite_layout.io_layout(source, folder / "model.tflite", float32, target)
             (folder / "io.json").write_text(json.dumps(layout))
             files[m] = folder
     return files

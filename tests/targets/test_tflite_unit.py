@@ -13,9 +13,18 @@ import pytest
 from edgeflow.core.errors import EdgeflowError, MissingDependency, RecipeError
 from edgeflow.core.specs import Quantization, TensorSpec
 from edgeflow.recipe import load_recipe
-from edgeflow.targets import _onnx2tf, _onnx2tf_copy, backend, load_profile, tflite, tflite_micro
+from edgeflow.targets import (
+    _onnx2tf,
+    _onnx2tf_copy,
+    _tflite_layout,
+    backend,
+    load_profile,
+    tflite,
+    tflite_micro,
+)
+from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_io import Quant
-from edgeflow.targets.base import ConvertJob
+from edgeflow.targets.base import ConvertJob, channel_last
 from tests.conftest import DEMO_RECIPE, REPO
 
 
@@ -61,7 +70,7 @@ def test_missing_converter_says_what_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
     with pytest.raises(MissingDependency) as err:
-        _onnx2tf.require(module, "tflite_micro")
+        require(module, "tflite_micro")
     assert err.value.message == (
         f"target tflite_micro needs {package}: install it with pip install 'edgeflow[tflite]'"
     )
@@ -108,13 +117,13 @@ def test_int8_quantization_round_trip() -> None:
 
 
 def test_layouts() -> None:
-    assert _onnx2tf.channel_last(4) == (0, 2, 3, 1)
-    assert _onnx2tf.channel_last(3) == (0, 2, 1)
-    assert _onnx2tf.channel_last(2) == (0, 1)
-    assert _onnx2tf.inverse((0, 2, 3, 1)) == (0, 3, 1, 2)
+    assert channel_last(4) == (0, 2, 3, 1)
+    assert channel_last(3) == (0, 2, 1)
+    assert channel_last(2) == (0, 1)
+    assert _tflite_layout.inverse((0, 2, 3, 1)) == (0, 3, 1, 2)
     details = [{"name": "serving_default_b:0"}, {"name": "serving_default_a:0"}]
-    assert _onnx2tf._input_order(["a", "b"], details) == ["b", "a"]
-    assert _onnx2tf._input_order(["a", "b"], [{"name": "x"}, {"name": "y"}]) == ["a", "b"]
+    assert _tflite_layout.input_order(["a", "b"], details) == ["b", "a"]
+    assert _tflite_layout.input_order(["a", "b"], [{"name": "x"}, {"name": "y"}]) == ["a", "b"]
 
 
 def test_onnx2tf_gets_constants_as_initializers_and_usable_output_names(tmp_path: Path) -> None:
@@ -183,7 +192,7 @@ def test_names_tensorflow_refuses_as_scopes_are_replaced_on_the_copy(tmp_path: P
     want = session["in.onnx"].run(None, {"@x:0": x})[0]
     np.testing.assert_array_equal(session["out.onnx"].run(None, {"n_x__0": x})[0], want)
     details = [{"name": "serving_default_n_x__0:0"}, {"name": "serving_default_b:0"}]
-    assert _onnx2tf._input_order(["b", "@x:0"], details) == ["@x:0", "b"]
+    assert _tflite_layout.input_order(["b", "@x:0"], details) == ["@x:0", "b"]
 
 
 def test_conv_transpose_gets_its_kernel_shape_for_onnx2tf(tmp_path: Path) -> None:

@@ -87,7 +87,13 @@ def test_arena_search_survives_sizes_that_crash_tflite_micro(tmp_path: Path) -> 
     source = tmp_path / "model.onnx"
     source.write_bytes(case.model.SerializeToString())
     built = _convert(
-        Trial(case.name, source.read_bytes(), case.feeds), ["x"], source, tmp_path, "int8", True
+        Trial(case.name, source.read_bytes(), case.feeds),
+        ["x"],
+        source,
+        tmp_path,
+        "int8",
+        True,
+        "tflite_micro",
     )
     crashed = _crashing_size((built["none"] / "model.tflite"), 2048)
     assert crashed is not None, "no arena size crashes TFLM now: search in-process again?"
