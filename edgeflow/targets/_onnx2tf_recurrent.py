@@ -135,14 +135,8 @@ def _make_node(
         results = _layers(node, x, states, layout)
         routes[graph_node.name] = SEQUENCE_OP
     else:
+        results = _unrolled(node, x, states, layout)
         routes[graph_node.name] = UNROLLED
-        import tensorflow as tf
-
-        tensors = [s for s in states if _is_tensor(s)]
-        # each output from its own (identity) layer: onnx2tf names an output's layer after
-        # the ONNX output, and three outputs of one layer got the keys y2, y2_1, y2_2 in the
-        # SavedModel's signature, which no longer say which output is which
-        results = [tf.identity(t) for t in _unrolled_layer(node, layout, states)([x, *tensors])]
     for out, tensor in zip(graph_node.outputs, results, strict=False):
         if out.name and tensor is not None:
             tf_layers_dict[out.name] = {
@@ -182,6 +176,17 @@ def _layers(node: Recurrent, x: Any, states: list[Any], layout: int) -> list[Any
     final = tf.stack([o[1] for o in outs], axis=0)  # Y_h: [D, B, H]
     final = tf.transpose(final, batch_major) if layout == 1 else final  # [B, D, H]
     return [y, final]
+
+
+def _unrolled(node: Recurrent, x: Any, states: list[Any], layout: int) -> list[Any]:
+    """Y, Y_h (and an LSTM's Y_c) of the node unrolled, each from its own (identity) layer:
+    onnx2tf names an output's layer after the ONNX output, and three outputs of one layer got
+    the keys y2, y2_1, y2_2 in the SavedModel's signature, which no longer say which output
+    is which."""
+    import tensorflow as tf
+
+    tensors = [s for s in states if _is_tensor(s)]
+    return [tf.identity(t) for t in _unrolled_layer(node, layout, states)([x, *tensors])]
 
 
 def _unrolled_layer(node: Recurrent, layout: int, states: list[Any]) -> Any:

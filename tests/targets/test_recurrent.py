@@ -193,3 +193,72 @@ def test_an_lstm_builds_in_int8(target: str, tmp_path: Path, shared_cache: Path)
         convert = stage_record(tmp_path / "recipe.yaml", shared_cache, tmp_path / "b", "convert")
         fused = "UNIDIRECTIONAL_SEQUENCE_LSTM" in convert["operators"]
         assert fused == (target == "tflite_micro")
+
+
+@pytest.mark.slow
+@needs_tflite
+@needs_armnn
+@pytest.mark.parametrize(("target", "mode"), [("tflite", "int8"), ("armnn", "none")])
+def test_an_lstm_whose_outputs_are_all_read_keeps_them_apart(
+    target: str, mode: str, tmp_path: Path, shared_cache: Path
+) -> None:
+    """A bare LSTM node whose Y, Y_h and Y_c are all graph outputs converts unrolled (Y_c is
+    read) and verifies each of them: float32 on armnn, int8 on tflite (calibrated from the
+    SavedModel, see the next test)."""
+    import numpy as np
+    import onnx
+
+    from tests.rules.onnx.test_recurrent import recurrent
+
+    onnx.save(recurrent("LSTM"), tmp_path / "lstm.onnx")
+    x = np.random.default_rng(0).standard_normal((8, 16, 5)).astype(np.float32)
+    np.savez(tmp_path / "data.npz", x=x)  # 16 sequences, time-major: batched on axis 1
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        textwrap.dedent(
+            f"""
+            source:
+              kind: onnx
+              model: lstm.onnx
+              inputs: [{{name: x, shape: [8, 2, 5], batch_axis: 1}}]
+            calibration: {{dataset: data.npz}}
+            evaluation:
+              dataset: data.npz
+              metric: agreement
+              outputs:
+                Y: {{kind: values, batch_axis: 2}}
+                Y_h: {{kind: values, batch_axis: 1}}
+                Y_c: {{kind: values, batch_axis: 1}}
+            quantization: {{mode: {mode}}}
+            target: {target}
+            verify: {{max_relative_diff: {0.1 if mode == "int8" else 1e-4}}}
+            """
+        )
+    )
+    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main(args) == 0
+    out = tmp_path / "b" / "recipe" / f"{target}-{mode}"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["verified"] is True
+
+
+@needs_tflite
+def test_an_unrolled_nodes_outputs_keep_their_names_in_the_saved_model(tmp_path: Path) -> None:
+    """int8 is calibrated from onnx2tf's SavedModel, whose signature names each output after
+    its Keras layer: an unrolled LSTM's Y, Y_h and Y_c come from layers of their own, so the
+    keys are the ONNX names (from one layer they were Y_c, Y_c_1, Y_c_2, in no known order)."""
+    import onnx
+    import tensorflow as tf
+
+    from edgeflow.core.specs import Quantization, TensorSpec
+    from edgeflow.targets import _onnx2tf
+    from edgeflow.targets.base import ConvertJob
+    from tests.rules.onnx.test_recurrent import recurrent
+
+    onnx.save(recurrent("LSTM"), tmp_path / "lstm.onnx")
+    spec = TensorSpec.model_validate({"name": "x", "shape": [8, 2, 5], "batch_axis": 1})
+    none = Quantization.model_validate({"mode": "none"})
+    job = ConvertJob(tmp_path / "lstm.onnx", tmp_path, None, none, [spec], None)  # type: ignore[arg-type]
+    with _onnx2tf.outputs(job, "armnn") as (out, _):
+        signature = tf.saved_model.load(str(out)).signatures["serving_default"]
+        assert set(signature.structured_outputs) == {"Y", "Y_h", "Y_c"}
