@@ -44,6 +44,7 @@ from edgeflow.targets._onnx2tf_recurrent import (
     float_from_saved_model,
     has_sequence_ops,
     sequence_layers,
+    unclip_sequence_lstm,
 )
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_layout import io_layout
@@ -192,6 +193,9 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 float_from_saved_model(work / "out", names, mode == "fp16")
         if own_calibration:
             produced.write_bytes(quantize(job, work / "out", target, why))
+        if SEQUENCE_OP in routes.values():  # the clip TensorFlow adds to a fused LSTM, removed
+            for written in (work / "out").glob("*.tflite"):
+                unclip_sequence_lstm(written)
         if not produced.is_file():
             raise EdgeflowError(
                 f"onnx2tf wrote no {produced.name} (quantization mode {mode}); "

@@ -262,3 +262,46 @@ def test_an_unrolled_nodes_outputs_keep_their_names_in_the_saved_model(tmp_path:
     with _onnx2tf.outputs(job, "armnn") as (out, _):
         signature = tf.saved_model.load(str(out)).signatures["serving_default"]
         assert set(signature.structured_outputs) == {"Y", "Y_h", "Y_c"}
+
+
+def saturating_lstm() -> tuple[bytes, dict]:
+    """One LSTM unit whose input, forget and output gates are open (bias 10) and whose cell
+    input is tanh(10 x): 20 steps of x = 1 carry the cell state to 20, 15 steps of x = -1
+    bring it back to 5. Clipped at 10, it would end at -5: the last output flips sign."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    w = np.array([[[0.0], [0.0], [0.0], [10.0]]], np.float32)  # gates i, o, f, c
+    r = np.zeros((1, 4, 1), np.float32)
+    b = np.array([[10.0, 10.0, 10.0, 0.0, 0, 0, 0, 0]], np.float32)
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "y_h"], hidden_size=1)
+    graph = helper.make_graph(
+        [node],
+        "saturating",
+        [helper.make_tensor_value_info("x", T.FLOAT, [35, 1, 1])],
+        [
+            helper.make_tensor_value_info("y", T.FLOAT, [35, 1, 1, 1]),
+            helper.make_tensor_value_info("y_h", T.FLOAT, [1, 1, 1]),
+        ],
+        [numpy_helper.from_array(a, n) for a, n in ((w, "W"), (r, "R"), (b, "B"))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.concatenate([np.ones(20), -np.ones(15)]).astype(np.float32).reshape(35, 1, 1)
+    return onnx.shape_inference.infer_shapes(model).SerializeToString(), {"x": x}
+
+
+@needs_tflite
+def test_the_sequence_operator_does_not_clip_the_cell_state() -> None:
+    """TensorFlow's converter writes cell_clip 10 into the LSTM it fuses; an ONNX LSTM has
+    none, and a trained one's cell state can pass 10 (BeatNet's did: 0.13 off). Unclipped,
+    LiteRT and TFLite Micro match onnxruntime (measured: 4.0e-5; clipped, the error was 2)."""
+    from edgeflow.targets.trial import Trial, run_trials
+
+    model, feeds = saturating_lstm()
+    verdicts = run_trials([Trial("saturating", model, feeds)], ["tflite", "tflite_micro"], ["none"])
+    for key, verdict in verdicts["saturating"].items():
+        assert verdict.runs, (key, verdict)
+        assert "UNIDIRECTIONAL_SEQUENCE_LSTM(TANH)" in verdict.builtins, (key, verdict)
+        assert verdict.error is not None and verdict.error < 1e-4
