@@ -9,9 +9,9 @@ both converters; a node becomes
 - the runtime's own sequence operator where it has one: an LSTM as a tf_keras (Keras 2) LSTM
   layer carrying the ONNX weights, which TensorFlow's TFLite converter fuses (the layer is
   tagged `lstm_<id>` for that purpose; Keras 3's is not, and becomes a WHILE loop) into
-  UNIDIRECTIONAL_SEQUENCE_LSTM. LiteRT and TFLite Micro run it (SEQUENCE_LSTM: the modes in
-  which each does it right); only Y and Y_h: an LSTM whose Y_c is read, or with peepholes,
-  is unrolled;
+  UNIDIRECTIONAL_SEQUENCE_LSTM (its cell_clip of 10 removed: `unclip_sequence_lstm`).
+  LiteRT and TFLite Micro run it (SEQUENCE_LSTM: the modes in which each does it right);
+  only Y and Y_h: an LSTM whose Y_c is read, or with peepholes, is unrolled;
 - else the node unrolled per time step in TensorFlow (edgeflow.targets._tf_recurrent), each
   weight stored once: every GRU (TFLite has no GRU operator, and TFLite Micro hangs on the
   WHILE loop TensorFlow writes for one), everything on armnn (Arm NN 22's parser has no
