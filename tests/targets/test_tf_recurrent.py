@@ -11,8 +11,9 @@ from onnx import numpy_helper
 
 from tests.rules.onnx.helpers import feeds, run, specs
 from tests.rules.onnx.test_recurrent import recurrent
+from tests.targets.conftest import needs_tflite
 
-pytest.importorskip("tensorflow")
+pytestmark = needs_tflite
 
 CASES = [
     ("LSTM", "forward", {}),
