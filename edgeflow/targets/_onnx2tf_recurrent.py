@@ -43,6 +43,8 @@ from edgeflow.targets._tflite_deps import require
 # Per target, the quantization modes in which its runtime runs UNIDIRECTIONAL_SEQUENCE_LSTM
 # right (see the module docstring); elsewhere LSTMs are unrolled.
 SEQUENCE_LSTM = {"tflite": ("none", "fp16"), "tflite_micro": ("none", "fp16", "int8")}
+# The targets whose runtime rejects a FULLY_CONNECTED without a bias (Arm NN 22).
+BIASED = ("armnn",)
 SEQUENCE_OP, UNROLLED = "sequence op", "unrolled"  # the routes a node takes
 # The activations each op's equations name, per direction.
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
@@ -65,7 +67,7 @@ def sequence_layers(target: str, mode: str) -> Iterator[dict[str, str]]:
     routes: dict[str, str] = {}
     for module in modules.values():
         module.make_node = functools.partial(
-            _make_node, layer=layer, int8=mode == "int8", routes=routes
+            _make_node, layer=layer, int8=mode == "int8", biased=target in BIASED, routes=routes
         )
     try:
         yield routes
@@ -143,6 +145,7 @@ def _make_node(
     tf_layers_dict: dict[str, Any],
     layer: bool,
     int8: bool,
+    biased: bool,
     routes: dict[str, str],
     **kwargs: Any,
 ) -> None:
@@ -160,9 +163,8 @@ def _make_node(
     direction = attrs.get("direction", "forward")
     direction = direction.decode() if isinstance(direction, bytes) else direction
     backwards = (False, True) if direction == "bidirectional" else (direction == "reverse",)
-    node = Recurrent(
-        op, w, r, b, peepholes, backwards, bool(int(attrs.get("linear_before_reset", 0)))
-    )
+    lbr = bool(int(attrs.get("linear_before_reset", 0)))
+    node = Recurrent(op, w, r, b, peepholes, backwards, lbr, biased)
     layout = int(attrs.get("layout", 0))
     x = _tensor(inputs[0], tf_layers_dict)
     states = [_state(inputs, i, tf_layers_dict) for i in (5, 6)]

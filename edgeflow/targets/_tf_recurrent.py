@@ -14,8 +14,9 @@ FULLY_CONNECTED reads the same weight buffer:
 - Y, Y_h and Y_c are CONCATENATIONs of the steps' states (`stack`), in the ONNX shapes of
   either layout.
 
-Only ops that LiteRT, TFLite Micro and Arm NN 22 all run: every FULLY_CONNECTED has a bias
-(Arm NN rejects one without: a zero bias is written as 2^-126, which TensorFlow keeps), no
+Only ops that LiteRT, TFLite Micro and Arm NN 22 all run: for armnn every FULLY_CONNECTED
+has a bias (Arm NN rejects one without: a zero bias is written as 2^-126, which TensorFlow
+keeps; `Recurrent.biased`), no
 CONCATENATION of more than 10 inputs (TFLite Micro's limit), no PACK (see `stack`), no
 FULLY_CONNECTED of a 3-D input (Arm NN 22 rejects its keep_num_dims shape).
 
@@ -48,6 +49,9 @@ class Recurrent:
     p: np.ndarray | None
     backwards: tuple[bool, ...]  # per direction: whether it runs from the last step
     linear_before_reset: bool = False  # GRU
+    # every FULLY_CONNECTED with a bias (Arm NN 22 rejects one without); elsewhere a zero
+    # bias is left out, which in int8 saves each step a bias tensor and its scales
+    biased: bool = True
 
     @property
     def hidden(self) -> int:
@@ -104,6 +108,23 @@ def kept_bias(bias: np.ndarray) -> np.ndarray:
     return np.full(bias.shape, np.finfo(np.float32).tiny, np.float32)
 
 
+def _bias(bias: np.ndarray, biased: bool) -> Any:
+    """The bias as a constant; None for a zero one that need not be kept."""
+    import tensorflow as tf
+
+    if not biased and not bias.any():
+        return None
+    return tf.constant(kept_bias(bias))
+
+
+def _linear(x: Any, w: Any, b: Any) -> Any:
+    """x w^T (+ b): one FULLY_CONNECTED, its weights [out, in] as TFLite stores them."""
+    import tensorflow as tf
+
+    y = tf.matmul(x, w, transpose_b=True)
+    return y if b is None else tf.nn.bias_add(y, b)
+
+
 class _Cell:
     """One direction's constants (each a single TensorFlow constant, read by every step) and
     the ops of one step."""
@@ -120,19 +141,27 @@ class _Cell:
         # under linear_before_reset (r (.) (h R_h^T + Rb_h)), which stays with the state's FC
         lbr = node.op == "GRU" and node.linear_before_reset
         moved = rb.copy()
+        # without armnn's biases, Rb_h is added after the FC instead (one ADD per step, no
+        # bias tensor per step in int8)
+        self.rb_h_after = None
+        if lbr and not node.biased and rb[2 * hidden :].any():
+            self.rb_h_after = tf.constant(rb[2 * hidden :].astype(np.float32))
         if lbr:
             moved[2 * hidden :] = 0
+        kept = rb - moved
+        if self.rb_h_after is not None:
+            kept[2 * hidden :] = 0
         self.w = tf.constant(w)
-        self.wb = tf.constant(kept_bias(wb + moved))
+        self.wb = _bias(wb + moved, node.biased)
         self.lbr = lbr
         if node.op == "GRU" and not lbr:  # (r (.) h) R_h^T: the candidate's FC reads r (.) h
             self.r = tf.constant(r[: 2 * hidden])
-            self.rb = tf.constant(kept_bias(np.zeros(2 * hidden, np.float32)))
+            self.rb = _bias(np.zeros(2 * hidden, np.float32), node.biased)
             self.r_h = tf.constant(r[2 * hidden :])
-            self.rb_h = tf.constant(kept_bias(np.zeros(hidden, np.float32)))
+            self.rb_h = _bias(np.zeros(hidden, np.float32), node.biased)
         else:
             self.r = tf.constant(r)
-            self.rb = tf.constant(kept_bias(rb - moved))
+            self.rb = _bias(kept, node.biased)
         self.rb_candidate = rb[2 * hidden :] if lbr else None  # for a zero state's first step
         peep = node.p[d] if node.p is not None else None
         self.p = None if peep is None or not peep.any() else tf.split(tf.constant(peep), 3)
@@ -142,7 +171,7 @@ class _Cell:
         z, r and h for a GRU), a list of [B, parts' width] tensors, one per step."""
         import tensorflow as tf
 
-        projected = tf.nn.bias_add(tf.matmul(flat, self.w, transpose_b=True), self.wb)
+        projected = _linear(flat, self.w, self.wb)
         parts = tf.split(projected, 3, axis=1) if self.op == "GRU" else [projected]
         return [tf.split(part, steps, axis=0) for part in parts]
 
@@ -152,9 +181,7 @@ class _Cell:
         return self._gru(x, h), None
 
     def _recurrent(self, h: Any, r: Any, rb: Any) -> Any:
-        import tensorflow as tf
-
-        return tf.nn.bias_add(tf.matmul(h, r, transpose_b=True), rb)
+        return _linear(h, r, rb)
 
     def _lstm(self, x: Any, h: Any, c: Any) -> tuple[Any, Any]:
         import tensorflow as tf
@@ -182,6 +209,7 @@ class _Cell:
             return candidate - z * candidate
         if self.lbr:  # r (.) (h R_h^T + Rb_h)
             hz, hr, hh = tf.split(self._recurrent(h, self.r, self.rb), 3, axis=1)
+            hh = hh if self.rb_h_after is None else hh + self.rb_h_after
             z, r = tf.sigmoid(xz + hz), tf.sigmoid(xr + hr)
             candidate = tf.tanh(xh + r * hh)
         else:  # (r (.) h) R_h^T + Rb_h (Rb_h moved into the input projection's bias)

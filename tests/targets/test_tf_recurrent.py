@@ -25,8 +25,11 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("biased", [True, False], ids=["armnn's biases", "zero biases left out"])
 @pytest.mark.parametrize(("op", "direction", "options"), CASES)
-def test_unrolled_steps_match_onnxruntime(op: str, direction: str, options: dict) -> None:
+def test_unrolled_steps_match_onnxruntime(
+    op: str, direction: str, options: dict, biased: bool
+) -> None:
     import tensorflow as tf
 
     from edgeflow.targets._tf_recurrent import Recurrent, unrolled
@@ -44,6 +47,7 @@ def test_unrolled_steps_match_onnxruntime(op: str, direction: str, options: dict
         weights.get("P"),
         backwards[direction],
         bool(attrs.get("linear_before_reset", 0)),
+        biased,
     )
     for seed in range(2):
         inputs = feeds(specs(m), seed=seed, scale=1.0)
