@@ -77,10 +77,15 @@ def sequence_layers(target: str, mode: str) -> Iterator[dict[str, str]]:
 
 
 def has_sequence_ops(onnx_path: Path) -> bool:
-    """Whether the model holds an LSTM or GRU node (in its main graph)."""
+    """Whether the model file holds an LSTM or GRU node (in its main graph)."""
     import onnx
 
-    model = onnx.load(str(onnx_path), load_external_data=False)
+    return holds_sequence_ops(onnx.load(str(onnx_path), load_external_data=False))
+
+
+def holds_sequence_ops(model: Any) -> bool:
+    """Whether the ModelProto holds an LSTM or GRU node (in its main graph): its conversion
+    then depends on the target and mode (see the module docstring)."""
     return any(n.op_type in ("LSTM", "GRU") for n in model.graph.node)
 
 

@@ -177,6 +177,7 @@ def try_graph(
     import onnx
 
     from edgeflow.core.errors import EdgeflowError
+    from edgeflow.targets._onnx2tf_recurrent import holds_sequence_ops
 
     announce = announce or (lambda step: None)
     verdicts: Verdicts = dict(known or {})
@@ -189,14 +190,14 @@ def try_graph(
         weights = {t.name for t in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in weights]
         # One onnx2tf call gives float32 and int8: per channel (tflite, tflite_micro) and per
-        # tensor (armnn). A failed int8 call is retried in float32 alone. An LSTM converts by
-        # target and mode (edgeflow.targets._onnx2tf_recurrent), so a graph with one is
+        # tensor (armnn). A failed int8 call is retried in float32 alone. LSTM and GRU convert
+        # by target and mode (edgeflow.targets._onnx2tf_recurrent), so a graph with one is
         # converted for each target and mode on its own.
         announce("convert")
-        lstm = any(n.op_type == "LSTM" for n in model.graph.node)
+        recurrent = holds_sequence_ops(model)
         both = "int8" if "int8" in modes else "none"
         plans = {
-            (t, m): (t, m, t != "armnn") if lstm else ("tflite", both, t != "armnn")
+            (t, m): (t, m, t != "armnn") if recurrent else ("tflite", both, t != "armnn")
             for t in targets
             for m in modes
         }

@@ -211,3 +211,17 @@ def test_every_crashing_step_of_a_graph_is_remembered_across_workers() -> None:
     for key in ("tflite/none", "tflite_micro/none"):
         error = verdicts[key].error
         assert verdicts[key].runs and error is not None and error < 1e-6, key  # 1.7e-7 seen
+
+
+@needs_tflite
+@needs.mark("armnn")
+def test_a_gru_is_converted_for_each_target_it_is_tried_on() -> None:
+    """A GRU converts by target (armnn's FULLY_CONNECTEDs keep a bias, Arm NN 22 rejects one
+    without; the others leave a zero bias out): converted once as for tflite, it failed to
+    load in Arm NN ("inputs[i] must be non-negative")."""
+    from edgeflow.targets.probes import probes
+
+    [gru] = [c for c in probes() if c.name == "GRU"]
+    found = run_trials([Trial(gru.name, gru.model.SerializeToString(), gru.feeds)], ["armnn"])
+    for key, verdict in found["GRU"].items():
+        assert verdict.runs, (key, verdict)
