@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeflow.rules.onnx.recurrent import DEFAULT_ACTIVATIONS
 from edgeflow.targets._tf_recurrent import Recurrent, unrolled
 from edgeflow.targets._tflite_deps import require
 
@@ -46,8 +47,6 @@ SEQUENCE_LSTM = {"tflite": ("none", "fp16"), "tflite_micro": ("none", "fp16", "i
 # The targets whose runtime rejects a FULLY_CONNECTED without a bias (Arm NN 22).
 BIASED = ("armnn",)
 SEQUENCE_OP, UNROLLED = "sequence op", "unrolled"  # the routes a node takes
-# The activations each op's equations name, per direction.
-DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
 
 
 class Unsupported(ValueError):

@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-GATES = {"LSTM": 4, "GRU": 3}  # W's row blocks: LSTM i, o, f, c; GRU z, r, h
-MAX_CONCAT_INPUTS = 10  # TFLite Micro's CONCATENATION (kernels/concatenation.cc kMaxInputNum)
+# the ONNX ops' gate blocks, and TFLite Micro's CONCATENATION input limit, as the ONNX unroll
+# rule has them
+from edgeflow.rules.onnx.recurrent import GATES, MAX_CONCAT_INPUTS
 
 
 @dataclass(frozen=True)
