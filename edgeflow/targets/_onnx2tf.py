@@ -17,6 +17,7 @@ Inputs of rank 3-5 become channel-last; the recorded layout lets runners feed NC
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import json
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,10 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     return info
 
 
+# Writes the .tflite files from onnx2tf's Keras model into its output folder (float_files).
+Files = Callable[[Any, Path], None]
+
+
 @dataclass
 class Run:
     """How onnx2tf converted: seconds (both attempts), the retry with its replacement JSON
@@ -149,7 +154,7 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
     batched on another axis (a state [layers, batch, features]), or the model has a recurrent
     layer (unrolled, a 3-layer LSTM over 160 steps took 80 s CPU so), onnx2tf writes the
     float model only and `quantize(job, out folder, target, why) -> bytes`
-    (edgeflow.targets._tflite_quant.own_int8) makes the int8 file from its SavedModel."""
+    (edgeflow.targets._tflite_quant.own_int8) makes the int8 file from its float32 file."""
     mode, q = job.quantization.mode, job.quantization
     if mode == "int8" and q.method != "minmax":
         raise EdgeflowError(
@@ -176,7 +181,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             else ""
         )
         own_calibration = quantize is not None and mode == "int8" and bool(why)
-        if mode == "int8" and not own_calibration:
+        onnx2tf_int8 = mode == "int8" and not own_calibration
+        if onnx2tf_int8:
             options |= {
                 "output_integer_quantized_tflite": True,
                 "quant_type": "per-channel" if q.per_channel else "per-tensor",
@@ -185,17 +191,21 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 "output_quant_dtype": "int8",
             }
         with _contained(), sequence_layers(target, mode) as routes:
-            run, log = _convert_or_retry(source, work, options, target)
+            # onnx2tf's own int8 run writes every file; else it stops at its Keras model and
+            # edgeflow writes the float files the build reads (`float_files`)
+            files = None
+            if not onnx2tf_int8:
+                files = functools.partial(float_files, fp16=mode == "fp16", routes=routes)
+            run, log = _convert_or_retry(source, work, options, target, files)
         produced = work / "out" / f"model_{suffix(q)}.tflite"
-        if SEQUENCE_OP in routes.values():  # onnx2tf's float files: a loop, not the fused LSTM
-            names = ["model_float32.tflite", *(["model_float16.tflite"] if mode == "fp16" else [])]
+        if onnx2tf_int8 and SEQUENCE_OP in routes.values():  # its float32 file: a loop
             with _contained():
-                float_from_saved_model(work / "out", names, mode == "fp16")
-        if own_calibration:
+                float_from_saved_model(work / "out", ["model_float32.tflite"], False)
+        fused = SEQUENCE_OP in routes.values()
+        for written in (work / "out").glob("*.tflite") if fused else ():
+            unclip_sequence_lstm(written)  # the clip TensorFlow adds to a fused LSTM
+        if own_calibration:  # calibrated unclipped, as it will run
             produced.write_bytes(quantize(job, work / "out", target, why))
-        if SEQUENCE_OP in routes.values():  # the clip TensorFlow adds to a fused LSTM, removed
-            for written in (work / "out").glob("*.tflite"):
-                unclip_sequence_lstm(written)
         if not produced.is_file():
             raise EdgeflowError(
                 f"onnx2tf wrote no {produced.name} (quantization mode {mode}); "
@@ -206,16 +216,17 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
 
 
 def _convert_or_retry(
-    source: Path, work: Path, options: dict[str, Any], target: str
+    source: Path, work: Path, options: dict[str, Any], target: str, files: Files | None
 ) -> tuple[Run, str]:
     """onnx2tf into work/out; where it fails and writes its automatic replacement JSON, once
     more with that file (what its message asks for), on the model file as it left it (it
     names nodes in place, and the JSON names them so). Returns (how it ran, the last log).
     Nothing else is retried: the same inputs give the same JSON, so the cache key (the ONNX
-    model, onnx2tf's version, edgeflow's code) holds both attempts."""
+    model, onnx2tf's version, edgeflow's code) holds both attempts. `files`: see
+    _run_onnx2tf."""
     out = work / "out"
     try:
-        seconds, log = _run_onnx2tf(source, out, options, target)
+        seconds, log = _run_onnx2tf(source, out, options, target, files)
         return Run(seconds), log
     except _Failed as failed:
         generated = _generated_json(failed.log, out)
@@ -233,7 +244,7 @@ def _convert_or_retry(
     }
     options = {**options, "param_replacement_file": str(kept)}
     try:
-        seconds, log = _run_onnx2tf(source, out, options, target)
+        seconds, log = _run_onnx2tf(source, out, options, target, files)
     except _Failed as again:
         ops = ", ".join(retry["operations"]) or "none"
         raise EdgeflowError(
@@ -257,9 +268,11 @@ def _generated_json(log: str, out: Path) -> Path | None:
 
 
 def _run_onnx2tf(
-    source: Path, out: Path, options: dict[str, Any], target: str
+    source: Path, out: Path, options: dict[str, Any], target: str, files: Files | None = None
 ) -> tuple[float, str]:
-    """onnx2tf.convert inside its working folder, output captured: (seconds, log)."""
+    """onnx2tf.convert inside its working folder, output captured: (seconds, log). With
+    `files`, onnx2tf stops at its Keras model (disable_model_save) and `files(model, out)`
+    writes the .tflite files from it, in the same time and log."""
     log = io.StringIO()
     with _contained(), _inside(source.parent):
         onnx2tf = require("onnx2tf", target)
@@ -271,12 +284,15 @@ def _run_onnx2tf(
             progress.task("onnx2tf conversion"),  # one call: what runs, and for how long
         ):
             try:
-                onnx2tf.convert(
+                model = onnx2tf.convert(
                     input_onnx_file_path=str(source),
                     output_folder_path=str(out),
                     verbosity="warn",
+                    disable_model_save=files is not None,
                     **options,
                 )
+                if files is not None:
+                    files(model, out)
             except (Exception, SystemExit) as exc:  # onnx2tf calls sys.exit(1) on errors
                 raise _Failed(
                     f"onnx2tf failed to convert the model ({type(exc).__name__}: {exc}); "
@@ -287,6 +303,38 @@ def _run_onnx2tf(
                     time.perf_counter() - start,
                 ) from None
         return time.perf_counter() - start, log.getvalue()
+
+
+def float_files(model: Any, out: Path, fp16: bool, routes: dict[str, str]) -> None:
+    """The float files onnx2tf writes, from the Keras model it returns: model_float32.tflite,
+    and model_float16.tflite for fp16, converted as onnx2tf converts them (TensorFlow's
+    converter on a concrete function of the model, TFLite builtins and Select TF ops), or,
+    where a recurrent node took the SEQUENCE_OP route (`routes`, see sequence_layers), from a
+    SavedModel of it (whose LSTM layers the converter fuses: float_from_saved_model). Left
+    out: the SavedModel otherwise, and the float16 file of a float32 or int8 build, which
+    onnx2tf writes in every run (MEASURED)."""
+    import tensorflow as tf
+
+    out.mkdir(parents=True, exist_ok=True)
+    names = ["model_float32.tflite", *(["model_float16.tflite"] if fp16 else [])]
+    if SEQUENCE_OP in routes.values():
+        tf.saved_model.save(model, str(out))  # as onnx2tf saves it
+        float_from_saved_model(out, names, fp16)
+        return
+    run = tf.function(
+        lambda *inputs: model(inputs),
+        input_signature=[tf.TensorSpec(t.shape, t.dtype, t.name) for t in model.inputs],
+    )
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([run.get_concrete_function()])
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.TFLITE_BUILTINS,
+        tf.lite.OpsSet.SELECT_TF_OPS,
+    ]
+    (out / names[0]).write_bytes(converter.convert())
+    if fp16:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+        (out / names[1]).write_bytes(converter.convert())
 
 
 @contextlib.contextmanager
