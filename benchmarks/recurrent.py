@@ -131,6 +131,19 @@ TRAINED: dict[str, tuple[str, str, dict[str, Any], list[dict[str, Any]], dict[st
         ],
         {"output": "values"},
     ),
+    # PLCMOS v2 (speechmos): convolutions over a magnitude STFT, then two bidirectional GRUs
+    # of 32 over 625 frames (10 s at 16 kHz, hop 256), exported at opset 11; a rater
+    # embedding the package draws at random; one score (a 0-D output)
+    "plcmos": (
+        "speechmos==0.0.1.1",
+        "speechmos",
+        {"kind": "onnx", "model": "plcmos_models/plcmos_v2.onnx"},
+        [
+            {"name": "degraded_audio", "shape": [1, 1, 625, 257]},
+            {"name": "rater_embed", "shape": [1, 64]},
+        ],
+        {"plcmos": "values"},
+    ),
     # BeatNet: Conv1d, then a 2-layer LSTM of 150 over 400 frames (8 s at 50 fps), run as
     # its offline mode does (BEATNET)
     "beatnet": (

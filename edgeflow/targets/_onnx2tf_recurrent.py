@@ -89,11 +89,11 @@ def holds_sequence_ops(model: Any) -> bool:
 
 
 def float_from_saved_model(out: Path, names: list[str], fp16: bool) -> None:
-    """Write onnx2tf's float files (`names` in `out`) again from the SavedModel it wrote
-    there, where an LSTM took the SEQUENCE_OP route. onnx2tf converts float from a concrete
-    function of its Keras model, in which the converter does not fuse the tf_keras LSTM
-    (measured: a WHILE loop, which TFLite Micro hangs on); from the SavedModel, as onnx2tf
-    makes its int8 file, it does. TFLite builtins only (none of edgeflow's runtimes has
+    """Write the float files (`names` in `out`) from the SavedModel in `out`, where an LSTM
+    took the SEQUENCE_OP route. onnx2tf converts float from a concrete function of its Keras
+    model, in which the converter does not fuse the tf_keras LSTM (measured: a WHILE loop,
+    which TFLite Micro hangs on); from a SavedModel of that model, as onnx2tf makes its int8
+    file, it does. TFLite builtins only (none of edgeflow's runtimes has
     Select TF ops)."""
     import tensorflow as tf
 

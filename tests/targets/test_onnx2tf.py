@@ -267,10 +267,12 @@ def test_a_retry_that_converts_keeps_the_json_and_says_so(
         ],
     }  # fmt: skip
 
-    def first_fails(source: Path, out: Path, options: dict, target: str) -> tuple[float, str]:
+    def first_fails(
+        source: Path, out: Path, options: dict, target: str, files: object
+    ) -> tuple[float, str]:
         calls.append(dict(options))
         if len(calls) > 1:
-            return real(source, out, options, target)
+            return real(source, out, options, target, files)
         out.mkdir(parents=True)
         (out / "model_auto.json").write_text(json.dumps(replacement))
         log = (

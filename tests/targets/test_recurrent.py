@@ -244,24 +244,28 @@ def test_an_lstm_whose_outputs_are_all_read_keeps_them_apart(
 
 @needs_tflite
 def test_an_unrolled_nodes_outputs_keep_their_names_in_the_saved_model(tmp_path: Path) -> None:
-    """int8 is calibrated from onnx2tf's SavedModel, whose signature names each output after
-    its Keras layer: an unrolled LSTM's Y, Y_h and Y_c come from layers of their own, so the
-    keys are the ONNX names (from one layer they were Y_c, Y_c_1, Y_c_2, in no known order)."""
+    """Where an LSTM takes the sequence-op route, the float files are converted from a
+    SavedModel of onnx2tf's model (float_files), whose signature names each output after its
+    Keras layer, and the outputs are found by those names: an unrolled node's Y, Y_h and Y_c
+    in the same model come from layers of their own, so the keys are the ONNX names (from one
+    layer they were Y_c, Y_c_1, Y_c_2, in no known order)."""
     import onnx
     import tensorflow as tf
 
-    from edgeflow.core.specs import Quantization, TensorSpec
     from edgeflow.targets import _onnx2tf
-    from edgeflow.targets.base import ConvertJob
+    from edgeflow.targets._onnx2tf_recurrent import sequence_layers
     from tests.rules.onnx.test_recurrent import recurrent
 
     onnx.save(recurrent("LSTM"), tmp_path / "lstm.onnx")
-    spec = TensorSpec.model_validate({"name": "x", "shape": [8, 2, 5], "batch_axis": 1})
-    none = Quantization.model_validate({"mode": "none"})
-    job = ConvertJob(tmp_path / "lstm.onnx", tmp_path, None, none, [spec], None)  # type: ignore[arg-type]
-    with _onnx2tf.outputs(job, "armnn") as (out, _):
-        signature = tf.saved_model.load(str(out)).signatures["serving_default"]
-        assert set(signature.structured_outputs) == {"Y", "Y_h", "Y_c"}
+
+    def saved_model(model: object, out: Path) -> None:
+        tf.saved_model.save(model, str(out))
+
+    with _onnx2tf._contained(), sequence_layers("armnn", "none") as routes:
+        _onnx2tf._run_onnx2tf(tmp_path / "lstm.onnx", tmp_path / "out", {}, "armnn", saved_model)
+    assert set(routes.values()) == {"unrolled"}
+    signature = tf.saved_model.load(str(tmp_path / "out")).signatures["serving_default"]
+    assert set(signature.structured_outputs) == {"Y", "Y_h", "Y_c"}
 
 
 def saturating_lstm() -> tuple[bytes, dict]:
