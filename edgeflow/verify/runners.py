@@ -122,11 +122,14 @@ def run_all(
 ) -> list[np.ndarray]:
     """Outputs for every sample, one array per model output, batch-first (`axes`: where each
     output's batch axis is in the model's own layout) in sample order (`what`: the task's
-    name in the progress shown)."""
+    name in the progress shown). A 0-D output of a one-sample batch is that sample's value
+    (a regressor that squeezes its batch axis away: speechmos' PLCMOS)."""
     chunks = []
     with progress.task(what, total=len(samples), unit="samples") as task:
         for feeds, size in samples.batches(batch, fixed):
             outs = axes.first(runner.run(feeds))
+            if batch == 1:
+                outs = [o.reshape(1) if o.ndim == 0 else o for o in outs]
             chunks.append([unpadded(o, size, batch, fixed) for o in outs])
             task.advance(size)
     return [joined([c[i] for c in chunks]).astype(np.float32) for i in range(len(chunks[0]))]

@@ -86,6 +86,19 @@ def test_several_padded_batches_are_joined_on_the_batch_axis() -> None:
     assert run_all(TimeMajor(), Samples({"x": x}, None), 3, True)[0].shape == (9, 3, 2)
 
 
+def test_a_scalar_output_of_one_sample_batches_is_one_value_per_sample() -> None:
+    """A batch-1 regressor that squeezes its batch away (speechmos' PLCMOS: one score, a 0-D
+    output) gives one value per sample, where joining 0-D arrays failed."""
+    x = np.arange(5 * 2, dtype=np.float32).reshape(5, 2)
+
+    class Scalar:
+        def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+            return [np.asarray(feeds["x"].sum(), np.float32)]  # shape ()
+
+    (score,) = run_all(Scalar(), Samples({"x": x}, None), 1, True)
+    assert score.shape == (5,) and np.array_equal(score, x.sum(1))
+
+
 def test_the_class_axis_cannot_be_the_batch_axis() -> None:
     with pytest.raises(ValidationError, match=r"axis 1 is the batch axis \(batch_axis: 1\)"):
         ClassesOutput(kind="classes", axis=1, batch_axis=1)
