@@ -99,10 +99,13 @@ def positional(job: ConvertJob, float32: bytes) -> Iterator[list[np.ndarray]]:
 
 def _guarded(call: Callable[[], Any], what: str, hint: str) -> bytes:
     """What TensorFlow's calibrator or quantizer returns, or an EdgeflowError: `what`, and
-    its first line."""
+    its first line. edgeflow's own errors from the calibration batches it feeds (too few
+    samples; an AssertionError is a bug) pass through as they are."""
     try:
         with _onnx2tf._contained():
             return bytes(call())
+    except (EdgeflowError, AssertionError):
+        raise
     except Exception as exc:  # TensorFlow's own error types
         raise EdgeflowError(
             f"{what} (onnx2tf's float32 file): {type(exc).__name__}: "

@@ -26,6 +26,7 @@ from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_io import Quant
 from edgeflow.targets.base import ConvertJob, channel_last
 from tests.conftest import DEMO_RECIPE, REPO
+from tests.targets.conftest import needs_tflite
 
 
 def job(tmp_path: Path, target: str, **quantization: object) -> ConvertJob:
@@ -243,3 +244,25 @@ def test_what_decides_the_retry_is_in_the_convert_key() -> None:
     assert STAGE.consumes == ("onnx",)
     assert {"onnx2tf", "tensorflow"} <= set(STAGE.tools)
     assert STAGE.reads[:2] == ("target", "quantization")
+
+
+@needs_tflite
+def test_too_few_calibration_samples_is_said_as_such_not_as_tensorflows_failure(
+    tmp_path: Path,
+) -> None:
+    """edgeflow's own calibration reads onnx2tf's float32 file; a model of batch 2 given one
+    sample gets edgeflow's error, not "TensorFlow's calibrator could not run it"."""
+    import tensorflow as tf
+
+    from edgeflow.data import Samples
+    from edgeflow.targets import _tflite_quant
+
+    run = tf.function(lambda x: x * 2.0, input_signature=[tf.TensorSpec([2, 3], tf.float32)])
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([run.get_concrete_function()])
+    (tmp_path / "model_float32.tflite").write_bytes(converter.convert())
+    spec = TensorSpec.model_validate({"name": "x", "shape": [2, 3]})
+    samples = Samples({"x": np.ones((1, 3), np.float32)}, None)
+    int8 = Quantization.model_validate({"mode": "int8"})
+    job = ConvertJob(tmp_path / "m.onnx", tmp_path, None, int8, [spec], samples)  # type: ignore[arg-type]
+    with pytest.raises(EdgeflowError, match=r"^int8 calibration needs at least 2 samples"):
+        _tflite_quant.own_int8(job, tmp_path, "tflite", "a recurrent layer")
