@@ -1,13 +1,13 @@
 """quantization.fallback: auto for the TFLite family: a mixed int8/float .tflite.
 
-onnx2tf's full-integer file is tried first. Where it misses the budget, the SavedModel onnx2tf
-wrote is calibrated once with TensorFlow's converter (`_experimental_calibrate_only`, as
-TensorFlow's QuantizationDebugger does), and each mix is TensorFlow's MLIR quantizer run on
-that calibrated model with the float layers as `denylisted_nodes` (their output tensor
-names): int8 I/O, DEQUANTIZE before and QUANTIZE after each float operator. Each mix runs in
-the target's own runtime (LiteRT, TFLite Micro, Arm NN) on the calibration samples; the
-ranking reads every tensor of the all-int8 and the calibrated float model in LiteRT
-(`experimental_preserve_all_tensors`).
+onnx2tf's full-integer file is tried first. Where it misses the budget, onnx2tf's float32 file
+is calibrated once with TensorFlow's calibrator (what its converter's
+`_experimental_calibrate_only` returns, as TensorFlow's QuantizationDebugger uses it), and
+each mix is TensorFlow's MLIR quantizer run on that calibrated model with the float layers as
+`denylisted_nodes` (their output tensor names): int8 I/O, DEQUANTIZE before and QUANTIZE after
+each float operator. Each mix runs in the target's own runtime (LiteRT, TFLite Micro, Arm NN)
+on the calibration samples; the ranking reads every tensor of the all-int8 and the calibrated
+float model in LiteRT (`experimental_preserve_all_tensors`).
 """
 
 from __future__ import annotations
