@@ -29,6 +29,25 @@ if TYPE_CHECKING:
     import onnx
 
 
+class _OnSamples:
+    """The source file's onnxruntime session run on the evaluation samples: what onnxruntime
+    raises is the model failing on the data (a located EdgeflowError, its first line);
+    an error in edgeflow's code around the runs (joining the outputs) stays a bug with its
+    traceback."""
+
+    def __init__(self, inner: Any, name: str) -> None:
+        self.inner, self.name = inner, name
+
+    def run(self, feeds: dict[str, Any]) -> list[Any]:
+        try:
+            return list(self.inner.run(feeds))
+        except Exception as exc:  # onnxruntime's errors are not typed
+            raise EdgeflowError(
+                f"onnxruntime cannot run {self.name} on the evaluation samples: {first_line(exc)}",
+                "check source.inputs (shapes, dtypes) against the model's inputs",
+            ) from exc
+
+
 def run(ctx: StageContext) -> None:
     import onnx
 
@@ -69,22 +88,14 @@ def run(ctx: StageContext) -> None:
     if held:
         extra["quantized_ops"] = held
     axes = BatchAxes.of(ctx.recipe.evaluation.outputs, names)
-    try:
-        runner = WithConstants(OnnxRunner(session), constants)
-        if source.state:  # step by step, the state fed back
-            streamed = run_stream(runner, samples, source, names, axes)
-            outputs, extra["steps"] = streamed.outputs, streamed.steps
-            steps = step_samples(samples, streamed, source)
-        else:
-            outputs = run_all(runner, samples, *batching(source), "reference outputs", axes)
-            steps = samples
-    except EdgeflowError:
-        raise
-    except Exception as exc:  # onnxruntime's errors are not typed: the model fails on the data
-        raise EdgeflowError(
-            f"onnxruntime cannot run {path.name} on the evaluation samples: {first_line(exc)}",
-            "check source.inputs (shapes, dtypes) against the model's inputs",
-        ) from exc
+    runner = WithConstants(_OnSamples(OnnxRunner(session), path.name), constants)
+    if source.state:  # step by step, the state fed back
+        streamed = run_stream(runner, samples, source, names, axes)
+        outputs, extra["steps"] = streamed.outputs, streamed.steps
+        steps = step_samples(samples, streamed, source)
+    else:
+        outputs = run_all(runner, samples, *batching(source), "reference outputs", axes)
+        steps = samples
     if constants or notes:  # the bound, normalised graph computes what the file does
         feeds, _ = next(steps.batches(*batching(source)))
         want = runner.run(feeds) if as_is else evaluated(original, {**feeds, **constants})

@@ -123,12 +123,19 @@ def run_all(
     """Outputs for every sample, one array per model output, batch-first (`axes`: where each
     output's batch axis is in the model's own layout) in sample order (`what`: the task's
     name in the progress shown). A 0-D output of a one-sample batch is that sample's value
-    (a regressor that squeezes its batch axis away: speechmos' PLCMOS)."""
+    (a regressor that squeezes its batch axis away: speechmos' PLCMOS); of a larger batch, an
+    error."""
     chunks = []
     with progress.task(what, total=len(samples), unit="samples") as task:
         for feeds, size in samples.batches(batch, fixed):
             outs = axes.first(runner.run(feeds))
-            if batch == 1:
+            if any(o.ndim == 0 for o in outs):
+                if batch != 1:
+                    raise EdgeflowError(
+                        f"an output is 0-D: one value for a batch of {batch} samples, with no "
+                        "axis that holds them",
+                        "declare the inputs with a batch of 1, or give the output a batch axis",
+                    )
                 outs = [o.reshape(1) if o.ndim == 0 else o for o in outs]
             chunks.append([unpadded(o, size, batch, fixed) for o in outs])
             task.advance(size)

@@ -235,3 +235,37 @@ def test_an_output_named_as_an_input_is_refused_at_its_key(tmp_path: Path, write
         match=r"recipe\.yaml:\d+:\d+: source\.outputs\[0\]: output 'x' has the name of an input",
     ):
         load_recipe(recipe)
+
+
+def test_onnxruntime_failing_on_the_samples_is_the_models_error_not_edgeflows() -> None:
+    """An error onnxruntime raises on the evaluation samples is reported as the model
+    failing on the data, naming the file; an error in edgeflow's code around the runs (here
+    joining the outputs of batches that returned different numbers of them) is not dressed
+    as onnxruntime's: it stays a bug, with its own type and traceback."""
+    from edgeflow.data import Samples
+    from edgeflow.stages.ingest import _OnSamples
+    from edgeflow.verify.runners import OnnxRunner, run_all
+
+    reshape = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([3, 3], np.int64), "shape")],  # 8 values in 9
+    )
+    model = helper.make_model(reshape, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(EdgeflowError, match=r"^onnxruntime cannot run m\.onnx on the evaluation"):
+        _OnSamples(OnnxRunner(session), "m.onnx").run({"x": np.ones((1, 8), np.float32)})
+
+    class Shrinking:  # two outputs, then one
+        calls = 0
+
+        def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+            self.calls += 1
+            return [feeds["x"]] * (2 if self.calls == 1 else 1)
+
+    samples = Samples({"x": np.ones((4, 8), np.float32)}, None)
+    with pytest.raises(IndexError):
+        run_all(_OnSamples(Shrinking(), "m.onnx"), samples, 2, True)

@@ -97,6 +97,9 @@ def test_a_scalar_output_of_one_sample_batches_is_one_value_per_sample() -> None
 
     (score,) = run_all(Scalar(), Samples({"x": x}, None), 1, True)
     assert score.shape == (5,) and np.array_equal(score, x.sum(1))
+    # from a batch of several samples, a 0-D output says nothing of each: an error
+    with pytest.raises(EdgeflowError, match="an output is 0-D: one value for a batch of 2"):
+        run_all(Scalar(), Samples({"x": x[:4]}, None), 2, True)
 
 
 def test_the_class_axis_cannot_be_the_batch_axis() -> None:
