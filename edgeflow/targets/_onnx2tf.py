@@ -198,10 +198,10 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 files = functools.partial(float_files, fp16=mode == "fp16", routes=routes)
             run, log = _convert_or_retry(source, work, options, target, files)
         produced = work / "out" / f"model_{suffix(q)}.tflite"
-        if onnx2tf_int8 and SEQUENCE_OP in routes.values():  # its float32 file: a loop
+        fused = SEQUENCE_OP in routes.values()
+        if onnx2tf_int8 and fused:  # its float32 file: a loop
             with _contained():
                 float_from_saved_model(work / "out", ["model_float32.tflite"], False)
-        fused = SEQUENCE_OP in routes.values()
         for written in (work / "out").glob("*.tflite") if fused else ():
             unclip_sequence_lstm(written)  # the clip TensorFlow adds to a fused LSTM
         if own_calibration:  # calibrated unclipped, as it will run

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgeflow.core import progress
-from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
 from edgeflow.targets import _onnx2tf
 from edgeflow.targets._tflite_deps import require
@@ -108,8 +108,7 @@ def _guarded(call: Callable[[], Any], what: str, hint: str) -> bytes:
         raise
     except Exception as exc:  # TensorFlow's own error types
         raise EdgeflowError(
-            f"{what} (onnx2tf's float32 file): {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}",
+            f"{what} (onnx2tf's float32 file): {type(exc).__name__}: {first_line(exc)}",
             hint or "see docs/debugging.md",
         ) from None
 

@@ -69,3 +69,25 @@ def test_a_zero_bias_is_kept_for_arm_nn() -> None:
 
     assert kept_bias(np.zeros(3, np.float32)).tolist() == [np.finfo(np.float32).tiny] * 3
     assert kept_bias(np.array([0.0, 1.0], np.float32)).tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("count", [1, 7, 10, 127, 400])
+def test_the_steps_are_split_by_splits_of_at_most_ten_outputs(count: int) -> None:
+    """`split` gives what one tf.split would, in order, from SPLITs of at most 10 outputs
+    (127 steps, with no divisor up to 10, are cut 120 + 7 first)."""
+    import tensorflow as tf
+
+    from edgeflow.targets._tf_recurrent import split
+
+    x = np.arange(count * 2 * 3, dtype=np.float32).reshape(count * 2, 3)  # 2 rows per step
+    graph = (
+        tf.function(lambda t: split(t, count))
+        .get_concrete_function(tf.TensorSpec(x.shape, tf.float32))
+        .graph
+    )
+    fans = [op.get_attr("num_split") for op in graph.get_operations() if op.type == "Split"]
+    assert all(n <= 10 for n in fans) and (count == 1 or fans)
+    parts = [p.numpy() for p in split(tf.constant(x), count)]
+    assert len(parts) == count
+    for got, want in zip(parts, np.split(x, count), strict=True):
+        assert np.array_equal(got, want)
