@@ -52,6 +52,9 @@ from edgeflow.targets._tflite_layout import io_layout
 from edgeflow.targets.base import ConvertJob
 
 ARTIFACT = "model.tflite"
+# The targets whose runtime has no 0-D tensor: a 0-D output is written as [1]
+# (_onnx2tf_copy._rank1_outputs)
+RANK1_OUTPUTS = ("armnn",)
 # onnx2tf's output file suffix for each quantization mode (full integer: int8 in and out).
 SUFFIX = {"none": "float32", "fp16": "float16", "int8": "full_integer_quant"}
 # The sample file onnx2tf downloads into its working directory when it is absent.
@@ -110,6 +113,9 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         info["retry"] = run.retry
     if mode == "int8":
         info["int8"] = int8_record(q, _usable(job))
+        loops = emitted.counts(job.out_dir / ARTIFACT, target).get("WHILE", 0)
+        if loops and q.activations != "int16":  # _tflite_quant.loop_nodes
+            info["int8"]["scheme"] += f"; the operators inside its {loops} loops float"
         if mixed is not None:
             info["fallback"] = mixed
             if mixed["float_layers"]:
@@ -167,7 +173,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
     with tempfile.TemporaryDirectory(prefix="edgeflow-onnx2tf-") as tmp:
         work = Path(tmp)
         source = work / "model.onnx"
-        prepare(job.onnx, source)  # a copy: onnx2tf rewrites the file it reads
+        # a copy: onnx2tf rewrites the file it reads
+        prepare(job.onnx, source, rank1_outputs=target in RANK1_OUTPUTS)
         _write_sample_file(work / SAMPLE_FILE)
         options: dict[str, Any] = {}
         if job.kept_layout:  # a channel-last source: its inputs as declared, not transposed

@@ -19,9 +19,10 @@ NOT_IN_SCOPE = re.compile(r"[^A-Za-z0-9_.\\/>-]")
 OP_NAME_START = re.compile(r"[A-Za-z0-9./]")
 
 
-def prepare(onnx_path: Path, copy: Path) -> None:
-    """Copy the model for onnx2tf, changed where onnx2tf would fail on it; the graph computes
-    the same values, with the same output order.
+def prepare(onnx_path: Path, copy: Path, rank1_outputs: bool = False) -> None:
+    """Copy the model for onnx2tf, changed where onnx2tf would fail on it (or, with
+    `rank1_outputs`, the runtime: see `_rank1_outputs`); the graph computes the same values,
+    with the same output order.
 
     - Constant nodes become initializers: onnx2tf moves initializers to channel-last with the
       tensors they meet, but not a Constant node's value (`images - mean` with mean a
@@ -52,6 +53,7 @@ def prepare(onnx_path: Path, copy: Path) -> None:
     hoisted = constants_to_initializers(graph)
     shaped = _kernel_shapes(graph)
     shaped += _drop_zero_states(model)
+    shaped += _rank1_outputs(graph) if rank1_outputs else 0
     for k in renamed:
         output = graph.output[k]
         graph.node.append(helper.make_node("Identity", [output.name], [f"edgeflow_output_{k}"]))
@@ -60,6 +62,34 @@ def prepare(onnx_path: Path, copy: Path) -> None:
         shutil.copyfile(onnx_path, copy)
         return
     onnx.save(model, str(copy))
+
+
+def _rank1_outputs(graph: Any) -> int:
+    """Give every 0-D graph output the shape [1] (a Reshape behind it, under its name);
+    returns how many. Arm NN has no 0-D tensor: its parser refuses the model at load
+    ("Tensor numDimensions must be greater than 0"), as it did PLCMOS's score, which the
+    model squeezes to 0-D. Verify reads a 0-D output of a one-sample batch as that sample's
+    value, so [1] compares the same."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    produced = {o for node in graph.node for o in node.output}
+    changed = 0
+    for output in graph.output:
+        dims = output.type.tensor_type.shape.dim
+        scalar = output.type.tensor_type.HasField("shape") and len(dims) == 0
+        if not scalar or output.name not in produced:  # (an input passed through: as it is)
+            continue
+        inner = f"{output.name}_0d"
+        for node in graph.node:
+            node.output[:] = [inner if o == output.name else o for o in node.output]
+            node.input[:] = [inner if i == output.name else i for i in node.input]
+        shape = f"{output.name}_shape"
+        graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), shape))
+        graph.node.append(helper.make_node("Reshape", [inner, shape], [output.name]))
+        dims.add().dim_value = 1
+        changed += 1
+    return changed
 
 
 def _drop_zero_states(model: Any) -> int:

@@ -11,18 +11,24 @@ both converters; a node becomes
   tagged `lstm_<id>` for that purpose; Keras 3's is not, and becomes a WHILE loop) into
   UNIDIRECTIONAL_SEQUENCE_LSTM (its cell_clip of 10 removed: `unclip_sequence_lstm`).
   LiteRT and TFLite Micro run it (SEQUENCE_LSTM: the modes in which each does it right);
-  only Y and Y_h: an LSTM whose Y_c is read, or with peepholes, is unrolled;
-- else the node unrolled per time step in TensorFlow (edgeflow.targets._tf_recurrent), each
-  weight stored once: every GRU (TFLite has no GRU operator, and TFLite Micro hangs on the
-  WHILE loop TensorFlow writes for one), everything on armnn (Arm NN 22's parser has no
-  recurrent operator and no WHILE), and LSTMs in int8 on tflite (LiteRT's int8
+  only Y and Y_h: an LSTM whose Y_c is read, or with peepholes, takes a route below;
+- else, where the runtime runs WHILE (LOOPED: LiteRT and TFLite Micro), the node as a loop
+  over its steps, one WHILE per direction whose body is one step
+  (edgeflow.targets._tf_recurrent.looped): every GRU (TFLite has no GRU operator, and
+  TFLite Micro hangs on the WHILE loop TensorFlow writes for a Keras GRU: its TensorList
+  ops), LSTMs whose Y_c is read or with peepholes, LSTMs in int8 on tflite (LiteRT's int8
   UNIDIRECTIONAL_SEQUENCE_LSTM computes stacked layers wrong: relative error 1.05 on two
-  layers of 16 over 20 steps, where TFLite Micro's, on the same file, is 0.005).
+  layers of 16 over 20 steps, where TFLite Micro's, on the same file, is 0.005) and
+  bidirectional ones in int8 on tflite_micro (in int8 the loops stay float32:
+  _tflite_quant.loop_nodes);
+- else (armnn: Arm NN 22's parser has no recurrent operator and no WHILE) the node unrolled
+  per time step in TensorFlow (edgeflow.targets._tf_recurrent.unrolled), each weight
+  stored once.
 
 Measured (onnx2tf + converter CPU, float32 against onnxruntime, 2026-12): a Conv1d + 3-layer
 LSTM of 256 over 160 steps + Linear as layers, 9 s, relative error 1.3e-6, the .tflite 1.00x
-the ONNX file; unrolled, see _tf_recurrent. What neither form expresses is refused with the
-reason (onnx2tf then fails with it): sequence_lens, clip, input_forget, activations other
+the ONNX file; looped and unrolled, see _tf_recurrent. What no form expresses is refused with
+the reason (onnx2tf then fails with it): sequence_lens, clip, input_forget, activations other
 than the defaults.
 """
 
@@ -38,15 +44,17 @@ from typing import Any
 import numpy as np
 
 from edgeflow.rules.onnx.recurrent import DEFAULT_ACTIVATIONS
-from edgeflow.targets._tf_recurrent import Recurrent, unrolled
+from edgeflow.targets._tf_recurrent import Recurrent, looped, unrolled
 from edgeflow.targets._tflite_deps import require
 
 # Per target, the quantization modes in which its runtime runs UNIDIRECTIONAL_SEQUENCE_LSTM
 # right (see the module docstring); elsewhere LSTMs are unrolled.
 SEQUENCE_LSTM = {"tflite": ("none", "fp16"), "tflite_micro": ("none", "fp16", "int8")}
+# The targets whose runtime runs WHILE: elsewhere a node is unrolled.
+LOOPED = ("tflite", "tflite_micro")
 # The targets whose runtime rejects a FULLY_CONNECTED without a bias (Arm NN 22).
 BIASED = ("armnn",)
-SEQUENCE_OP, UNROLLED = "sequence op", "unrolled"  # the routes a node takes
+SEQUENCE_OP, LOOP, UNROLLED = "sequence op", "loop", "unrolled"  # the routes a node takes
 
 
 class Unsupported(ValueError):
@@ -57,7 +65,7 @@ class Unsupported(ValueError):
 def sequence_layers(target: str, mode: str) -> Iterator[dict[str, str]]:
     """While onnx2tf converts for `target` in quantization `mode`, its LSTM and GRU
     converters are ours (see the module docstring). Yields the route each node took, by
-    node name: SEQUENCE_OP or UNROLLED."""
+    node name: SEQUENCE_OP, LOOP or UNROLLED."""
     modules: dict[str, Any] = {
         op: importlib.import_module(f"onnx2tf.ops.{op}") for op in ("LSTM", "GRU")
     }
@@ -66,7 +74,12 @@ def sequence_layers(target: str, mode: str) -> Iterator[dict[str, str]]:
     routes: dict[str, str] = {}
     for module in modules.values():
         module.make_node = functools.partial(
-            _make_node, layer=layer, int8=mode == "int8", biased=target in BIASED, routes=routes
+            _make_node,
+            layer=layer,
+            loop=target in LOOPED,
+            int8=mode == "int8",
+            biased=target in BIASED,
+            routes=routes,
         )
     try:
         yield routes
@@ -148,6 +161,7 @@ def _make_node(
     graph_node: Any,
     tf_layers_dict: dict[str, Any],
     layer: bool,
+    loop: bool,
     int8: bool,
     biased: bool,
     routes: dict[str, str],
@@ -157,7 +171,8 @@ def _make_node(
     as tf_keras LSTM layers (one per direction) where `layer` allows and the node's final
     cell state and peepholes are unused (in int8: and it runs forward only: TFLite Micro's
     int8 kernel, fed by REVERSE_V2, gave relative error 0.28 on a bidirectional LSTM of 16
-    over 12 steps, unrolled 0.026), else unrolled (edgeflow.targets._tf_recurrent)."""
+    over 12 steps, unrolled 0.026), else looped where `loop` allows, else unrolled
+    (edgeflow.targets._tf_recurrent)."""
     op, inputs, attrs = graph_node.op, graph_node.inputs, graph_node.attrs
     w, r, b = (_constant(inputs, i) for i in range(1, 4))
     if w is None or r is None:
@@ -179,8 +194,8 @@ def _make_node(
         results = _layers(node, x, states, layout)
         routes[graph_node.name] = SEQUENCE_OP
     else:
-        results = _unrolled(node, x, states, layout)
-        routes[graph_node.name] = UNROLLED
+        results = _steps(node, x, states, layout, loop)
+        routes[graph_node.name] = LOOP if loop else UNROLLED
     for out, tensor in zip(graph_node.outputs, results, strict=False):
         if out.name and tensor is not None:
             tf_layers_dict[out.name] = {
@@ -222,26 +237,27 @@ def _layers(node: Recurrent, x: Any, states: list[Any], layout: int) -> list[Any
     return [y, final]
 
 
-def _unrolled(node: Recurrent, x: Any, states: list[Any], layout: int) -> list[Any]:
-    """Y, Y_h (and an LSTM's Y_c) of the node unrolled, each from its own (identity) layer:
-    onnx2tf names an output's layer after the ONNX output, and three outputs of one layer got
-    the keys y2, y2_1, y2_2 in the SavedModel's signature, which no longer say which output
-    is which."""
+def _steps(node: Recurrent, x: Any, states: list[Any], layout: int, loop: bool) -> list[Any]:
+    """Y, Y_h (and an LSTM's Y_c) of the node looped over its steps (`loop`) or unrolled,
+    each from its own (identity) layer: onnx2tf names an output's layer after the ONNX
+    output, and three outputs of one layer got the keys y2, y2_1, y2_2 in the SavedModel's
+    signature, which no longer say which output is which."""
     import tensorflow as tf
 
     tensors = [s for s in states if _is_tensor(s)]
-    return [tf.identity(t) for t in _unrolled_layer(node, layout, states)([x, *tensors])]
+    layer = _steps_layer(node, layout, states, looped if loop else unrolled)
+    return [tf.identity(t) for t in layer([x, *tensors])]
 
 
-def _unrolled_layer(node: Recurrent, layout: int, states: list[Any]) -> Any:
-    """A tf_keras layer that computes the node unrolled: called on [X, the initial states
-    that are tensors], it returns [Y, Y_h, Y_c] in the node's layout (Y_c None for a GRU);
-    constant states (numpy arrays) are its own constants. One layer, not one per op, for
-    onnx2tf's Keras model of thousands of steps' ops."""
+def _steps_layer(node: Recurrent, layout: int, states: list[Any], form: Any) -> Any:
+    """A tf_keras layer that computes the node in `form` (looped or unrolled): called on
+    [X, the initial states that are tensors], it returns [Y, Y_h, Y_c] in the node's layout
+    (Y_c None for a GRU); constant states (numpy arrays) are its own constants. One layer,
+    not one per op, for onnx2tf's Keras model of thousands of steps' ops."""
     import tensorflow as tf
     import tf_keras
 
-    class Unrolled(tf_keras.layers.Layer):
+    class Steps(tf_keras.layers.Layer):
         def call(self, inputs: list[Any]) -> list[Any]:
             x, rest = inputs[0], list(inputs[1:])
             x = tf.transpose(x, [1, 0, 2]) if layout == 1 else x  # time-major [T, B, F]
@@ -249,7 +265,7 @@ def _unrolled_layer(node: Recurrent, layout: int, states: list[Any]) -> Any:
                 s if s is None or not isinstance(s, np.ndarray) else tf.constant(s)
                 for s in (rest.pop(0) if _is_tensor(s) else s for s in states)
             ]
-            y, y_h, y_c = unrolled(
+            y, y_h, y_c = form(
                 node, x, *(_directions(s, layout, len(node.backwards)) for s in given)
             )
             if layout == 1:  # Y [B, T, D, H], Y_h and Y_c [B, D, H]
@@ -258,7 +274,7 @@ def _unrolled_layer(node: Recurrent, layout: int, states: list[Any]) -> Any:
                 y_c = None if y_c is None else tf.transpose(y_c, [1, 0, 2])
             return [y, y_h] if y_c is None else [y, y_h, y_c]
 
-    return Unrolled()
+    return Steps()
 
 
 def _used(outputs: list[Any], model: Any) -> bool:
@@ -287,7 +303,7 @@ def _check(node: Any, inputs: list[Any], attrs: dict[str, Any]) -> None:
     if problems:
         raise Unsupported(
             f"{op} node '{node.name}': {', '.join(problems)} (edgeflow converts neither "
-            "the sequence operator nor its unrolled steps with them)"
+            "the sequence operator nor its steps with them)"
         )
 
 

@@ -1,30 +1,32 @@
-"""ONNX LSTM and GRU as TensorFlow ops, unrolled per time step with each weight stored once.
+"""ONNX LSTM and GRU as TensorFlow ops with each weight stored once: looped over the time
+steps (`looped`, one WHILE per direction) or unrolled per step (`unrolled`).
 
 Where a runtime has no sequence operator for a recurrent node (TFLite has no GRU; Arm NN 22's
 parser has no recurrent operator and no WHILE; LiteRT's int8 UNIDIRECTIONAL_SEQUENCE_LSTM is
 wrong on stacked layers), onnx2tf's converter for the node writes these ops instead
-(`_onnx2tf_recurrent`). TensorFlow's TFLite converter maps them one to one, and every step's
-FULLY_CONNECTED reads the same weight buffer:
+(`_onnx2tf_recurrent`: looped where the runtime runs WHILE, else unrolled). TensorFlow's
+TFLite converter maps them one to one:
 
 - the input projection of all steps is one FULLY_CONNECTED over [steps * batch, features],
-  split per step (and per gate for a GRU) by a tree of SPLITs (`split`), with every bias it
-  can take;
+  with every bias it can take; unrolled, it is split per step (and per gate for a GRU) by a
+  tree of SPLITs (`split`); looped, a step reads its row with SLICE;
 - each step: one FULLY_CONNECTED of the state (two for a GRU with linear_before_reset=0) and
-  the gate equations (LOGISTIC, TANH, MUL, ADD, SUB); a zero initial state skips the first
-  step's recurrent terms;
-- Y, Y_h and Y_c are CONCATENATIONs of the steps' states (`stack`), in the ONNX shapes of
-  either layout.
+  the gate equations (LOGISTIC, TANH, MUL, ADD, SUB); unrolled, a zero initial state skips
+  the first step's recurrent terms, and every step's FULLY_CONNECTED reads the same weight
+  buffer;
+- Y, Y_h and Y_c are CONCATENATIONs of the steps' states (`stack`; looped, Y is written a
+  row per step by DYNAMIC_UPDATE_SLICE), in the ONNX shapes of either layout.
 
-Only ops that LiteRT, TFLite Micro and Arm NN 22 all run: for armnn every FULLY_CONNECTED
-has a bias (Arm NN rejects one without: a zero bias is written as 2^-126, which TensorFlow
-keeps; `Recurrent.biased`), no
-CONCATENATION of more than 10 inputs (TFLite Micro's limit), no PACK (see `stack`), no
-FULLY_CONNECTED of a 3-D input (Arm NN 22 rejects its keep_num_dims shape).
+Unrolled, only ops that LiteRT, TFLite Micro and Arm NN 22 all run: for armnn every
+FULLY_CONNECTED has a bias (Arm NN rejects one without: a zero bias is written as 2^-126,
+which TensorFlow keeps; `Recurrent.biased`), no CONCATENATION of more than 10 inputs
+(TFLite Micro's limit), no PACK (see `stack`), no FULLY_CONNECTED of a 3-D input (Arm NN 22
+rejects its keep_num_dims shape).
 
-Measured (TensorFlow's converter CPU, float32 against onnxruntime, 2026-12): a 2-layer GRU of
-256 over 200 steps converts in 5.3 s, weights 1.00x the ONNX file's, relative error 4.7e-7
-(LiteRT), 3.1e-7 (TFLite Micro, Arm NN); a 3-layer LSTM of 256 over 160 steps, 5.8 s,
-8.5e-7 (LiteRT), 5.1e-7 (TFLite Micro).
+Measured (onnx2tf and TensorFlow's converter CPU, float32 against onnxruntime, 2026-12,
+benchmarks/recurrent.py): a 2-layer GRU of 256 over 200 steps converts looped in 5.5 s
+(unrolled 18.9 s), weights 1.00x the source's, relative error 6.9e-7 (LiteRT), 3.1e-7
+(TFLite Micro, and Arm NN unrolled).
 """
 
 from __future__ import annotations
@@ -85,6 +87,68 @@ def unrolled(
     y = stack(ys, axis=1)  # [T, D, B, H]
     y_c = stack(last_c, axis=0) if node.op == "LSTM" else None
     return y, stack(last_h, axis=0), y_c
+
+
+def looped(
+    node: Recurrent, x: Any, initial_h: list[Any] | None, initial_c: list[Any] | None
+) -> tuple[Any, Any, Any]:
+    """As `unrolled`, each direction as one loop over the steps (tf.while_loop, which the
+    converter writes as a WHILE operator whose body is one step): the ops stay as few as at
+    one step whatever the length, for runtimes that run WHILE (LiteRT, TFLite Micro).
+
+    The input projection of all steps is one FULLY_CONNECTED before the loop; the loop carries
+    the step, the states, the projection X [T, B, G*H] and Y [T, B, H]. A step reads its row of
+    X with SLICE and writes its state into Y with DYNAMIC_UPDATE_SLICE (each O(B * H), not a
+    copy of the sequence). It also writes its row of X back in place: TensorFlow's calibrator
+    (every int8 build) segfaults on a WHILE whose body returns a loop input unchanged, and X
+    otherwise is one. The weights are constants of the body, created in it (an outer tensor
+    would be another loop input passed through)."""
+    import tensorflow as tf
+
+    steps, batch = int(x.shape[0]), int(x.shape[1])
+    flat = tf.reshape(x, [-1, int(x.shape[-1])])  # [T * B, F]
+    zeros = tf.zeros([batch, node.hidden])
+    ys, last_h, last_c = [], [], []
+    for d in range(len(node.backwards)):
+        projected = _Cell(node, d).projection(flat)
+        projected = tf.reshape(projected, [steps, batch, int(projected.shape[-1])])
+        states = [initial_h[d] if initial_h else zeros]
+        if node.op == "LSTM":
+            states.append(initial_c[d] if initial_c else zeros)
+        y, h, c = _loop(node, d, projected, states)
+        ys.append(y)
+        last_h.append(h)
+        last_c.append(c)
+    y = stack(ys, axis=1)  # [T, D, B, H]
+    y_c = stack(last_c, axis=0) if node.op == "LSTM" else None
+    return y, stack(last_h, axis=0), y_c
+
+
+def _loop(node: Recurrent, d: int, projected: Any, states: list[Any]) -> tuple[Any, Any, Any]:
+    """Direction d as one tf.while_loop over the input projection [T, B, G*H], from the
+    initial states ([h] or [h, c]): Y [T, B, H], the final h and c (None for a GRU)."""
+    import tensorflow as tf
+    from tensorflow.compiler.tf2xla.python import xla
+
+    steps, batch, width = (int(n) for n in projected.shape)
+    lstm, backwards = node.op == "LSTM", node.backwards[d]
+
+    def body(i: Any, *carried: Any) -> list[Any]:
+        h, c = carried[0], carried[1] if lstm else None
+        xs, y = carried[-2:]
+        cell = _Cell(node, d)  # the step's constants, in the body's graph
+        at = tf.stack([steps - 1 - i if backwards else i, 0, 0])
+        row = tf.slice(xs, at, [1, batch, width])
+        xs = xla.dynamic_update_slice(xs, row, at)
+        h, c = cell.step(cell.parts(tf.reshape(row, [batch, width])), h, c)
+        y = xla.dynamic_update_slice(y, tf.expand_dims(h, 0), at)
+        return [i + 1, h, *([c] if lstm else []), xs, y]
+
+    # Y starts as any [T, B, H] tensor, each row is overwritten: a zero constant would be
+    # stored in the file, as large as a layer's weights
+    start = [tf.constant(0), *states, projected, projected[:, :, : node.hidden]]
+    done = tf.while_loop(lambda i, *_: i < steps, body, start)
+    return done[-1], done[1], done[2] if lstm else None
 
 
 def stack(tensors: list[Any], axis: int) -> Any:
@@ -188,14 +252,20 @@ class _Cell:
         peep = node.p[d] if node.p is not None else None
         self.p = None if peep is None or not peep.any() else tf.split(tf.constant(peep), 3)
 
-    def inputs(self, flat: Any, steps: int) -> list[list[Any]]:
-        """The input projection of every step: per part (the whole gate vector for an LSTM,
-        z, r and h for a GRU), a list of [B, parts' width] tensors, one per step."""
+    def projection(self, flat: Any) -> Any:
+        """The input projection of every step: [T * B, G * H] of the input [T * B, F]."""
+        return _linear(flat, self.w, self.wb)
+
+    def parts(self, projected: Any) -> list[Any]:
+        """A projection's parts as a step reads them: the whole gate vector for an LSTM; z, r
+        and h for a GRU."""
         import tensorflow as tf
 
-        projected = _linear(flat, self.w, self.wb)
-        parts = tf.split(projected, 3, axis=1) if self.op == "GRU" else [projected]
-        return [split(part, steps) for part in parts]
+        return tf.split(projected, 3, axis=1) if self.op == "GRU" else [projected]
+
+    def inputs(self, flat: Any, steps: int) -> list[list[Any]]:
+        """Per part (see `parts`), a list of [B, part's width] tensors, one per step."""
+        return [split(part, steps) for part in self.parts(self.projection(flat))]
 
     def step(self, x: list[Any], h: Any, c: Any) -> tuple[Any, Any]:
         if self.op == "LSTM":

@@ -69,6 +69,9 @@ def io_layout(
     for k, (name, dims) in enumerate(onnx_out):
         pos = order[k]
         shape = tuple(int(d) for d in out_details[pos]["shape"])
+        if not dims and shape == (1,):  # a 0-D output written as [1] (RANK1_OUTPUTS)
+            outputs.append({"name": name, "index": pos, "perm": [0], "candidates": [[0]]})
+            continue
         if len(shape) != len(dims):
             raise EdgeflowError(f"output '{name}': .tflite shape {shape} vs ONNX {dims}")
         identity, to_nchw = tuple(range(len(dims))), inverse(channel_last(len(dims)))

@@ -156,9 +156,11 @@ def whole_batches(calibration: Samples | None, inputs: list[TensorSpec]) -> Iter
 
 def quantize(calibrated: bytes, job: ConvertJob, float_nodes: list[str]) -> bytes:
     """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
-    names) kept float."""
+    names) kept float, and every operator inside a loop (`loop_nodes`)."""
     tf = require("tensorflow", "tflite")
     from tensorflow.lite.python import convert
+
+    float_nodes = [*float_nodes, *loop_nodes(calibrated)]
 
     return bytes(
         convert.mlir_quantize(
@@ -170,3 +172,22 @@ def quantize(calibrated: bytes, job: ConvertJob, float_nodes: list[str]) -> byte
             denylisted_nodes=float_nodes or None,
         )
     )
+
+
+def loop_nodes(model: bytes) -> list[str]:
+    """The output tensor names of every operator outside the main subgraph: the bodies and
+    conditions of WHILE loops (a recurrent layer looped over its steps, _tf_recurrent). The
+    int8 quantizer gives a tensor in a loop one scale for every step, where the steps of an
+    unrolled layer each get their own: on PLCMOS's GRUs over 625 frames, whose gate inputs
+    span +-2.6 in most steps and +-90 in a few, the output's SQNR was 13.7 dB (unrolled,
+    34.4 dB); with the loops kept float and everything else int8, 47.4 dB."""
+    schema = require("ai_edge_litert.schema_py_generated", "tflite")
+    root = schema.Model.GetRootAs(model, 0)
+    names = []
+    for g in range(1, root.SubgraphsLength()):
+        graph = root.Subgraphs(g)
+        for i in range(graph.OperatorsLength()):
+            op = graph.Operators(i)
+            for k in range(op.OutputsLength()):
+                names.append(graph.Tensors(op.Outputs(k)).Name().decode())
+    return names

@@ -76,3 +76,50 @@ def test_a_python_without_pyarmnn_gets_the_install_command(monkeypatch, tmp_path
         ArmnnRunner(tmp_path / "model.tflite", {"inputs": [], "outputs": []})
     assert info.value.exit_code == 2
     assert "apt-get install -y python3-pyarmnn" in info.value.message
+
+
+@needs_tflite
+@needs_armnn
+@pytest.mark.parametrize("mode", ["none", "int8"])
+def test_a_zero_dimensional_output_is_read_as_one_value(
+    mode: str, tmp_path: Path, shared_cache: Path
+) -> None:
+    """Arm NN has no 0-D tensor (its parser refused PLCMOS's squeezed score at load: "Tensor
+    numDimensions must be greater than 0"): the output is written as [1], and verify reads
+    it as the sample's value."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((1, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),  # armnn: a bias
+            helper.make_node("Tanh", ["g"], ["t"]),
+            helper.make_node("Reshape", ["t", "empty"], ["score"]),  # [1, 1] -> 0-D
+        ],
+        "score",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, [])],
+        [
+            weight,
+            numpy_helper.from_array(np.array([0.1], np.float32), "b"),
+            numpy_helper.from_array(np.zeros(0, np.int64), "empty"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "score.onnx")
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((8, 8)).astype(np.float32))
+    (tmp_path / "recipe.yaml").write_text(
+        "source: {kind: onnx, model: score.onnx, inputs: [{name: x, shape: [1, 8]}]}\n"
+        "calibration: {dataset: data.npz}\n"
+        "evaluation: {dataset: data.npz, metric: agreement}\n"
+        f"quantization: {{mode: {mode}}}\ntarget: armnn\n"
+    )
+    args = [f"recipe={tmp_path / 'recipe.yaml'}", f"cache_dir={shared_cache}"]
+    assert main(["run", *args, f"build_dir={tmp_path}/b"]) == 0
+    metrics = json.loads((tmp_path / "b" / "recipe" / f"armnn-{mode}" / "metrics.json").read_text())
+    assert metrics["verified"] is True
+    figures = metrics["agreement"]["outputs"]["score"]
+    assert figures["sqnr_db"] >= (25 if mode == "int8" else 100), figures

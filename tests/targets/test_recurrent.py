@@ -2,7 +2,7 @@
 target (tflite and tflite_micro as one UNIDIRECTIONAL_SEQUENCE_LSTM, armnn unrolled in
 TensorFlow, onnxruntime_micro with its native LSTM kernel) and verified against PyTorch; and
 LSTMs and GRUs at real lengths (160 steps), as the runtime's sequence operator where it has
-one and unrolled where not, each weight stored once."""
+one, else a WHILE loop where the runtime runs one, else unrolled, each weight stored once."""
 
 from __future__ import annotations
 
@@ -137,9 +137,9 @@ def test_a_recurrent_layer_at_a_real_length_converts_with_its_weights_once(
 ) -> None:
     """160 steps, float32 within 1e-4 of PyTorch (measured: 1e-6 and below), the artifact's
     constants within 1.1x the source's weights: an LSTM as one UNIDIRECTIONAL_SEQUENCE_LSTM
-    per layer and direction on tflite and tflite_micro; a GRU (no TFLite operator), and
-    every layer on armnn (no recurrent operator in its parser), unrolled with each weight
-    stored once (no WHILE loop in either)."""
+    per layer and direction on tflite and tflite_micro (its initial state an input too); a
+    GRU (no TFLite operator) as one WHILE loop per layer there; every layer on armnn (no
+    recurrent operator and no WHILE in its parser) unrolled."""
     import numpy as np
 
     from edgeflow.targets import emitted
@@ -162,13 +162,16 @@ def test_a_recurrent_layer_at_a_real_length_converts_with_its_weights_once(
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["verified"] is True and metrics["agreement"]["max_relative_diff"] <= 1e-4
     ops = {emitted.base(k): n for k, n in emitted.counts(out / "model.tflite", target).items()}
-    assert "WHILE" not in ops
-    if init.get("kind") == "GRU" or target == "armnn":
-        assert "UNIDIRECTIONAL_SEQUENCE_LSTM" not in ops and "LOGISTIC" in ops
+    loops = init["layers"] * (2 if init.get("bidirectional") else 1)
+    if target == "armnn":
+        assert "WHILE" not in ops and "UNIDIRECTIONAL_SEQUENCE_LSTM" not in ops
+        assert ops["LOGISTIC"] >= 2 * 160 * loops  # every step's gates
+    elif init.get("kind") == "GRU":
+        assert ops["WHILE"] == loops and "UNIDIRECTIONAL_SEQUENCE_LSTM" not in ops
+        assert ops["LOGISTIC"] == 2 * loops  # z and r, in each loop's body
     else:
-        directions = 2 if init.get("bidirectional") else 1
-        assert ops["UNIDIRECTIONAL_SEQUENCE_LSTM"] == init["layers"] * directions
-        assert "LOGISTIC" not in ops
+        assert ops["UNIDIRECTIONAL_SEQUENCE_LSTM"] == loops
+        assert "LOGISTIC" not in ops and "WHILE" not in ops
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("long", tmp_path / "long.py")
@@ -184,8 +187,8 @@ def test_a_recurrent_layer_at_a_real_length_converts_with_its_weights_once(
 @pytest.mark.parametrize("target", ["tflite", "tflite_micro", "armnn", "onnxruntime_micro"])
 def test_an_lstm_builds_in_int8(target: str, tmp_path: Path, shared_cache: Path) -> None:
     """Measured: top-1 agreement 0.964-0.972, SQNR 40.3-45.4 dB (docs/coverage.md). In int8,
-    tflite unrolls the LSTM (LiteRT's int8 sequence operator gets stacked layers wrong);
-    tflite_micro keeps it as UNIDIRECTIONAL_SEQUENCE_LSTM."""
+    tflite loops over the LSTM's steps (LiteRT's int8 sequence operator gets stacked layers
+    wrong); tflite_micro keeps it as UNIDIRECTIONAL_SEQUENCE_LSTM; armnn unrolls it."""
     metrics = build(tmp_path, shared_cache, target, "int8", 0.1)
     assert metrics["verified"] is True
     assert metrics["agreement"]["top1"] >= 0.9
@@ -193,6 +196,7 @@ def test_an_lstm_builds_in_int8(target: str, tmp_path: Path, shared_cache: Path)
         convert = stage_record(tmp_path / "recipe.yaml", shared_cache, tmp_path / "b", "convert")
         fused = "UNIDIRECTIONAL_SEQUENCE_LSTM" in convert["operators"]
         assert fused == (target == "tflite_micro")
+        assert ("WHILE" in convert["operators"]) == (target == "tflite")
 
 
 @pytest.mark.slow
@@ -202,9 +206,9 @@ def test_an_lstm_builds_in_int8(target: str, tmp_path: Path, shared_cache: Path)
 def test_an_lstm_whose_outputs_are_all_read_keeps_them_apart(
     target: str, mode: str, tmp_path: Path, shared_cache: Path
 ) -> None:
-    """A bare LSTM node whose Y, Y_h and Y_c are all graph outputs converts unrolled (Y_c is
-    read) and verifies each of them: float32 on armnn, int8 on tflite (calibrated from the
-    SavedModel, see the next test)."""
+    """A bare LSTM node whose Y, Y_h and Y_c are all graph outputs converts without the
+    sequence operator (Y_c is read: looped on tflite, unrolled on armnn) and verifies each of
+    them: float32 on armnn, int8 on tflite."""
     import numpy as np
     import onnx
 

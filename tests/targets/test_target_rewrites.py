@@ -69,7 +69,7 @@ def test_default_decompositions_follow_the_measured_operator_list(name: str) -> 
 )
 def test_no_target_unrolls_recurrent_layers_in_onnx(name: str) -> None:
     """The TFLite family converts LSTM and GRU itself, as the runtime's sequence operator
-    or unrolled in TensorFlow with each weight stored once (targets/_onnx2tf_recurrent.py;
+    or looped or unrolled in TensorFlow with each weight stored once (targets/_onnx2tf_recurrent.py;
     onnx2tf converts onnx.unroll_recurrent's graph of a 160-step LSTM for far more than 15
     minutes); the ONNX runtimes have native kernels."""
     assert "onnx.unroll_recurrent" not in [e["rule"] for e in load_profile(name).rewrites]

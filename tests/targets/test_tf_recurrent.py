@@ -1,6 +1,6 @@
-"""The TensorFlow unrolling of ONNX LSTM and GRU (edgeflow.targets._tf_recurrent) computes
-what onnxruntime's kernels compute: every direction, initial states, peepholes, both GRU
-reset forms; Y, Y_h and Y_c."""
+"""The TensorFlow forms of ONNX LSTM and GRU (edgeflow.targets._tf_recurrent), unrolled and
+looped, compute what onnxruntime's kernels compute: every direction, initial states,
+peepholes, both GRU reset forms; Y, Y_h and Y_c."""
 
 from __future__ import annotations
 
@@ -25,14 +25,19 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("biased", [True, False], ids=["armnn's biases", "zero biases left out"])
+@pytest.mark.parametrize(
+    ("form", "biased"),
+    [("unrolled", True), ("looped", False)],
+    ids=["unrolled, armnn's biases", "looped, zero biases left out"],
+)
 @pytest.mark.parametrize(("op", "direction", "options"), CASES)
-def test_unrolled_steps_match_onnxruntime(
-    op: str, direction: str, options: dict, biased: bool
+def test_the_steps_match_onnxruntime(
+    op: str, direction: str, options: dict, form: str, biased: bool
 ) -> None:
     import tensorflow as tf
 
-    from edgeflow.targets._tf_recurrent import Recurrent, unrolled
+    from edgeflow.targets import _tf_recurrent
+    from edgeflow.targets._tf_recurrent import Recurrent
 
     m = recurrent(op, direction, **options)
     node = m.graph.node[0]
@@ -56,7 +61,7 @@ def test_unrolled_steps_match_onnxruntime(
             None if name not in inputs else tf.unstack(tf.constant(inputs[name]))
             for name in ("h0", "c0")
         ]
-        y, y_h, y_c = unrolled(spec, tf.constant(inputs["x"]), *states)
+        y, y_h, y_c = getattr(_tf_recurrent, form)(spec, tf.constant(inputs["x"]), *states)
         got = {"Y": y, "Y_h": y_h, "Y_c": y_c}
         for name, value in want.items():
             np.testing.assert_allclose(got[name].numpy(), value, atol=2e-6, err_msg=name)
