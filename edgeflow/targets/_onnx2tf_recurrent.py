@@ -259,20 +259,25 @@ def _steps_layer(node: Recurrent, layout: int, states: list[Any], form: Any) -> 
 
     class Steps(tf_keras.layers.Layer):
         def call(self, inputs: list[Any]) -> list[Any]:
-            x, rest = inputs[0], list(inputs[1:])
-            x = tf.transpose(x, [1, 0, 2]) if layout == 1 else x  # time-major [T, B, F]
-            given = [
-                s if s is None or not isinstance(s, np.ndarray) else tf.constant(s)
-                for s in (rest.pop(0) if _is_tensor(s) else s for s in states)
-            ]
-            y, y_h, y_c = form(
-                node, x, *(_directions(s, layout, len(node.backwards)) for s in given)
-            )
-            if layout == 1:  # Y [B, T, D, H], Y_h and Y_c [B, D, H]
-                y = tf.transpose(y, [2, 0, 1, 3])
-                y_h = tf.transpose(y_h, [1, 0, 2])
-                y_c = None if y_c is None else tf.transpose(y_c, [1, 0, 2])
-            return [y, y_h] if y_c is None else [y, y_h, y_c]
+            return compute(list(inputs))
+
+    # a tf.function: traced once, when onnx2tf builds its Keras model, and called as that
+    # graph again when the model is traced for conversion (else every step's ops are built
+    # twice in Python: PLCMOS unrolled for armnn, 14 s and 17 s)
+    @tf.function(autograph=False)
+    def compute(inputs: list[Any]) -> list[Any]:
+        x, rest = inputs[0], list(inputs[1:])
+        x = tf.transpose(x, [1, 0, 2]) if layout == 1 else x  # time-major [T, B, F]
+        given = [
+            s if s is None or not isinstance(s, np.ndarray) else tf.constant(s)
+            for s in (rest.pop(0) if _is_tensor(s) else s for s in states)
+        ]
+        y, y_h, y_c = form(node, x, *(_directions(s, layout, len(node.backwards)) for s in given))
+        if layout == 1:  # Y [B, T, D, H], Y_h and Y_c [B, D, H]
+            y = tf.transpose(y, [2, 0, 1, 3])
+            y_h = tf.transpose(y_h, [1, 0, 2])
+            y_c = None if y_c is None else tf.transpose(y_c, [1, 0, 2])
+        return [y, y_h] if y_c is None else [y, y_h, y_c]
 
     return Steps()
 

@@ -153,18 +153,22 @@ def _loop(node: Recurrent, d: int, projected: Any, states: list[Any]) -> tuple[A
 
 def stack(tensors: list[Any], axis: int) -> Any:
     """tf.stack written as CONCATENATIONs of at most MAX_CONCAT_INPUTS inputs (TFLite Micro's
-    limit) of the tensors reshaped with the new axis: Arm NN 22 computes an int8 PACK of
-    states with their own scales wrong (relative error 1.36 on a GRU of 16 over 12 steps,
-    where LiteRT's is 0.06, and its heap is corrupted: "free(): invalid next size")."""
+    limit): Arm NN 22 computes an int8 PACK of states with their own scales wrong (relative
+    error 1.36 on a GRU of 16 over 12 steps, where LiteRT's is 0.06, and its heap is
+    corrupted: "free(): invalid next size"). On axis 0 the tensors are joined as they are and
+    one RESHAPE adds the axis; on another axis each is reshaped with the new axis first."""
     import tensorflow as tf
 
-    pieces = [tf.expand_dims(t, axis) for t in tensors]
+    pieces = tensors if axis == 0 else [tf.expand_dims(t, axis) for t in tensors]
     while len(pieces) > MAX_CONCAT_INPUTS:
         pieces = [
             tf.concat(pieces[i : i + MAX_CONCAT_INPUTS], axis)
             for i in range(0, len(pieces), MAX_CONCAT_INPUTS)
         ]
-    return pieces[0] if len(pieces) == 1 else tf.concat(pieces, axis)
+    out = pieces[0] if len(pieces) == 1 else tf.concat(pieces, axis)
+    if axis == 0:  # [n * d0, ...] -> [n, d0, ...]
+        out = tf.reshape(out, [len(tensors), *(int(d) for d in tensors[0].shape)])
+    return out
 
 
 def split(tensor: Any, count: int) -> list[Any]:
