@@ -98,6 +98,25 @@ class BeatNetOffline(BDA):
         return super().forward(data)
 '''
 
+# g2pM's tagger (its weights are NumPy arrays named like a torch state dict, run by NumPy
+# code): a bidirectional LSTM of 32 over the embedded characters of a sentence, then
+# Linear-ReLU-Linear to 876 pronunciations at every character. The embedding lookup is the
+# host's (token ids are the transformer issue's): the model takes the embedded sentence.
+G2PM = """
+from torch import nn
+
+
+class G2pMTagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(64, 32, batch_first=True, bidirectional=True)
+        self.logit_layer = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 876))
+
+    def forward(self, chars):
+        y, _ = self.lstm(chars)
+        return self.logit_layer(y)
+"""
+
 # name: (class, init, steps, features, extra inputs: name -> shape)
 DEV: dict[str, tuple[str, dict[str, Any], int, int, dict[str, list[int]]]] = {
     # a 3-layer LSTM of 256 over 160 frames of 40 features (a speaker encoder's size)
@@ -158,6 +177,16 @@ TRAINED: dict[str, tuple[str, str, dict[str, Any], list[dict[str, Any]], dict[st
         [{"name": "features", "shape": [1, 400, 272]}],
         {"activations": "values"},
     ),
+    # g2pM: its tagger (G2PM) over a 64-character sentence, the weights from its NumPy
+    # arrays (`write_g2pm`: a state dict beside the recipes), the input its embedding of
+    # random character ids
+    "g2pm": (
+        "g2pM==0.1.2.5",
+        "g2pM",
+        {"kind": "pytorch", "model": "g2pm_tagger.py:G2pMTagger", "weights": "./g2pm.pt"},
+        [{"name": "chars", "shape": [1, 64, 64]}],
+        {"logits": "values"},
+    ),
 }
 
 
@@ -201,7 +230,7 @@ def trained_source(name: str) -> str:
     if keys["kind"] == "onnx":
         keys["model"] = str(folder / keys["model"])
     if "weights" in keys:
-        keys["weights"] = str(folder / keys["weights"])
+        keys["weights"] = str(weights_file(name, folder))
     declared = []
     for spec in inputs:
         spec = {**spec, "dtype": "float32"}
@@ -212,6 +241,15 @@ def trained_source(name: str) -> str:
     kinds = {k: {"kind": v} for k, v in outputs.items()}
     evaluation = {"dataset": f"data_{name}.npz", "metric": "agreement", "outputs": kinds}
     return f"source: {json.dumps(keys)}\nevaluation: {json.dumps(evaluation)}\n"
+
+
+def weights_file(name: str, folder: Path, work: Path | None = None) -> Path:
+    """A trained model's weights: in its package's folder, or ./NAME beside the recipes
+    (written by the benchmark, as `write_g2pm` does; relative to the recipe without work)."""
+    given = TRAINED[name][2]["weights"]
+    if given.startswith("./"):
+        return work / given if work is not None else Path(given)
+    return folder / given
 
 
 def installed(name: str) -> Path:
@@ -225,7 +263,25 @@ def installed(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def write_g2pm(work: Path) -> None:
+    """g2pM's tagger weights as a torch state dict, and its data: the embedding of random
+    character ids (from the arrays the package ships)."""
+    import pickle
+
+    import torch
+
+    with (installed("g2pm") / "np_ckpt.pkl").open("rb") as f:
+        arrays = pickle.load(f)  # the installed package's own file
+    embedding = arrays.pop("embedding.weight")
+    torch.save({k: torch.from_numpy(v) for k, v in arrays.items()}, work / "g2pm.pt")
+    ids = np.random.default_rng(0).integers(1, len(embedding), (8, 64))
+    np.savez(work / "data_g2pm.npz", chars=embedding[ids].astype(np.float32))
+
+
 def write_data(work: Path, name: str) -> None:
+    if name == "g2pm":
+        write_g2pm(work)
+        return
     if name in TRAINED:
         rng = np.random.default_rng(0)
         data = {}
@@ -327,7 +383,7 @@ def source_weights(work: Path, name: str) -> int:
             return sum(int(np.prod(t.dims)) * 4 for t in floats)
         import torch
 
-        state = torch.load(installed(name) / source["weights"], weights_only=True)
+        state = torch.load(weights_file(name, installed(name), work), weights_only=True)
         return int(sum(t.numel() for t in state.values()) * 4)
 
     spec = importlib.util.spec_from_file_location("bench_models", work / "models.py")
@@ -376,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     (work / "models.py").write_text(MODELS)
     (work / "beatnet_offline.py").write_text(BEATNET)
+    (work / "g2pm_tagger.py").write_text(G2PM)
     rows = []
     for name in args.models.split(","):
         try:
