@@ -48,7 +48,7 @@ from edgeflow.targets._tf_recurrent import Recurrent, looped, unrolled
 from edgeflow.targets._tflite_deps import require
 
 # Per target, the quantization modes in which its runtime runs UNIDIRECTIONAL_SEQUENCE_LSTM
-# right (see the module docstring); elsewhere LSTMs are unrolled.
+# right (see the module docstring); elsewhere LSTMs are looped or unrolled.
 SEQUENCE_LSTM = {"tflite": ("none", "fp16"), "tflite_micro": ("none", "fp16", "int8")}
 # The targets whose runtime runs WHILE: elsewhere a node is unrolled.
 LOOPED = ("tflite", "tflite_micro")
