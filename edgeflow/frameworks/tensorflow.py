@@ -265,10 +265,14 @@ class TfRunner:
     def __init__(self, model: TfModel) -> None:
         self.tf = require()
         self.model = model
+        # in graph mode, as Keras' own predict runs a model: eagerly, a recurrent layer runs
+        # its steps one op at a time (sleepecg's two bidirectional GRUs over 960 epochs, 8
+        # samples: 104 s of its 114 s tf_load)
+        self._call = self.tf.function(model.call, reduce_retracing=True)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         tensors = {k: self.tf.constant(v) for k, v in feeds.items()}
-        return [np.asarray(t) for t in self.model.call(tensors)]
+        return [np.asarray(t) for t in self._call(tensors)]
 
 
 def save_canonical(model: TfModel, specs: list[TensorSpec], outputs: list[str], path: Path) -> None:
