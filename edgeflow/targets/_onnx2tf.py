@@ -114,7 +114,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     if mode == "int8":
         info["int8"] = int8_record(q, _usable(job))
         loops = emitted.counts(job.out_dir / ARTIFACT, target).get("WHILE", 0)
-        if loops and q.activations != "int16":  # _tflite_quant.loop_nodes
+        if loops:  # _tflite_quant.loop_nodes (a 16x8 build has none: sequence_layers)
             info["int8"]["scheme"] += f"; the operators inside its {loops} loops float"
         if mixed is not None:
             info["fallback"] = mixed
@@ -197,7 +197,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 "input_quant_dtype": "int8",
                 "output_quant_dtype": "int8",
             }
-        with _contained(), sequence_layers(target, mode) as routes:
+        sixteen = mode == "int8" and q.activations == "int16"
+        with _contained(), sequence_layers(target, mode, sixteen) as routes:
             # onnx2tf's own int8 run writes every file; else it stops at its Keras model and
             # edgeflow writes the float files the build reads (`float_files`)
             files = None

@@ -62,10 +62,12 @@ class Unsupported(ValueError):
 
 
 @contextlib.contextmanager
-def sequence_layers(target: str, mode: str) -> Iterator[dict[str, str]]:
+def sequence_layers(target: str, mode: str, sixteen: bool = False) -> Iterator[dict[str, str]]:
     """While onnx2tf converts for `target` in quantization `mode`, its LSTM and GRU
     converters are ours (see the module docstring). Yields the route each node took, by
-    node name: SEQUENCE_OP, LOOP or UNROLLED."""
+    node name: SEQUENCE_OP, LOOP or UNROLLED. `sixteen` (int8 with int16 activations): no
+    loops, unrolled instead: TensorFlow's 16x8 quantizer cannot calibrate a WHILE ("Max and
+    min for dynamic tensors should be recorded during calibration")."""
     modules: dict[str, Any] = {
         op: importlib.import_module(f"onnx2tf.ops.{op}") for op in ("LSTM", "GRU")
     }
@@ -76,7 +78,7 @@ def sequence_layers(target: str, mode: str) -> Iterator[dict[str, str]]:
         module.make_node = functools.partial(
             _make_node,
             layer=layer,
-            loop=target in LOOPED,
+            loop=target in LOOPED and not sixteen,
             int8=mode == "int8",
             biased=target in BIASED,
             routes=routes,
