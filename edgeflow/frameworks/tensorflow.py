@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from edgeflow.core.specs import TensorSpec
 
 SIGNATURE = "serving_default"
+LOOPS = "serving_loops"  # a Keras model's recurrent layers as loops (save_canonical)
 
 
 def require(module: str = "tensorflow") -> ModuleType:
@@ -277,37 +278,60 @@ class TfRunner:
 
 def save_canonical(model: TfModel, specs: list[TensorSpec], outputs: list[str], path: Path) -> None:
     """The SavedModel both paths convert: `serving_default` takes the fed inputs (declared
-    static shapes; constants bound inside) and returns {output name: tensor}."""
+    static shapes; constants bound inside) and returns {output name: tensor}. A Keras model
+    with GRU or LSTM layers also gets `serving_loops`, the same function with those layers as
+    the loops of frameworks._keras_recurrent, which TensorFlow's TFLite converter (the native
+    path) converts; tf2onnx converts `serving_default` (it has no conversion for the loops'
+    XlaDynamicUpdateSlice)."""
     tf = require()
     constants = {s.name: s.constant() for s in specs if s.value is not None}
     fed = list(fed_inputs(specs))
     signature = [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name) for s in fed]
 
-    def serve(*args: Any) -> dict[str, Any]:
-        tensors = {s.name: a for s, a in zip(fed, args, strict=True)}
-        tensors.update({k: tf.constant(v) for k, v in constants.items()})
-        return dict(zip(outputs, model.call(tensors), strict=True))
+    def serving() -> Any:
+        def serve(*args: Any) -> dict[str, Any]:
+            tensors = {s.name: a for s, a in zip(fed, args, strict=True)}
+            tensors.update({k: tf.constant(v) for k, v in constants.items()})
+            return dict(zip(outputs, model.call(tensors), strict=True))
+
+        return serve
 
     if model.keras is not None:
+        from edgeflow.frameworks._keras_recurrent import as_loops, replaceable
+
         keras = require("keras")
         archive = keras.export.ExportArchive()
         archive.track(model.keras)
-        archive.add_endpoint(SIGNATURE, serve, input_signature=signature)
+        archive.add_endpoint(SIGNATURE, serving(), input_signature=signature)
+        if replaceable(model.keras):
+            loops = tf.function(serving(), input_signature=signature)
+            with as_loops():  # traced now: the archive keeps this trace
+                loops.get_concrete_function()
+            archive.add_endpoint(LOOPS, loops)
         archive.write_out(str(path), verbose=False)
         return
     module = tf.Module()
     module.owner = model.owner  # the variables the function captures
-    function = tf.function(serve, input_signature=signature)
+    function = tf.function(serving(), input_signature=signature)
     tf.saved_model.save(module, str(path), signatures={SIGNATURE: function})
+
+
+def signatures(path: Path) -> list[str]:
+    """The signature keys of a SavedModel, read from its file (TensorFlow not imported)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((path / "saved_model.pb").read_bytes())
+    return [key for graph in proto.meta_graphs for key in graph.signature_def]
 
 
 class SavedModelRunner:
     """The canonical SavedModel's serving function: run(feeds) -> outputs in order."""
 
-    def __init__(self, path: Path, names: list[str]) -> None:
+    def __init__(self, path: Path, names: list[str], signature: str = SIGNATURE) -> None:
         self.tf = require()
         self.loaded = self.tf.saved_model.load(str(path))
-        self.function = self.loaded.signatures[SIGNATURE]
+        self.function = self.loaded.signatures[signature]
         self.names = names
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

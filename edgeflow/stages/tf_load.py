@@ -51,10 +51,12 @@ def run(ctx: StageContext) -> None:
         feeds = first_step(samples, source, deployment_batch(source))
     else:
         feeds, _ = next(samples.batches(*batching(source)))
-    canonical = tfw.SavedModelRunner(saved, names)
-    for name, want, got in zip(names, runner.run(feeds), canonical.run(feeds), strict=True):
-        if want.shape != got.shape or not np.allclose(want, got, rtol=1e-5, atol=1e-6):
-            raise AssertionError(f"the canonical SavedModel changed output '{name}'")
+    wanted = runner.run(feeds)
+    for signature in (k for k in tfw.signatures(saved) if k in (tfw.SIGNATURE, tfw.LOOPS)):
+        canonical = tfw.SavedModelRunner(saved, names, signature)
+        for name, want, got in zip(names, wanted, canonical.run(feeds), strict=True):
+            if want.shape != got.shape or not np.allclose(want, got, rtol=1e-5, atol=1e-6):
+                raise AssertionError(f"the canonical SavedModel's {signature} changed '{name}'")
     parameters = int(model.keras.count_params()) if model.keras is not None else None
     save_reference(
         ctx,

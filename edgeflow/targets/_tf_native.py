@@ -21,9 +21,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.frameworks import tensorflow as tfw
 from edgeflow.targets import _onnx2tf, _tflite_layout, emitted
 from edgeflow.targets._tflite_deps import require
-from edgeflow.targets._tflite_quant import calibrated_on, sixteen_by_eight, whole_batches
+from edgeflow.targets._tflite_quant import (
+    calibrated_on,
+    looped_int8,
+    sixteen_by_eight,
+    whole_batches,
+)
 
 if TYPE_CHECKING:
     from edgeflow.core.specs import Quantization, TensorSpec
@@ -88,13 +94,17 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     `check(artifact)` (the precheck of its builtins) runs before any runtime loads it."""
     tf = require("tensorflow", target)
     q = job.quantization
+    # a Keras model's recurrent layers as loops, where it has them
+    loops = tfw.LOOPS in tfw.signatures(job.saved_model)
     converter = tf.lite.TFLiteConverter.from_saved_model(
-        str(job.saved_model), signature_keys=["serving_default"]
+        str(job.saved_model), signature_keys=[tfw.LOOPS if loops else tfw.SIGNATURE]
     )
+    # int8 with loops: converted float, then quantized with the loops kept float
+    looped = q.mode == "int8" and q.activations != "int16" and loops
     if q.mode == "fp16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
-    elif q.mode == "int8":
+    elif q.mode == "int8" and not looped:
         calibrated_on(converter, tf, lambda: representative(job), q.per_channel)
         if q.activations == "int16":
             sixteen_by_eight(converter, tf)
@@ -103,6 +113,9 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
             converter.inference_input_type = converter.inference_output_type = tf.int8
     start = time.perf_counter()
     model = _run(converter, q.mode)
+    compared: list[str] = []
+    if looped:
+        model, compared = looped_int8(model, _positional(job, model), q.per_channel)
     seconds = time.perf_counter() - start
     artifact = job.out_dir / ARTIFACT
     artifact.write_bytes(model)
@@ -118,6 +131,14 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     }
     if q.mode == "int8":
         info["int8"] = _onnx2tf.int8_record(q, _onnx2tf.usable(job.calibration, job.inputs))
+        if looped:
+            count = emitted.counts(artifact, target).get("WHILE", 0)
+            info["int8"]["scheme"] += f"; the operators inside its {count} loops float"
+        if compared:  # _tflite_quant.looped_int8
+            info["int8"]["scheme"] += (
+                "; float32 I/O, an input compared for equality (a mask value) and the "
+                f"comparison float ({', '.join(compared)})"
+            )
     return info
 
 
@@ -150,6 +171,15 @@ def representative(job: NativeJob) -> Iterator[dict[str, np.ndarray]]:
     """Calibration batches of the model's batch size, by input name, in the source's layout."""
     for feeds in whole_batches(job.calibration, job.inputs):
         yield {s.name: np.asarray(feeds[s.name], s.dtype) for s in job.inputs}
+
+
+def _positional(job: NativeJob, float32: bytes) -> Iterator[list[np.ndarray]]:
+    """`representative`'s batches in the float file's input order."""
+    litert = require("ai_edge_litert.interpreter", "tflite")
+    details = litert.Interpreter(model_content=float32).get_input_details()
+    order = _tflite_layout.input_order([s.name for s in job.inputs], details)
+    for feeds in representative(job):
+        yield [feeds[name] for name in order]
 
 
 def io_layout(artifact: Path, inputs: list[str], outputs: list[str], target: str) -> dict[str, Any]:

@@ -124,29 +124,63 @@ def looped(
     return y, stack(last_h, axis=0), y_c
 
 
-def _loop(node: Recurrent, d: int, projected: Any, states: list[Any]) -> tuple[Any, Any, Any]:
+def _loop(
+    node: Recurrent,
+    d: int,
+    projected: Any,
+    states: list[Any],
+    mask: Any = None,
+    zero_output: bool = True,
+    processing_order: bool = False,
+) -> tuple[Any, Any, Any]:
     """Direction d as one tf.while_loop over the input projection [T, B, G*H], from the
-    initial states ([h] or [h, c]): Y [T, B, H], the final h and c (None for a GRU)."""
+    initial states ([h] or [h, c]): Y [T, B, H], the final h and c (None for a GRU).
+
+    With a `mask` [T, B, 1] (float 1 for a step that counts, 0 for one that does not: Keras'
+    masking), a masked step keeps the states, and its output is 0 (`zero_output`) or the
+    previous step's output, as Keras' RNN layers compute it (each select written as
+    m * new + (1 - m) * old, exact for m in {0, 1}, with the ops every target runs). Y's rows
+    are in time order, or with `processing_order` in the order the steps run (a backwards
+    direction's reversed, as Keras' go_backwards layers return it)."""
     import tensorflow as tf
     from tensorflow.compiler.tf2xla.python import xla
 
     steps, batch, width = (int(n) for n in projected.shape)
     lstm, backwards = node.op == "LSTM", node.backwards[d]
+    masked, previous = mask is not None, mask is not None and not zero_output
 
     def body(i: Any, *carried: Any) -> list[Any]:
         h, c = carried[0], carried[1] if lstm else None
-        xs, y = carried[-2:]
+        out = carried[2 if lstm else 1] if previous else None
+        xs, ms = (carried[-3], carried[-2]) if masked else (carried[-2], None)
+        y = carried[-1]
         cell = _Cell(node, d)  # the step's constants, in the body's graph
         at = tf.stack([steps - 1 - i if backwards else i, 0, 0])
         row = tf.slice(xs, at, [1, batch, width])
         xs = xla.dynamic_update_slice(xs, row, at)
-        h, c = cell.step(cell.parts(tf.reshape(row, [batch, width])), h, c)
-        y = xla.dynamic_update_slice(y, tf.expand_dims(h, 0), at)
-        return [i + 1, h, *([c] if lstm else []), xs, y]
+        new_h, new_c = cell.step(cell.parts(tf.reshape(row, [batch, width])), h, c)
+        result = new_h
+        if masked:
+            m = tf.slice(ms, at, [1, batch, 1])
+            ms = xla.dynamic_update_slice(ms, m, at)  # in place, as xs
+            m = tf.reshape(m, [batch, 1])
+            kept = 1.0 - m
+            new_h, result = m * new_h + kept * h, m * new_h
+            new_c = m * new_c + kept * c if lstm else None
+            if previous:
+                out = result = result + kept * out
+        written = tf.stack([i, 0, 0]) if processing_order and backwards else at
+        y = xla.dynamic_update_slice(y, tf.expand_dims(result, 0), written)
+        states = [new_h, *([new_c] if lstm else []), *([out] if previous else [])]
+        return [i + 1, *states, xs, *([ms] if masked else []), y]
 
     # Y starts as any [T, B, H] tensor, each row is overwritten: a zero constant would be
     # stored in the file, as large as a layer's weights
-    start = [tf.constant(0), *states, projected, projected[:, :, : node.hidden]]
+    carried = [*states, *([tf.zeros_like(states[0])] if previous else [])]
+    # the mask its own tensor: with the projection (one CONCATENATION), int8 gave the two
+    # one scale, and 1 came back as 0.96
+    masks = [mask] if masked else []
+    start = [tf.constant(0), *carried, projected, *masks, projected[:, :, : node.hidden]]
     done = tf.while_loop(lambda i, *_: i < steps, body, start)
     return done[-1], done[1], done[2] if lstm else None
 

@@ -106,7 +106,10 @@ def input_order(onnx_names: list[str], details: list[dict[str, Any]]) -> list[st
     """The ONNX input name at each .tflite input position (by name, else by position)."""
 
     def plain(name: str) -> str:
-        name = name.removeprefix("serving_default_").rsplit(":", 1)[0]
+        # TensorFlow's converter names a signature's inputs after its key
+        for key in ("serving_default_", "serving_loops_"):  # frameworks.tensorflow's
+            name = name.removeprefix(key)
+        name = name.rsplit(":", 1)[0]
         return name.removeprefix("wa/")
 
     wanted = {plain(scope_safe(n)).lstrip("/"): n for n in onnx_names}
