@@ -12,9 +12,11 @@ calibration set), printing:
 
 - route: `sequence op` (the .tflite holds UNIDIRECTIONAL_SEQUENCE_LSTM), `loop` (WHILE),
   `unrolled` (a cell per step: edgeflow.targets._tf_recurrent), `native` (an ONNX runtime's
-  own LSTM/GRU kernel);
+  own LSTM/GRU kernel; a Keras model's GRUs reach the TFLite family as loops:
+  edgeflow.frameworks._keras_recurrent);
 - conversion CPU: the CPU seconds of the stages that turn the ONNX model into the artifact
-  (rewrite_target, precheck, quantize, convert), from benchmarks/_stage_cpu.py;
+  (rewrite_target, precheck, quantize, convert; a Keras model on the native path:
+  tf_convert), from benchmarks/_stage_cpu.py;
 - weights: the artifact's constant bytes (a .tflite's buffers; an .ort file's size) against
   the source's (its parameters, float32); the file itself adds each operator's record;
 - float32: the largest difference relative to the reference's range (max_relative_diff);
@@ -41,7 +43,7 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-CONVERSION = ("rewrite_target", "precheck", "quantize", "convert")
+CONVERSION = ("rewrite_target", "precheck", "quantize", "convert", "tf_convert")
 
 MODELS = '''
 import torch
@@ -177,6 +179,17 @@ TRAINED: dict[str, tuple[str, str, dict[str, Any], list[dict[str, Any]], dict[st
         [{"name": "features", "shape": [1, 400, 272]}],
         {"activations": "values"},
     ),
+    # sleepecg: its wake/REM/NREM classifier (a Keras file inside a zip in the package:
+    # Masking, Dense, two bidirectional GRUs of 8), over 960 epochs of 36 heart-rate features
+    # (8 hours of 30 s epochs); nights of different lengths padded with its mask value -1
+    # (`write_sleepecg`), the native path (TensorFlow's own converter)
+    "sleepecg": (
+        "sleepecg==0.6.0",
+        "sleepecg",
+        {"kind": "tensorflow", "model": "sleepecg.keras"},
+        [{"name": "input_layer", "shape": [1, 960, 36]}],
+        {"stages": "values"},
+    ),
     # g2pM: its tagger (G2PM) over a 64-character sentence, the weights from its NumPy
     # arrays (`write_g2pm`: a state dict beside the recipes), the input its embedding of
     # random character ids
@@ -278,9 +291,25 @@ def write_g2pm(work: Path) -> None:
     np.savez(work / "data_g2pm.npz", chars=embedding[ids].astype(np.float32))
 
 
+def write_sleepecg(work: Path) -> None:
+    """sleepecg's classifier file out of its zip, and random features for 8 nights of 960 to
+    540 epochs, padded with the mask value to 960."""
+    import zipfile
+
+    with zipfile.ZipFile(installed("sleepecg") / "classifiers" / "wrn-gru-mesa.zip") as z:
+        (work / "sleepecg.keras").write_bytes(z.read("classifier.keras"))
+    x = np.random.default_rng(0).standard_normal((8, 960, 36)).astype(np.float32)
+    for k in range(8):
+        x[k, 960 - 60 * k :] = -1.0
+    np.savez(work / "data_sleepecg.npz", input_layer=x)
+
+
 def write_data(work: Path, name: str) -> None:
     if name == "g2pm":
         write_g2pm(work)
+        return
+    if name == "sleepecg":
+        write_sleepecg(work)
         return
     if name in TRAINED:
         rng = np.random.default_rng(0)
@@ -381,6 +410,11 @@ def source_weights(work: Path, name: str) -> int:
             model = onnx.load(str(installed(name) / source["model"]))
             floats = [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT]
             return sum(int(np.prod(t.dims)) * 4 for t in floats)
+        if source["kind"] == "tensorflow":
+            import keras
+
+            model = keras.saving.load_model(str(work / source["model"]), compile=False)
+            return int(model.count_params() * 4)
         import torch
 
         state = torch.load(weights_file(name, installed(name), work), weights_only=True)
