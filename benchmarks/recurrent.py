@@ -11,7 +11,7 @@ shared/DEVSET.md: installed with pip beforehand, nothing is downloaded here) and
 calibration set), printing:
 
 - route: `sequence op` (the .tflite holds UNIDIRECTIONAL_SEQUENCE_LSTM), `loop` (WHILE),
-  `unrolled` (a cell per step: edgeflow.targets._tf_recurrent), `native` (an ONNX runtime's
+  `unrolled` (a cell per step: edgeflow.frameworks.tf_recurrent), `native` (an ONNX runtime's
   own LSTM/GRU kernel; a Keras model's GRUs reach the TFLite family as loops:
   edgeflow.frameworks._keras_recurrent);
 - conversion CPU: the CPU seconds of the stages that turn the ONNX model into the artifact

@@ -1,5 +1,5 @@
 """Keras' GRU and LSTM layers, and the masks that reach them, written with the ops of
-edgeflow's recurrent loop (targets._tf_recurrent) while the canonical SavedModel is traced.
+edgeflow's recurrent loop (frameworks.tf_recurrent) while the canonical SavedModel is traced.
 
 TensorFlow writes a Keras recurrent layer as a WHILE loop of TensorList ops, and a Masking
 layer as NOT_EQUAL and REDUCE_ANY of bool tensors: LiteRT runs that, TFLite Micro does not
@@ -82,7 +82,7 @@ def recurrent(layer: Any) -> Any:
     import tensorflow as tf
     from keras import activations
 
-    from edgeflow.targets._tf_recurrent import Recurrent
+    from edgeflow.frameworks.tf_recurrent import Recurrent
 
     def value(variable: Any) -> np.ndarray:
         with tf.init_scope():  # eagerly, out of the function being traced
@@ -122,22 +122,22 @@ def _run(layer: Any, node: Any, sequences: Any, initial_state: Any, mask: Any) -
     """(last output, outputs, states), as Keras' RNN.inner_loop returns them."""
     import tensorflow as tf
 
-    from edgeflow.targets._tf_recurrent import _Cell, _loop
+    from edgeflow.frameworks.tf_recurrent import Cell, direction_loop
 
     states = list(initial_state) if isinstance(initial_state, list | tuple) else [initial_state]
     if isinstance(mask, list | tuple):
         mask = mask[0]
     steps, batch = int(sequences.shape[1]), int(sequences.shape[0])
     x = tf.transpose(sequences, [1, 0, 2])  # [T, B, F]
-    projected = _Cell(node, 0).projection(tf.reshape(x, [steps * batch, -1]))
-    projected = tf.reshape(projected, [steps, batch, -1])
+    projected = Cell(node, 0).projection(tf.reshape(x, [steps * batch, -1]))
     steps_mask = None
     if mask is not None:  # [B, T] bool -> [T, B, 1] float
         steps_mask = tf.transpose(tf.cast(mask, tf.float32))[:, :, None]
-    y, h, c = _loop(
+    y, h, c = direction_loop(
         node,
         0,
         projected,
+        steps,
         [tf.convert_to_tensor(s) for s in states],
         mask=steps_mask,
         zero_output=bool(layer.zero_output_for_mask),

@@ -39,6 +39,7 @@ import numpy as np
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
+from edgeflow.targets import _tflite_unroll
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
 from edgeflow.targets._onnx2tf_recurrent import (
     SEQUENCE_OP,
@@ -89,6 +90,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     with outputs(job, target, quantize) as (out, run):
         produced = out / f"model_{suffix(q)}.tflite"
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
+        loops = _tflite_unroll.for_target(job.out_dir / ARTIFACT, target)
         job.check(job.out_dir / ARTIFACT)
         if run.replacement is not None:  # a build artifact: what made the conversion work
             shutil.copyfile(run.replacement, job.out_dir / AUTO_JSON)
@@ -99,6 +101,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
             model, mixed = mix(out, layout)
             if model is not None:
                 (job.out_dir / ARTIFACT).write_bytes(model)
+                _tflite_unroll.for_target(job.out_dir / ARTIFACT, target)
                 job.check(job.out_dir / ARTIFACT)
                 layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, kept)
     info: dict[str, Any] = {
@@ -113,9 +116,9 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         info["retry"] = run.retry
     if mode == "int8":
         info["int8"] = int8_record(q, _usable(job))
-        loops = emitted.counts(job.out_dir / ARTIFACT, target).get("WHILE", 0)
         if loops:  # _tflite_quant.loop_nodes (a 16x8 build has none: sequence_layers)
-            info["int8"]["scheme"] += f"; the operators inside its {loops} loops float"
+            unrolled = " (unrolled in the file)" if target in _tflite_unroll.NO_WHILE else ""
+            info["int8"]["scheme"] += f"; the operators inside its {loops} loops float{unrolled}"
         if mixed is not None:
             info["fallback"] = mixed
             if mixed["float_layers"]:

@@ -12,24 +12,26 @@ both converters; a node becomes
   UNIDIRECTIONAL_SEQUENCE_LSTM (its cell_clip of 10 removed: `unclip_sequence_lstm`).
   LiteRT and TFLite Micro run it (SEQUENCE_LSTM: the modes in which each does it right);
   only Y and Y_h: an LSTM whose Y_c is read, or with peepholes, takes a route below;
-- else, where the runtime runs WHILE (LOOPED: LiteRT and TFLite Micro), the node as a loop
-  over its steps, one WHILE per direction whose body is one step
-  (edgeflow.targets._tf_recurrent.looped): every GRU (TFLite has no GRU operator, and
-  TFLite Micro hangs on the WHILE loop TensorFlow writes for a Keras GRU: its TensorList
-  ops), LSTMs whose Y_c is read or with peepholes, LSTMs in int8 on tflite (LiteRT's int8
-  UNIDIRECTIONAL_SEQUENCE_LSTM computes stacked layers wrong: relative error 1.05 on two
-  layers of 16 over 20 steps, where TFLite Micro's, on the same file, is 0.005) and
-  bidirectional ones in int8 on tflite_micro (in int8 the loops stay float32:
-  _tflite_quant.loop_nodes);
-- else (armnn: Arm NN 22's parser has no recurrent operator and no WHILE) the node unrolled
-  per time step in TensorFlow (edgeflow.targets._tf_recurrent.unrolled), each weight
-  stored once.
+- else (LOOPED: every TFLite-family target) the node as a loop over its steps, one WHILE per
+  direction whose body is one step (edgeflow.frameworks.tf_recurrent.looped): every GRU
+  (TFLite has no GRU operator, and TFLite Micro hangs on the WHILE loop TensorFlow writes
+  for a Keras GRU: its TensorList ops), LSTMs whose Y_c is read or with peepholes, LSTMs in
+  int8 on tflite (LiteRT's int8 UNIDIRECTIONAL_SEQUENCE_LSTM computes stacked layers wrong:
+  relative error 1.05 on two layers of 16 over 20 steps, where TFLite Micro's, on the same
+  file, is 0.005), bidirectional ones in int8 on tflite_micro (in int8 the loops stay
+  float32: _tflite_quant.loop_nodes), and every LSTM on armnn. For a runtime with no WHILE
+  (armnn: Arm NN 22's parser has no recurrent operator and takes one subgraph) the
+  converted file's loops are then unrolled in the file (edgeflow.targets._tflite_unroll),
+  each weight stored once;
+- else (16x8: TensorFlow's 16x8 quantizer cannot calibrate a WHILE) the node unrolled per
+  time step in TensorFlow (edgeflow.frameworks.tf_recurrent.unrolled), each weight stored
+  once.
 
 Measured (onnx2tf + converter CPU, float32 against onnxruntime, 2026-12): a Conv1d + 3-layer
 LSTM of 256 over 160 steps + Linear as layers, 9 s, relative error 1.3e-6, the .tflite 1.00x
-the ONNX file; looped and unrolled, see _tf_recurrent. What no form expresses is refused with
-the reason (onnx2tf then fails with it): sequence_lens, clip, input_forget, activations other
-than the defaults.
+the ONNX file; looped and unrolled, see frameworks.tf_recurrent. What no form expresses is
+refused with the reason (onnx2tf then fails with it): sequence_lens, clip, input_forget,
+activations other than the defaults.
 """
 
 from __future__ import annotations
@@ -43,15 +45,16 @@ from typing import Any
 
 import numpy as np
 
+from edgeflow.frameworks.tf_recurrent import Recurrent, looped, unrolled
 from edgeflow.rules.onnx.recurrent import DEFAULT_ACTIVATIONS
-from edgeflow.targets._tf_recurrent import Recurrent, looped, unrolled
 from edgeflow.targets._tflite_deps import require
 
 # Per target, the quantization modes in which its runtime runs UNIDIRECTIONAL_SEQUENCE_LSTM
 # right (see the module docstring); elsewhere LSTMs are looped or unrolled.
 SEQUENCE_LSTM = {"tflite": ("none", "fp16"), "tflite_micro": ("none", "fp16", "int8")}
-# The targets whose runtime runs WHILE: elsewhere a node is unrolled.
-LOOPED = ("tflite", "tflite_micro")
+# The targets whose nodes are converted as loops (for armnn then unrolled in the file:
+# _tflite_unroll.NO_WHILE); elsewhere a node is unrolled in TensorFlow.
+LOOPED = ("tflite", "tflite_micro", "armnn")
 # The targets whose runtime rejects a FULLY_CONNECTED without a bias (Arm NN 22).
 BIASED = ("armnn",)
 SEQUENCE_OP, LOOP, UNROLLED = "sequence op", "loop", "unrolled"  # the routes a node takes
@@ -174,7 +177,7 @@ def _make_node(
     cell state and peepholes are unused (in int8: and it runs forward only: TFLite Micro's
     int8 kernel, fed by REVERSE_V2, gave relative error 0.28 on a bidirectional LSTM of 16
     over 12 steps, unrolled 0.026), else looped where `loop` allows, else unrolled
-    (edgeflow.targets._tf_recurrent)."""
+    (edgeflow.frameworks.tf_recurrent)."""
     op, inputs, attrs = graph_node.op, graph_node.inputs, graph_node.attrs
     w, r, b = (_constant(inputs, i) for i in range(1, 4))
     if w is None or r is None:

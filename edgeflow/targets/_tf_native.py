@@ -22,7 +22,7 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.frameworks import tensorflow as tfw
-from edgeflow.targets import _onnx2tf, _tflite_layout, emitted
+from edgeflow.targets import _onnx2tf, _tflite_layout, _tflite_unroll, emitted
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_quant import (
     calibrated_on,
@@ -95,12 +95,12 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     tf = require("tensorflow", target)
     q = job.quantization
     # a Keras model's recurrent layers as loops, where it has them
-    loops = tfw.LOOPS in tfw.signatures(job.saved_model)
+    has_loops = tfw.LOOPS in tfw.signatures(job.saved_model)
     converter = tf.lite.TFLiteConverter.from_saved_model(
-        str(job.saved_model), signature_keys=[tfw.LOOPS if loops else tfw.SIGNATURE]
+        str(job.saved_model), signature_keys=[tfw.LOOPS if has_loops else tfw.SIGNATURE]
     )
     # int8 with loops: converted float, then quantized with the loops kept float
-    looped = q.mode == "int8" and q.activations != "int16" and loops
+    looped = q.mode == "int8" and q.activations != "int16" and has_loops
     if q.mode == "fp16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
@@ -119,6 +119,7 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     artifact = job.out_dir / ARTIFACT
     artifact.write_bytes(model)
+    loops = _tflite_unroll.for_target(artifact, target)
     check(artifact)
     info: dict[str, Any] = {
         "artifact": ARTIFACT,
@@ -132,8 +133,8 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     if q.mode == "int8":
         info["int8"] = _onnx2tf.int8_record(q, _onnx2tf.usable(job.calibration, job.inputs))
         if looped:
-            count = emitted.counts(artifact, target).get("WHILE", 0)
-            info["int8"]["scheme"] += f"; the operators inside its {count} loops float"
+            unrolled = " (unrolled in the file)" if target in _tflite_unroll.NO_WHILE else ""
+            info["int8"]["scheme"] += f"; the operators inside its {loops} loops float{unrolled}"
         if compared:  # _tflite_quant.looped_int8
             info["int8"]["scheme"] += (
                 "; float32 I/O, an input compared for equality (a mask value) and the "

@@ -221,11 +221,12 @@ def compared_inputs(model: bytes) -> list[str]:
 
 def loop_nodes(model: bytes) -> list[str]:
     """The output tensor names of every operator outside the main subgraph: the bodies and
-    conditions of WHILE loops (a recurrent layer looped over its steps, _tf_recurrent). The
-    int8 quantizer gives a tensor in a loop one scale for every step, where the steps of an
-    unrolled layer each get their own: on PLCMOS's GRUs over 625 frames, whose gate inputs
-    span +-2.6 in most steps and +-90 in a few, the output's SQNR was 13.7 dB (unrolled,
-    34.4 dB); with the loops kept float and everything else int8, 47.4 dB."""
+    conditions of WHILE loops (a recurrent layer looped over its steps,
+    frameworks.tf_recurrent). The int8 quantizer gives a tensor in a loop one scale for every
+    step, where the steps of an unrolled layer each get their own: on PLCMOS's GRUs over 625
+    frames, whose gate inputs span +-2.6 in most steps and +-90 in a few, the output's SQNR
+    was 13.7 dB (unrolled, 34.4 dB); with the loops kept float and everything else int8,
+    47.4 dB."""
     schema = require("ai_edge_litert.schema_py_generated", "tflite")
     root = schema.Model.GetRootAs(model, 0)
     names = []

@@ -9,6 +9,7 @@ from edgeflow.rules.onnx.conv_pool import (
     MaxPoolEdgePad,
     PadAllAxes,
     PadWithConcat,
+    ReduceMaxAsPool,
     ShuffleToConv,
     SplitGroups,
 )
@@ -43,6 +44,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     SqrtNewton,
     MaxPoolEdgePad,
     PadWithConcat,
+    ReduceMaxAsPool,
     PadAllAxes,
     SplitGroups,
     ShuffleToConv,

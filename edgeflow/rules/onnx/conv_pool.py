@@ -1,6 +1,7 @@
-"""onnx.maxpool_edge_pad, onnx.split_groups, onnx.shuffle_to_conv, onnx.pad_with_concat and
-onnx.pad_all_axes: padded max pooling, grouped convolution, channel shuffles and padding in
-forms every TFLite runtime parses and computes right.
+"""onnx.maxpool_edge_pad, onnx.reduce_max_as_pool, onnx.split_groups, onnx.shuffle_to_conv,
+onnx.pad_with_concat and onnx.pad_all_axes: padded max pooling, max reductions, grouped
+convolution, channel shuffles and padding in forms every TFLite runtime parses and computes
+right.
 
 All are exact (the same float operations in another arrangement). Most exist for Arm NN 22's
 TfLite parser: onnx2tf writes some padded MaxPools and every Pad with a value other than 0 as
@@ -403,6 +404,65 @@ def _concat_fill(
         x = e.op("Concat", *(p for p in (parts[0], x, parts[1]) if p), axis=axis)
         dims[axis] += before + after
     return x
+
+
+class ReduceMaxAsPool(NodeRule):
+    """Exact (max is max, in int8 too: a pooling keeps its input's scale). Arm NN 22's parser
+    has no REDUCE_MAX (measured: "Operator not supported ... REDUCE_MAX"), but its MAX_POOL_2D
+    runs: a ReduceMax over consecutive axes becomes a MaxPool whose window spans them, the
+    input reshaped to [1, outer, reduced, inner] (the axes before, the reduced ones, the axes
+    after) and the result reshaped to the ReduceMax's shape. AECMOS (speechmos) takes the max
+    over its spectrogram's frequency, then its time axis. Needs a static input shape and
+    constant axes. A default rewrite of armnn."""
+
+    name = "onnx.reduce_max_as_pool"
+    description = "Write a ReduceMax over consecutive axes as a MaxPool whose window spans them."
+    fixes = (Fix.op("ReduceMax"),)
+
+    class Options(RuleOptions):
+        pass
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = ReduceMax(x[1, 3, 300, 160], axes=[3], keepdims=0)",
+        "y = Reshape(MaxPool(Reshape(x, [1, 900, 160, 1]), kernel_shape=[160, 1]), [1, 3, 300])",
+    )
+
+    def tolerance(self, opts: Any) -> float | None:
+        return 0.0
+
+    op_types = frozenset({"ReduceMax"})
+    what = "ReduceMax"
+
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        import math
+
+        import numpy as np
+
+        shape = e.shape(node.input[0])
+        if shape is None:
+            return "the input shape is not static"
+        if len(node.input) > 1 and node.input[1]:  # opset 18: the axes an input
+            given = e.constants.get(node.input[1])
+            if given is None:
+                return "the axes are not a constant"
+            axes = [int(a) for a in given.reshape(-1)]
+        else:
+            axes = [int(a) for a in attr(node, "axes", range(len(shape)))]
+        if not axes:
+            return "no axes (noop_with_empty_axes)"
+        axes = sorted(a % len(shape) for a in axes)
+        if axes != list(range(axes[0], axes[-1] + 1)):
+            return f"axes {axes} are not consecutive"
+        outer = math.prod(shape[: axes[0]])
+        reduced = math.prod(shape[axes[0] : axes[-1] + 1])
+        inner = math.prod(shape[axes[-1] + 1 :])
+        keep = attr(node, "keepdims", 1)
+        out_shape = [1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes]
+        window = np.array([1, outer, reduced, inner], np.int64)
+        flat = e.op("Reshape", node.input[0], e.array(window, "shape"))
+        pooled = e.op("MaxPool", flat, kernel_shape=[reduced, 1])
+        e.op("Reshape", pooled, e.array(np.array(out_shape, np.int64), "shape"), out=node.output[0])
+        return None
 
 
 class PadAllAxes(NodeRule):

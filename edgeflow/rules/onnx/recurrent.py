@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from edgeflow.core.onnxgraph import is_zero
+from edgeflow.core.recurrent import GATES, MAX_CONCAT_INPUTS
 from edgeflow.rules.base import RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.onnx._build import attr
@@ -25,10 +26,6 @@ if TYPE_CHECKING:
 
 # The activations each op's equations name, in the attribute's order (per direction).
 DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
-GATES = {"LSTM": 4, "GRU": 3}  # W's row blocks: LSTM i, o, f, c; GRU z, r, h
-# TFLite Micro's CONCATENATION takes at most 10 inputs (kernels/concatenation.cc kMaxInputNum:
-# an 13-step Y failed to prepare): Y of a longer sequence is a Concat of Concats.
-MAX_CONCAT_INPUTS = 10
 
 
 class UnrollRecurrent(NodeRule):

@@ -31,6 +31,7 @@ def test_catalogue_entries_are_complete() -> None:
         "onnx.sqrt_newton",
         "onnx.maxpool_edge_pad",
         "onnx.pad_with_concat",
+        "onnx.reduce_max_as_pool",
         "onnx.pad_all_axes",
         "onnx.split_groups",
         "onnx.shuffle_to_conv",

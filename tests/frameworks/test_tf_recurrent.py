@@ -1,4 +1,4 @@
-"""The TensorFlow forms of ONNX LSTM and GRU (edgeflow.targets._tf_recurrent), unrolled and
+"""The TensorFlow forms of ONNX LSTM and GRU (edgeflow.frameworks.tf_recurrent), unrolled and
 looped, compute what onnxruntime's kernels compute: every direction, initial states,
 peepholes, both GRU reset forms; Y, Y_h and Y_c."""
 
@@ -36,8 +36,8 @@ def test_the_steps_match_onnxruntime(
 ) -> None:
     import tensorflow as tf
 
-    from edgeflow.targets import _tf_recurrent
-    from edgeflow.targets._tf_recurrent import Recurrent
+    from edgeflow.frameworks import tf_recurrent
+    from edgeflow.frameworks.tf_recurrent import Recurrent
 
     m = recurrent(op, direction, **options)
     node = m.graph.node[0]
@@ -61,7 +61,7 @@ def test_the_steps_match_onnxruntime(
             None if name not in inputs else tf.unstack(tf.constant(inputs[name]))
             for name in ("h0", "c0")
         ]
-        y, y_h, y_c = getattr(_tf_recurrent, form)(spec, tf.constant(inputs["x"]), *states)
+        y, y_h, y_c = getattr(tf_recurrent, form)(spec, tf.constant(inputs["x"]), *states)
         got = {"Y": y, "Y_h": y_h, "Y_c": y_c}
         for name, value in want.items():
             np.testing.assert_allclose(got[name].numpy(), value, atol=2e-6, err_msg=name)
@@ -70,7 +70,7 @@ def test_the_steps_match_onnxruntime(
 def test_a_zero_bias_is_kept_for_arm_nn() -> None:
     """TensorFlow's converter drops an all-zero bias, and Arm NN 22 rejects a
     FULLY_CONNECTED without one: the smallest normal float32 instead."""
-    from edgeflow.targets._tf_recurrent import kept_bias
+    from edgeflow.frameworks.tf_recurrent import kept_bias
 
     assert kept_bias(np.zeros(3, np.float32)).tolist() == [np.finfo(np.float32).tiny] * 3
     assert kept_bias(np.array([0.0, 1.0], np.float32)).tolist() == [0.0, 1.0]
@@ -82,7 +82,7 @@ def test_the_steps_are_split_by_splits_of_at_most_ten_outputs(count: int) -> Non
     (127 steps, with no divisor up to 10, are cut 120 + 7 first)."""
     import tensorflow as tf
 
-    from edgeflow.targets._tf_recurrent import split
+    from edgeflow.frameworks.tf_recurrent import split
 
     x = np.arange(count * 2 * 3, dtype=np.float32).reshape(count * 2, 3)  # 2 rows per step
     graph = (

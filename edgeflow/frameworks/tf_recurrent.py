@@ -38,7 +38,7 @@ import numpy as np
 
 # the ONNX ops' gate blocks, and TFLite Micro's CONCATENATION input limit, as the ONNX unroll
 # rule has them
-from edgeflow.rules.onnx.recurrent import GATES, MAX_CONCAT_INPUTS
+from edgeflow.core.recurrent import GATES, MAX_CONCAT_INPUTS
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def unrolled(
     flat = tf.reshape(x, [-1, int(x.shape[-1])])  # [T * B, F], a 2-D FULLY_CONNECTED input
     ys, last_h, last_c = [], [], []
     for d, backwards in enumerate(node.backwards):
-        cell = _Cell(node, d)
+        cell = Cell(node, d)
         h = initial_h[d] if initial_h else None
         c = initial_c[d] if initial_c else None
         inputs = cell.inputs(flat, steps)
@@ -110,12 +110,11 @@ def looped(
     zeros = tf.zeros([batch, node.hidden])
     ys, last_h, last_c = [], [], []
     for d in range(len(node.backwards)):
-        projected = _Cell(node, d).projection(flat)
-        projected = tf.reshape(projected, [steps, batch, int(projected.shape[-1])])
+        projected = Cell(node, d).projection(flat)
         states = [initial_h[d] if initial_h else zeros]
         if node.op == "LSTM":
             states.append(initial_c[d] if initial_c else zeros)
-        y, h, c = _loop(node, d, projected, states)
+        y, h, c = direction_loop(node, d, projected, steps, states)
         ys.append(y)
         last_h.append(h)
         last_c.append(c)
@@ -124,17 +123,21 @@ def looped(
     return y, stack(last_h, axis=0), y_c
 
 
-def _loop(
+def direction_loop(
     node: Recurrent,
     d: int,
     projected: Any,
+    steps: int,
     states: list[Any],
     mask: Any = None,
     zero_output: bool = True,
     processing_order: bool = False,
 ) -> tuple[Any, Any, Any]:
-    """Direction d as one tf.while_loop over the input projection [T, B, G*H], from the
-    initial states ([h] or [h, c]): Y [T, B, H], the final h and c (None for a GRU).
+    """Direction d as one tf.while_loop over the input projection [T * B, G*H] of `steps`
+    steps, from the initial states ([h] or [h, c]): Y [T, B, H], the final h and c (None for
+    a GRU). The projection stays 2-D, a step's rows read at t * B: reshaped to 3-D after its
+    FULLY_CONNECTED, the converter fuses the two into a FULLY_CONNECTED with keep_num_dims,
+    whose shape Arm NN 22 rejects.
 
     With a `mask` [T, B, 1] (float 1 for a step that counts, 0 for one that does not: Keras'
     masking), a masked step keeps the states, and its output is 0 (`zero_output`) or the
@@ -145,7 +148,7 @@ def _loop(
     import tensorflow as tf
     from tensorflow.compiler.tf2xla.python import xla
 
-    steps, batch, width = (int(n) for n in projected.shape)
+    batch, width = int(projected.shape[0]) // steps, int(projected.shape[1])
     lstm, backwards = node.op == "LSTM", node.backwards[d]
     masked, previous = mask is not None, mask is not None and not zero_output
 
@@ -154,11 +157,12 @@ def _loop(
         out = carried[2 if lstm else 1] if previous else None
         xs, ms = (carried[-3], carried[-2]) if masked else (carried[-2], None)
         y = carried[-1]
-        cell = _Cell(node, d)  # the step's constants, in the body's graph
-        at = tf.stack([steps - 1 - i if backwards else i, 0, 0])
-        row = tf.slice(xs, at, [1, batch, width])
-        xs = xla.dynamic_update_slice(xs, row, at)
-        new_h, new_c = cell.step(cell.parts(tf.reshape(row, [batch, width])), h, c)
+        cell = Cell(node, d)  # the step's constants, in the body's graph
+        t = steps - 1 - i if backwards else i
+        at, rows = tf.stack([t, 0, 0]), tf.stack([t * batch, 0])
+        row = tf.slice(xs, rows, [batch, width])
+        xs = xla.dynamic_update_slice(xs, row, rows)
+        new_h, new_c = cell.step(cell.parts(row), h, c)
         result = new_h
         if masked:
             m = tf.slice(ms, at, [1, batch, 1])
@@ -177,10 +181,11 @@ def _loop(
     # Y starts as any [T, B, H] tensor, each row is overwritten: a zero constant would be
     # stored in the file, as large as a layer's weights
     carried = [*states, *([tf.zeros_like(states[0])] if previous else [])]
-    # the mask its own tensor: with the projection (one CONCATENATION), int8 gave the two
-    # one scale, and 1 came back as 0.96
+    # the mask its own loop input, read a row per step as X is (joined to X, an int8 build
+    # would give the two one scale, outside the loop)
     masks = [mask] if masked else []
-    start = [tf.constant(0), *carried, projected, *masks, projected[:, :, : node.hidden]]
+    y = tf.reshape(projected[:, : node.hidden], [steps, batch, node.hidden])
+    start = [tf.constant(0), *carried, projected, *masks, y]
     done = tf.while_loop(lambda i, *_: i < steps, body, start)
     return done[-1], done[1], done[2] if lstm else None
 
@@ -249,7 +254,7 @@ def _linear(x: Any, w: Any, b: Any) -> Any:
     return y if b is None else tf.nn.bias_add(y, b)
 
 
-class _Cell:
+class Cell:
     """One direction's constants (each a single TensorFlow constant, read by every step) and
     the ops of one step."""
 

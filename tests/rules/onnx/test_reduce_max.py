@@ -1,0 +1,122 @@
+"""onnx.reduce_max_as_pool: ReduceMax over consecutive axes as a MaxPool whose window spans
+them (Arm NN 22's parser has no REDUCE_MAX), exact, and built and verified on armnn."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+from edgeflow.rules.onnx.conv_pool import ReduceMaxAsPool
+from edgeflow.targets import load_profile
+from edgeflow.targets.precheck import check
+from tests.rules.onnx.helpers import apply, feeds, model, ops, run, specs
+from tests.rules.sites import outcomes
+from tests.targets.conftest import needs_tflite
+from tests.targets.test_armnn import needs_armnn
+
+F = T.FLOAT
+
+
+def reductions(opset: int, axes: list[int], keepdims: int) -> onnx.ModelProto:
+    """y = ReduceMax(Relu(x), axes) for x [1, 3, 6, 5]: as AECMOS (speechmos) takes the max
+    over frequency then time (axes [3], then [2], keepdims 0)."""
+    inputs = ["h"]
+    extra = {}
+    if opset >= 18:
+        extra["axes"] = np.array(axes, np.int64)
+        inputs.append("axes")
+        attrs = {"keepdims": keepdims}
+    else:
+        attrs = {"axes": axes, "keepdims": keepdims}
+    nodes = [
+        helper.make_node("Relu", ["x"], ["h"]),
+        helper.make_node("ReduceMax", inputs, ["y"], name="max", **attrs),
+    ]
+    return model(nodes, [("x", F, [1, 3, 6, 5])], [("y", F, None)], extra, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize(
+    ("axes", "keepdims"), [([3], 0), ([2], 1), ([2, 3], 0), ([1, 2, 3], 1), ([-1], 0)]
+)
+def test_a_reduce_max_is_a_max_pool_of_the_same_values(
+    opset: int, axes: list[int], keepdims: int
+) -> None:
+    m = reductions(opset, axes, keepdims)
+    result = apply(ReduceMaxAsPool, m)
+    assert outcomes(result) == [("changed", "max")]
+    assert "ReduceMax" not in ops(result.model) and ops(result.model)["MaxPool"] == 1
+    x = feeds(specs(m))
+    for got, want in zip(run(result.model, x), run(m, x), strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_axes_that_are_not_consecutive_are_kept() -> None:
+    result = apply(ReduceMaxAsPool, reductions(13, [1, 3], 0))
+    assert outcomes(result) == [("kept", "max")] and not result.changed
+
+
+def test_the_armnn_precheck_suggests_it() -> None:
+    """Measured (targets/armnn.yaml): the parser has no REDUCE_MAX."""
+    m = reductions(13, [3], 0)
+    profile = load_profile("armnn")
+    [finding] = [f for f in check(m, profile) if f.operator == "ReduceMax"]
+    assert finding.rule == "onnx.reduce_max_as_pool"
+    after = apply(ReduceMaxAsPool, m).model
+    assert not [f for f in check(after, profile) if f.operator == "ReduceMax"]
+
+
+RECIPE = """
+    source: {kind: onnx, model: max.onnx, inputs: [{name: x, shape: [1, 3, 6, 5]}]}
+    evaluation: {dataset: data.npz, metric: agreement, outputs: {y: {kind: values}}}
+    calibration: {dataset: data.npz}
+    quantization: {mode: MODE}
+    target: armnn
+    verify: {max_relative_diff: 1.0e-5, latency_runs: 1, warmup_runs: 0}
+"""
+
+
+@pytest.mark.slow
+@needs_tflite
+@needs_armnn
+@pytest.mark.parametrize("mode", ["none", "int8"])
+def test_a_reduce_max_builds_and_verifies_on_armnn(
+    mode: str, tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before the rule, Arm NN failed at load: "Operator not supported ... REDUCE_MAX". The
+    int8 build is exact too: a max pool keeps its input's scale."""
+    from edgeflow.cli import main
+
+    m = model(
+        [
+            helper.make_node("Relu", ["x"], ["h"]),
+            helper.make_node("ReduceMax", ["h"], ["f"], axes=[3], keepdims=0),
+            helper.make_node("ReduceMax", ["f"], ["y"], axes=[2], keepdims=0),
+        ],
+        [("x", F, [1, 3, 6, 5])],
+        [("y", F, [1, 3])],
+        {},
+        opset=9,
+    )
+    onnx.save(m, tmp_path / "max.onnx")
+    data = np.random.default_rng(1).standard_normal((16, 3, 6, 5)).astype(np.float32)
+    np.savez(tmp_path / "data.npz", x=data)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(textwrap.dedent(RECIPE).replace("MODE", mode))
+    tolerance = [] if mode == "none" else ["verify.max_relative_diff=0.05"]
+    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main([*args, *tolerance]) == 0, capsys.readouterr().err
+    metrics = json.loads((tmp_path / "b" / "recipe" / f"armnn-{mode}" / "metrics.json").read_text())
+    assert metrics["verified"] is True
+    if mode == "none":
+        assert metrics["agreement"]["max_relative_diff"] == 0.0
+    else:
+        assert metrics["agreement"]["outputs"]["y"]["sqnr_db"] > 30
