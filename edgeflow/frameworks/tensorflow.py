@@ -317,7 +317,7 @@ def save_canonical(model: TfModel, specs: list[TensorSpec], outputs: list[str], 
 
 
 def signatures(path: Path) -> list[str]:
-    """The signature keys of a SavedModel, read from its file (TensorFlow not imported)."""
+    """The signature keys of a SavedModel, read from its file (without loading the model)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()

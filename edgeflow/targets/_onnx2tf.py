@@ -117,8 +117,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     if mode == "int8":
         info["int8"] = int8_record(q, _usable(job))
         if loops:  # _tflite_quant.loop_nodes (a 16x8 build has none: sequence_layers)
-            unrolled = " (unrolled in the file)" if target in _tflite_unroll.NO_WHILE else ""
-            info["int8"]["scheme"] += f"; the operators inside its {loops} loops float{unrolled}"
+            info["int8"]["scheme"] += _tflite_unroll.int8_note(loops, target)
         if mixed is not None:
             info["fallback"] = mixed
             if mixed["float_layers"]:

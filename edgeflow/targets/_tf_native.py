@@ -133,8 +133,7 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     if q.mode == "int8":
         info["int8"] = _onnx2tf.int8_record(q, _onnx2tf.usable(job.calibration, job.inputs))
         if looped:
-            unrolled = " (unrolled in the file)" if target in _tflite_unroll.NO_WHILE else ""
-            info["int8"]["scheme"] += f"; the operators inside its {loops} loops float{unrolled}"
+            info["int8"]["scheme"] += _tflite_unroll.int8_note(loops, target)
         if compared:  # _tflite_quant.looped_int8
             info["int8"]["scheme"] += (
                 "; float32 I/O, an input compared for equality (a mask value) and the "

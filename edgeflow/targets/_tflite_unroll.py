@@ -13,8 +13,10 @@ buffer.
 
 Per WHILE, the condition and the body are evaluated step by step:
 - the loop counter and every index computed from it are constants (ADD, SUB, MUL, PACK and
-  comparisons of constants are folded), so the condition is decided here, and a SLICE at a
-  step's row becomes a STRIDED_SLICE with constant bounds (Arm NN has no SLICE);
+  comparisons of constants are folded), so the condition is decided here; a SLICE of a
+  step's rows is one output of a tree of SPLITs of the tensor (at most 10 outputs each),
+  made once for all steps (any other SLICE at a constant place: a STRIDED_SLICE; Arm NN has
+  no SLICE);
 - a DYNAMIC_UPDATE_SLICE that writes back the row just read is the tensor itself (the loop
   writes its inputs back, see frameworks.tf_recurrent.direction_loop), and the rows written
   into a tensor are kept as rows: where the tensor is read (after the loop) they are joined
@@ -70,6 +72,13 @@ def for_target(artifact: Path, target: str) -> int:
     return loops
 
 
+def int8_note(loops: int, target: str) -> str:
+    """The int8 scheme's words for a file's loops (their operators stay float32:
+    _tflite_quant.loop_nodes)."""
+    unrolled = " (unrolled in the file)" if target in NO_WHILE else ""
+    return f"; the operators inside its {loops} loops float{unrolled}"
+
+
 def unroll(model: bytes, target: str, biased: bool) -> tuple[bytes, int]:
     """The model with every WHILE of its main subgraph that runs a static number of steps
     unrolled (see the module docstring), and the number unrolled."""
@@ -120,8 +129,12 @@ class _Writer:
         return done
 
     def _tensor(self, t: int) -> int:
-        """Main tensor t as a tensor an operator can read (a loop's result written out)."""
-        return t if t < 0 else self._readable(self.value.get(t, t))
+        """Main tensor t as a tensor an operator can read (a loop's result written out, once
+        for all its readers)."""
+        if t < 0:
+            return t
+        self.value[t] = self._readable(self.value.get(t, t))
+        return int(self.value[t])
 
     def _readable(self, value: Any) -> int:
         if value is None:
