@@ -179,6 +179,28 @@ def test_a_pad_value_other_than_zero_becomes_blocks_of_that_value(opset) -> None
     assert float(got[0, 0, 0, 0]) == 1.5
 
 
+@pytest.mark.parametrize("value", [0.0, 1.5])
+def test_large_blocks_are_computed_not_stored(value) -> None:
+    """A block of more than MAX_STORED_FILL values is the tensor's first rows times 0 (plus
+    the value): the same values, and no constant of its size in the file (PLCMOS's padded
+    convolutions over 625 frames stored 239 KB of zeros on armnn, 0.2x its weights)."""
+    from edgeflow.rules.onnx.conv_pool import MAX_STORED_FILL
+
+    shape = [1, 32, 200, 8]  # a column of 32 x 200 = 6,400 values per side
+    node = helper.make_node("Pad", ["x", "pads", "value"], ["y"])
+    # a row before (256 values: stored), a column before and after (6,432 each: computed)
+    pads = np.array([0, 0, 1, 1, 0, 0, 0, 1], np.int64)
+    inits = {"pads": pads, "value": np.array(value, np.float32)}
+    m = model([node], [("x", T.FLOAT, shape)], [("y", T.FLOAT, None)], inits)
+    result = apply(PadWithConcat, m)
+    sizes = [int(np.prod(i.dims)) for i in result.model.graph.initializer]
+    assert max(sizes) <= MAX_STORED_FILL
+    assert ops(result.model)["Mul"] == 2
+    x = RNG.standard_normal(shape).astype(np.float32)
+    (want,), (got,) = run(m, {"x": x}), run(result.model, {"x": x})
+    np.testing.assert_array_equal(got, want)
+
+
 def test_reflect_padding_wider_than_the_axis_is_kept() -> None:
     node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect")
     m = model(
