@@ -7,7 +7,7 @@ layer as NOT_EQUAL and REDUCE_ANY of bool tensors: LiteRT runs that, TFLite Micr
 bidirectional GRUs). Under `as_loops()` a GRU or LSTM layer computes its steps as the loop
 that onnx2tf's recurrent converter writes for an ONNX GRU or LSTM (one WHILE per layer, the
 input projection of all steps one FULLY_CONNECTED before it, a step one FULLY_CONNECTED of
-the state and the gate equations), the Keras mask riding along as a float column. Keras ops
+the state and the gate equations), the Keras mask a float loop input beside it. Keras ops
 with bool kernels TFLite Micro lacks are written with ones it has: not_equal (a Masking
 layer's mask) as EQUAL cast to float < 0.5, any as REDUCE_MAX of the values as floats > 0, and
 flip (how Bidirectional turns its backward layer's outputs back into time order) as a
@@ -15,7 +15,7 @@ STRIDED_SLICE of stride -1, where TensorFlow writes REVERSE_V2. Each is exact: t
 canonical SavedModel against the Keras model it came from on every build.
 
 A layer the loop cannot express keeps Keras' own implementation: activations other than
-tanh and sigmoid, a time axis or batch without a static size, recurrent dropout in training.
+tanh and sigmoid, a time axis or batch without a static size, dropout in training.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ import numpy as np
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
-from edgeflow.targets import _tflite_unroll
+from edgeflow.targets import _tflite_fc, _tflite_unroll
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
 from edgeflow.targets._onnx2tf_recurrent import (
     SEQUENCE_OP,
@@ -91,6 +91,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         produced = out / f"model_{suffix(q)}.tflite"
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
         loops = _tflite_unroll.for_target(job.out_dir / ARTIFACT, target)
+        _tflite_fc.for_target(job.out_dir / ARTIFACT, target)
         job.check(job.out_dir / ARTIFACT)
         if run.replacement is not None:  # a build artifact: what made the conversion work
             shutil.copyfile(run.replacement, job.out_dir / AUTO_JSON)
@@ -102,6 +103,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
             if model is not None:
                 (job.out_dir / ARTIFACT).write_bytes(model)
                 _tflite_unroll.for_target(job.out_dir / ARTIFACT, target)
+                _tflite_fc.for_target(job.out_dir / ARTIFACT, target)
                 job.check(job.out_dir / ARTIFACT)
                 layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, kept)
     info: dict[str, Any] = {

@@ -50,10 +50,13 @@ class FixShapes(OnnxRule):
         out = copy_model(model)
         sites = _pin_inputs(out, wanted)
         del out.graph.value_info[:]  # stale: inferred again below from the fixed inputs
+        # the outputs' declared shapes too: an exporter may declare a wrong one (ddddocr's
+        # CRNN: [1, seqlen] for a [steps, 1, classes] output), which inference cannot match
+        declared = {}
         for value in out.graph.output:
-            for dim in value.type.tensor_type.shape.dim:
-                if dim.HasField("dim_param"):
-                    dim.Clear()
+            if value.type.tensor_type.HasField("shape"):
+                declared[value.name] = _dims(value)
+                value.type.tensor_type.ClearField("shape")
         if opts.fold:
             out = simplify(out)
         try:
@@ -63,6 +66,17 @@ class FixShapes(OnnxRule):
                 f"shape inference fails with the fixed input shapes: {exc}",
                 "check the shapes against what the model accepts",
             ) from exc
+        for value in out.graph.output:
+            if value.name in declared and not value.type.tensor_type.HasField("shape"):
+                _declare(value, declared[value.name])  # nothing inferred: kept as declared
+            elif value.name in declared and not _agrees(_dims(value), declared[value.name]):
+                sites.append(
+                    Site.changed(
+                        value.name,
+                        f"declared [{', '.join(declared[value.name])}], computes "
+                        f"[{', '.join(_dims(value))}]",
+                    )
+                )
         if same_graph(out, model):
             nothing = Site.not_applicable("shapes already fixed and folded")
             return RuleResult(copy_model(model), sites=[nothing])
@@ -71,6 +85,23 @@ class FixShapes(OnnxRule):
             sites.append(Site.changed("", "value shapes inferred from the fixed inputs"))
         sites += [Site.kept(name, "dims still unknown") for name in _dynamic_values(out)]
         return RuleResult(out, matches=len(wanted), sites=sites)
+
+
+def _agrees(inferred: list[str], declared: list[str]) -> bool:
+    """Whether a declared shape allows the inferred one (a named or unknown dim allows any)."""
+    return len(inferred) == len(declared) and all(
+        d == i or not d.isdigit() for i, d in zip(inferred, declared, strict=True)
+    )
+
+
+def _declare(value: Any, dims: list[str]) -> None:
+    shape = value.type.tensor_type.shape
+    for d in dims:
+        dim = shape.dim.add()
+        if d.isdigit():
+            dim.dim_value = int(d)
+        elif d != "?":
+            dim.dim_param = d
 
 
 def _dims(value: Any) -> list[str]:

@@ -69,3 +69,27 @@ def test_bad_shapes_are_user_errors(
     assert info.value.message == message
     if hint:
         assert hint in (info.value.hint or "")
+
+
+def test_a_wrong_declared_output_shape_is_inferred_again() -> None:
+    """An exporter declared ddddocr's CRNN output [1, seqlen] for a [steps, 1, classes]
+    tensor: inference failed on it ("differ in rank"), so the precheck's own suggestion
+    failed as printed. The declared output shapes are inferred again, the change named."""
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    from tests.rules.onnx.helpers import model
+
+    m = model(
+        [helper.make_node("Reshape", ["x", "to"], ["y"])],
+        [("x", T.FLOAT, ["steps", 8])],
+        [("y", T.FLOAT, ["steps", 1, 8])],
+        {"to": np.array([-1, 1, 8], np.int64)},
+    )
+    declared = m.graph.output[0].type.tensor_type.shape
+    del declared.dim[:]
+    declared.dim.add().dim_value = 1  # [1, seqlen]: rank 2, as the CRNN's
+    declared.dim.add().dim_param = "seqlen"
+    result = apply(FixShapes, m, specs(m, {"x": [6, 8]}), fold=False)
+    assert dims(result.model.graph.output[0]) == [6, 1, 8]
+    assert ("changed", "y") in outcomes(result)
