@@ -90,8 +90,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     with outputs(job, target, quantize) as (out, run):
         produced = out / f"model_{suffix(q)}.tflite"
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
-        loops = _tflite_unroll.for_target(job.out_dir / ARTIFACT, target)
-        _tflite_fc.for_target(job.out_dir / ARTIFACT, target)
+        loops = for_runtime(job.out_dir / ARTIFACT, target)
         job.check(job.out_dir / ARTIFACT)
         if run.replacement is not None:  # a build artifact: what made the conversion work
             shutil.copyfile(run.replacement, job.out_dir / AUTO_JSON)
@@ -102,8 +101,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
             model, mixed = mix(out, layout)
             if model is not None:
                 (job.out_dir / ARTIFACT).write_bytes(model)
-                _tflite_unroll.for_target(job.out_dir / ARTIFACT, target)
-                _tflite_fc.for_target(job.out_dir / ARTIFACT, target)
+                for_runtime(job.out_dir / ARTIFACT, target)
                 job.check(job.out_dir / ARTIFACT)
                 layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, kept)
     info: dict[str, Any] = {
@@ -128,6 +126,16 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
                     "quantizer, denylisted_nodes), DEQUANTIZE/QUANTIZE around them"
                 )
     return info
+
+
+def for_runtime(artifact: Path, target: str) -> int:
+    """The converted .tflite as the target's runtime takes it, in place: its loops unrolled
+    (_tflite_unroll) and its kept-dims FULLY_CONNECTEDs flattened (_tflite_fc) where the
+    runtime lacks them; returns the number of loops the file had. Every path that hands a
+    runtime a converted file calls it (convert, the fallback's mix, the native path, trials)."""
+    loops = _tflite_unroll.for_target(artifact, target)
+    _tflite_fc.for_target(artifact, target)
+    return loops
 
 
 # Writes the .tflite files from onnx2tf's Keras model into its output folder (float_files).

@@ -22,7 +22,7 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.frameworks import tensorflow as tfw
-from edgeflow.targets import _onnx2tf, _tflite_fc, _tflite_layout, _tflite_unroll, emitted
+from edgeflow.targets import _onnx2tf, _tflite_layout, _tflite_unroll, emitted
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_quant import (
     calibrated_on,
@@ -119,8 +119,7 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     artifact = job.out_dir / ARTIFACT
     artifact.write_bytes(model)
-    loops = _tflite_unroll.for_target(artifact, target)
-    _tflite_fc.for_target(artifact, target)
+    loops = _onnx2tf.for_runtime(artifact, target)
     check(artifact)
     info: dict[str, Any] = {
         "artifact": ARTIFACT,

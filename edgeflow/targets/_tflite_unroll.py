@@ -334,6 +334,8 @@ class _Writer:
     def _join(self, rows: _Rows) -> int:
         """The rows as one tensor: CONCATENATIONs on axis 0 of at most MAX_CONCAT_INPUTS
         inputs (TFLite Micro's limit) each."""
+        if sorted(rows.rows) != list(range(rows.shape[0])):  # read inside the loop, unfinished
+            raise _Undecidable("a tensor read before every row is written")
         pieces = [rows.rows[k] for k in range(rows.shape[0])]
         while len(pieces) > 1:
             groups = [

@@ -243,6 +243,7 @@ def _convert(
 
     from edgeflow.core.specs import Quantization, TensorSpec
     from edgeflow.targets import _onnx2tf, _tflite_layout
+    from edgeflow.targets._tflite_quant import own_int8
     from edgeflow.targets.base import ConvertJob
 
     specs = [
@@ -254,12 +255,14 @@ def _convert(
     quantization = Quantization.model_validate({"mode": mode, "per_channel": per_channel})
     job = ConvertJob(source, work, None, quantization, specs, _calibration(trial))  # type: ignore[arg-type]
     files = {}
-    with _onnx2tf.outputs(job, target) as (out, _):
+    # int8 calibrated by edgeflow where a build would be (a recurrent layer: its loops float)
+    with _onnx2tf.outputs(job, target, own_int8) as (out, _):
         float32 = out / "model_float32.tflite"
         for m in ("none", mode):
             folder = work / f"{target}-{mode}-{m}-{'pc' if per_channel else 'pt'}"
             folder.mkdir(exist_ok=True)
             shutil.copyfile(out / f"model_{_onnx2tf.SUFFIX[m]}.tflite", folder / "model.tflite")
+            _onnx2tf.for_runtime(folder / "model.tflite", target)  # as a build hands it over
             layout = _tflite_layout.io_layout(source, folder / "model.tflite", float32, target)
             (folder / "io.json").write_text(json.dumps(layout))
             files[m] = folder
