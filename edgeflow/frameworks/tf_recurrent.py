@@ -4,12 +4,13 @@ steps (`looped`, one WHILE per direction) or unrolled per step (`unrolled`).
 Where a runtime has no sequence operator for a recurrent node (TFLite has no GRU; Arm NN 22's
 parser has no recurrent operator and no WHILE; LiteRT's int8 UNIDIRECTIONAL_SEQUENCE_LSTM is
 wrong on stacked layers), onnx2tf's converter for the node writes these ops instead
-(`_onnx2tf_recurrent`: looped where the runtime runs WHILE, else unrolled). TensorFlow's
+(`_onnx2tf_recurrent`: looped, or unrolled in 16x8, whose quantizer cannot calibrate a
+WHILE); a Keras GRU or LSTM layer takes the loop too (`_keras_recurrent`). TensorFlow's
 TFLite converter maps them one to one:
 
 - the input projection of all steps is one FULLY_CONNECTED over [steps * batch, features],
   with every bias it can take; unrolled, it is split per step (and per gate for a GRU) by a
-  tree of SPLITs (`split`); looped, a step reads its row with SLICE;
+  tree of SPLITs (`split`); looped, a step reads its rows with SLICE;
 - each step: one FULLY_CONNECTED of the state (two for a GRU with linear_before_reset=0) and
   the gate equations (LOGISTIC, TANH, MUL, ADD, SUB); unrolled, a zero initial state skips
   the first step's recurrent terms, and every step's FULLY_CONNECTED reads the same weight
@@ -84,9 +85,7 @@ def unrolled(
         ys.append(stack(states, axis=0))  # [T, B, H]
         last_h.append(h)
         last_c.append(c)
-    y = stack(ys, axis=1)  # [T, D, B, H]
-    y_c = stack(last_c, axis=0) if node.op == "LSTM" else None
-    return y, stack(last_h, axis=0), y_c
+    return _joined(node, ys, last_h, last_c)
 
 
 def looped(
@@ -94,15 +93,16 @@ def looped(
 ) -> tuple[Any, Any, Any]:
     """As `unrolled`, each direction as one loop over the steps (tf.while_loop, which the
     converter writes as a WHILE operator whose body is one step): the ops stay as few as at
-    one step whatever the length, for runtimes that run WHILE (LiteRT, TFLite Micro).
+    one step whatever the length (for Arm NN, which runs no WHILE, the file's loops are then
+    unrolled: targets._tflite_unroll).
 
     The input projection of all steps is one FULLY_CONNECTED before the loop; the loop carries
-    the step, the states, the projection X [T, B, G*H] and Y [T, B, H]. A step reads its row of
-    X with SLICE and writes its state into Y with DYNAMIC_UPDATE_SLICE (each O(B * H), not a
-    copy of the sequence). It also writes its row of X back in place: TensorFlow's calibrator
-    (every int8 build) segfaults on a WHILE whose body returns a loop input unchanged, and X
-    otherwise is one. The weights are constants of the body, created in it (an outer tensor
-    would be another loop input passed through)."""
+    the step, the states, the projection X [T * B, G*H] and Y [T, B, H]. A step reads its
+    rows of X with SLICE and writes its state into Y with DYNAMIC_UPDATE_SLICE (each
+    O(B * H), not a copy of the sequence). It also writes its rows of X back in place:
+    TensorFlow's calibrator (every int8 build) segfaults on a WHILE whose body returns a loop
+    input unchanged, and X otherwise is one. The weights are constants of the body, created
+    in it (an outer tensor would be another loop input passed through)."""
     import tensorflow as tf
 
     steps, batch = int(x.shape[0]), int(x.shape[1])
@@ -118,9 +118,16 @@ def looped(
         ys.append(y)
         last_h.append(h)
         last_c.append(c)
-    y = stack(ys, axis=1)  # [T, D, B, H]
+    return _joined(node, ys, last_h, last_c)
+
+
+def _joined(
+    node: Recurrent, ys: list[Any], last_h: list[Any], last_c: list[Any]
+) -> tuple[Any, Any, Any]:
+    """Y [T, D, B, H], Y_h [D, B, H] and Y_c (None for a GRU) of the directions' Y [T, B, H]
+    and final states."""
     y_c = stack(last_c, axis=0) if node.op == "LSTM" else None
-    return y, stack(last_h, axis=0), y_c
+    return stack(ys, axis=1), stack(last_h, axis=0), y_c
 
 
 def direction_loop(

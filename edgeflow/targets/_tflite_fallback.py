@@ -75,7 +75,7 @@ def search(
             return done[names]
         if names not in models:
             models[names] = _tflite_quant.quantize(
-                calibrated, job, [e for n in names for e in excludes[n]]
+                calibrated, job.quantization.per_channel, [e for n in names for e in excludes[n]]
             )
         path = work / f"trial-{len(done)}.tflite"
         path.write_bytes(models[names])
@@ -96,7 +96,7 @@ def search(
             fallback.Outcome(full, full, [full]), budget, [], where, ".tflite"
         )
     calibrated = _tflite_quant.calibrate(job, out)
-    int8 = _tflite_quant.quantize(calibrated, job, [])
+    int8 = _tflite_quant.quantize(calibrated, job.quantization.per_channel, [])
     (work / "int8.tflite").write_bytes(int8)
     layouts["mlir"] = _tflite_layout.io_layout(
         job.onnx, work / "int8.tflite", out / "model_float32.tflite", target, job.kept_layout

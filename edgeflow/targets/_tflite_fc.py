@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.targets._tflite_deps import require
+from edgeflow.targets._tflite_unroll import code_index
 
 # The targets whose runtime rejects a FULLY_CONNECTED with keep_num_dims.
 FLAT_FC = ("armnn",)
@@ -56,7 +57,7 @@ def flatten(model: bytes, target: str) -> tuple[bytes, int]:
             rows = int(np.prod(source.shape[:-1]))
             flat_in = _tensor(graph, schema, source, [rows, int(source.shape[-1])], b"/flat")
             flat_out = _tensor(graph, schema, out, [rows, int(out.shape[-1])], b"/flat")
-            reshape = _code(tree, codes, schema, schema.BuiltinOperator.RESHAPE)
+            reshape = code_index(tree, codes, schema, schema.BuiltinOperator.RESHAPE)
             ops.append(_reshape(schema, reshape, op.inputs[0], flat_in, tree, graph))
             options.keepNumDims = False
             op.inputs = [flat_in, *op.inputs[1:]]
@@ -100,13 +101,3 @@ def _reshape(schema: Any, code: int, source: int, out: int, tree: Any, graph: An
     op.builtinOptions = schema.ReshapeOptionsT()
     op.builtinOptions.newShape = [int(d) for d in shape]
     return op
-
-
-def _code(tree: Any, codes: list[int], schema: Any, builtin: int) -> int:
-    """The index of the builtin's operator code, added where the model has none."""
-    if builtin not in codes:
-        code = schema.OperatorCodeT()
-        code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), 1
-        tree.operatorCodes.append(code)
-        codes.append(builtin)
-    return codes.index(builtin)

@@ -36,7 +36,7 @@ def own_int8(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
     them, or for int16 activations its 16x8 quantizer, with the I/O types onnx2tf would give.
     `why`: what needed it, for the error."""
     if job.quantization.activations != "int16":
-        return quantize(calibrate(job, out, why), job, [])
+        return quantize(calibrate(job, out, why), job.quantization.per_channel, [])
     tf = require("tensorflow", target)
     float32 = _float32(out)
     return _guarded(
@@ -154,16 +154,11 @@ def whole_batches(calibration: Samples | None, inputs: list[TensorSpec]) -> Iter
     yield from progress.track(batches, "calibration", usable // batch, unit="batches")
 
 
-def quantize(calibrated: bytes, job: ConvertJob, float_nodes: list[str]) -> bytes:
-    """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
-    names) kept float, and every operator inside a loop (`loop_nodes`)."""
-    return quantized(calibrated, job.quantization.per_channel, float_nodes)
-
-
-def quantized(
+def quantize(
     calibrated: bytes, per_channel: bool, float_nodes: list[str], float_io: bool = False
 ) -> bytes:
-    """As `quantize`, for any calibrated model (the native path's too); with `float_io`, the
+    """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
+    names) kept float, and every operator inside a loop (`loop_nodes`); with `float_io`, the
     inputs and outputs float32 (QUANTIZE and DEQUANTIZE in the model)."""
     tf = require("tensorflow", "tflite")
     from tensorflow.lite.python import convert
@@ -198,7 +193,7 @@ def looped_int8(
         "",
     )
     compared = compared_inputs(calibrated)
-    return quantized(calibrated, per_channel, compared, float_io=bool(compared)), compared
+    return quantize(calibrated, per_channel, compared, float_io=bool(compared)), compared
 
 
 def compared_inputs(model: bytes) -> list[str]:

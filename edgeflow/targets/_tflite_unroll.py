@@ -30,7 +30,7 @@ is not a row) stays a WHILE: the runtime's load then says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,16 +58,15 @@ class _Rows:
     """A tensor as rows written into it along axis 0: {row: tensor of shape [1, ...]}."""
 
     shape: tuple[int, ...]
-    rows: dict[int, int] = field(default_factory=dict)
+    rows: dict[int, int]
 
 
 def for_target(artifact: Path, target: str) -> int:
     """Unroll the loops of the .tflite file in place where `target` runs no WHILE; the number
     of loops the file had (0 for a file without)."""
-    model = artifact.read_bytes()
     loops = emitted.counts(artifact, target).get("WHILE", 0)
     if loops and target in NO_WHILE:
-        unrolled, _ = unroll(model, target, biased=True)
+        unrolled, _ = unroll(artifact.read_bytes(), target, biased=True)
         artifact.write_bytes(unrolled)
     return loops
 
@@ -235,9 +234,9 @@ class _Writer:
         return self.shared[key]
 
     def _row_op(self, code: int, graph: Any, op: Any, args: list[Any], step: int) -> Any:
-        """SLICE at a constant place (a STRIDED_SLICE: Arm NN has no SLICE), or
-        DYNAMIC_UPDATE_SLICE at a constant row: its result (a tensor, rows); None for any
-        other operator."""
+        """SLICE at a constant place (a block of a SPLIT tree where it reads whole rows, else
+        a STRIDED_SLICE: Arm NN has no SLICE), or DYNAMIC_UPDATE_SLICE at a constant row: its
+        result (a tensor, rows); None for any other operator."""
         if code == self.ops_enum.SLICE and all(isinstance(a, np.ndarray) for a in args[1:]):
             begin, size = (np.asarray(a).astype(np.int32).reshape(-1) for a in args[1:])
             source = args[0]
@@ -388,14 +387,7 @@ class _Writer:
         return self.values[key]
 
     def _code(self, builtin: int) -> int:
-        if builtin not in self.codes:
-            code = self.schema.OperatorCodeT()
-            code.builtinCode = builtin
-            code.deprecatedBuiltinCode = min(builtin, 127)
-            code.version = 1
-            self.tree.operatorCodes.append(code)
-            self.codes.append(builtin)
-        return self.codes.index(builtin)
+        return code_index(self.tree, self.codes, self.schema, builtin)
 
     def _prune(self) -> None:
         """Drop the operators nothing reads (a loop input every step overwrote), the loops'
@@ -431,6 +423,17 @@ class _Writer:
         for signature in self.tree.signatureDefs or []:
             for entry in [*signature.inputs, *signature.outputs]:
                 entry.tensorIndex = index[int(entry.tensorIndex)]
+
+
+def code_index(tree: Any, codes: list[int], schema: Any, builtin: int) -> int:
+    """The index of the builtin's operator code in the model (`codes`: its builtin per code),
+    added where the model has none."""
+    if builtin not in codes:
+        code = schema.OperatorCodeT()
+        code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), 1
+        tree.operatorCodes.append(code)
+        codes.append(builtin)
+    return codes.index(builtin)
 
 
 def _factors(count: int) -> bool:

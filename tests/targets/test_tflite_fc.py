@@ -5,14 +5,13 @@ rejects the kept dims at load; the same outputs in LiteRT, and a build that veri
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests import needs
-from tests.targets.conftest import needs_tflite
+from tests.targets.conftest import build_on_armnn, needs_tflite
 from tests.targets.test_armnn import needs_armnn
 
 needs.require("tensorflow")
@@ -67,16 +66,6 @@ def test_kept_dims_become_reshapes_around_a_2d_fully_connected(tmp_path: Path) -
     assert flatten(flat, "armnn") == (flat, 0)  # nothing left to do
 
 
-RECIPE = """
-    source: {kind: onnx, model: linear.onnx, inputs: [{name: x, shape: [7, 1, 16]}]}
-    evaluation: {dataset: data.npz, metric: agreement, outputs: {y: {kind: values}}}
-    calibration: {dataset: data.npz}
-    quantization: {mode: MODE}
-    target: armnn
-    verify: {max_relative_diff: 1.0e-5, latency_runs: 1, warmup_runs: 0}
-"""
-
-
 @pytest.mark.slow
 @needs_tflite
 @needs_armnn
@@ -86,11 +75,9 @@ def test_a_linear_over_steps_verifies_on_armnn(
 ) -> None:
     """A classifier over every step of a sequence ([steps, batch, features] @ W + b, as
     ddddocr's CRNN ends): Arm NN failed at load on its kept-dims FULLY_CONNECTED."""
-    import onnx
     from onnx import TensorProto as T
     from onnx import helper
 
-    from edgeflow.cli import main
     from tests.rules.onnx.helpers import model
 
     rng = np.random.default_rng(0)
@@ -110,14 +97,8 @@ def test_a_linear_over_steps_verifies_on_armnn(
         },
         opset=17,
     )
-    onnx.save(m, tmp_path / "linear.onnx")
-    np.savez(tmp_path / "data.npz", x=rng.standard_normal((112, 1, 16)).astype(np.float32))
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(textwrap.dedent(RECIPE).replace("MODE", mode))
-    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
-    tolerance = [] if mode == "none" else ["verify.max_relative_diff=0.05"]
-    assert main([*args, *tolerance]) == 0, capsys.readouterr().err
-    out = tmp_path / "b" / "recipe" / f"armnn-{mode}"
+    data = rng.standard_normal((112, 1, 16)).astype(np.float32)
+    out = build_on_armnn(m, data, mode, tmp_path, shared_cache, lambda: capsys.readouterr().err)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["verified"] is True
     assert keep_num_dims((out / "model.tflite").read_bytes()) == [False]

@@ -4,7 +4,6 @@ them (Arm NN 22's parser has no REDUCE_MAX), exact, and built and verified on ar
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ from edgeflow.targets import load_profile
 from edgeflow.targets.precheck import check
 from tests.rules.onnx.helpers import apply, feeds, model, ops, run, specs
 from tests.rules.sites import outcomes
-from tests.targets.conftest import needs_tflite
+from tests.targets.conftest import build_on_armnn, needs_tflite
 from tests.targets.test_armnn import needs_armnn
 
 F = T.FLOAT
@@ -74,16 +73,6 @@ def test_the_armnn_precheck_suggests_it() -> None:
     assert not [f for f in check(after, profile) if f.operator == "ReduceMax"]
 
 
-RECIPE = """
-    source: {kind: onnx, model: max.onnx, inputs: [{name: x, shape: [1, 3, 6, 5]}]}
-    evaluation: {dataset: data.npz, metric: agreement, outputs: {y: {kind: values}}}
-    calibration: {dataset: data.npz}
-    quantization: {mode: MODE}
-    target: armnn
-    verify: {max_relative_diff: 1.0e-5, latency_runs: 1, warmup_runs: 0}
-"""
-
-
 @pytest.mark.slow
 @needs_tflite
 @needs_armnn
@@ -93,8 +82,6 @@ def test_a_reduce_max_builds_and_verifies_on_armnn(
 ) -> None:
     """Before the rule, Arm NN failed at load: "Operator not supported ... REDUCE_MAX". The
     int8 build is exact too: a max pool keeps its input's scale."""
-    from edgeflow.cli import main
-
     m = model(
         [
             helper.make_node("Relu", ["x"], ["h"]),
@@ -106,15 +93,9 @@ def test_a_reduce_max_builds_and_verifies_on_armnn(
         {},
         opset=9,
     )
-    onnx.save(m, tmp_path / "max.onnx")
     data = np.random.default_rng(1).standard_normal((16, 3, 6, 5)).astype(np.float32)
-    np.savez(tmp_path / "data.npz", x=data)
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(textwrap.dedent(RECIPE).replace("MODE", mode))
-    tolerance = [] if mode == "none" else ["verify.max_relative_diff=0.05"]
-    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
-    assert main([*args, *tolerance]) == 0, capsys.readouterr().err
-    metrics = json.loads((tmp_path / "b" / "recipe" / f"armnn-{mode}" / "metrics.json").read_text())
+    out = build_on_armnn(m, data, mode, tmp_path, shared_cache, lambda: capsys.readouterr().err)
+    metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["verified"] is True
     if mode == "none":
         assert metrics["agreement"]["max_relative_diff"] == 0.0
