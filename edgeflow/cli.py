@@ -143,6 +143,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="diagnose the model as built, without the recipe's rewrites",
     )
+    fix = sub.add_parser(
+        "fix",
+        help="build with rewrites: auto and write the rules it chose into the recipe",
+        description="Build the recipe on each target with `rewrites: auto` (and "
+        "quantization.fallback=auto where int8 misses its thresholds), write the rules every "
+        "target's build chose into the recipe's rewrites: (comments and formatting kept), "
+        "print the diff and the commands for rules only some targets need, then build the "
+        "recipe as written.",
+    )
+    fix.add_argument("recipe", metavar="RECIPE", help="recipe path (or name in ./recipes/)")
+    fix.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="target=a,b (one build each), and any `edgeflow run` override",
+    )
+    fix.add_argument("-q", "--quiet", action="store_true", help="each build's summary only")
     if argv[:1] == ["run"] and any(a in ("-h", "--help") for a in argv[1:]):
         print(RUN_HELP)
         return 0
@@ -204,6 +221,10 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: li
         rest = [a for a in rest if a != "--bisect"]
         mode = "bisect" if len(rest) < given else "layers"
         return run_hydra(_recipe_argument(rest), diff=mode, quiet=quiet)
+    if args.command == "fix":
+        from edgeflow.fix import fix
+
+        return fix(args.recipe, args.overrides, args.quiet)
     if args.command == "validate":
         return _validate(args.recipes)
     if args.command == "list":
@@ -360,6 +381,7 @@ def _precheck(
 def _explain(name: str, as_json: bool, rewrites: bool) -> int:
     import json
 
+    from edgeflow.core.sources import PyTorchSource
     from edgeflow.explain import explain, render_table, to_json
     from edgeflow.recipe import find_recipe, load_recipe
 
@@ -369,8 +391,15 @@ def _explain(name: str, as_json: bool, rewrites: bool) -> int:
         from edgeflow.explain import explain_tensorflow
 
         attempts = explain_tensorflow(loaded.recipe)
-    elif kind == "pytorch":
-        attempts = explain(loaded.recipe, loaded.path.parent, rewrites)
+    elif isinstance(source := loaded.recipe.source, PyTorchSource):
+        from edgeflow.source import build_module
+        from edgeflow.stages.rewrite import rewritten_module
+
+        if rewrites:
+            module, _, _ = rewritten_module(loaded.recipe, loaded.path.parent)
+        else:
+            module = build_module(source)
+        attempts = explain(loaded.recipe, module)
     else:
         raise EdgeflowError(
             f"explain works on PyTorch and TensorFlow sources; this is a {kind} source",

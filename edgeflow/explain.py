@@ -52,6 +52,13 @@ HAZARDS: dict[str, str] = {
 }
 
 
+# The capture path each `export.exporter` takes (explain's method names).
+EXPORTERS = {
+    "dynamo": "torch.onnx.export (dynamo)",
+    "torchscript": "torch.onnx.export (torchscript)",
+}
+
+
 def rules_for(fix: Fix) -> list[str]:
     """The names of the built-in rules that fix `fix`, in catalogue order."""
     return [rule.name for rule in rules_fixing(fix)]
@@ -68,37 +75,39 @@ class Attempt:
     rules: list[str] = field(default_factory=list)
 
 
-def explain(recipe: Any, base_dir: Path, rewrites: bool = True) -> list[Attempt]:
-    """Try every capture path on the recipe's model (with its rewrites applied, unless not)."""
+def explain(recipe: Any, module: Any, only: tuple[str, ...] = ()) -> list[Attempt]:
+    """Try every capture path on the recipe's model (`module`: as built, or with the recipe's
+    rewrites applied); `only`: those paths only, by their names (EXPORTERS' values, ...)."""
+    with tempfile.TemporaryDirectory() as folder:
+        return _attempts(recipe, module, Path(folder) / "probe.onnx", only)
+
+
+def _attempts(recipe: Any, module: Any, onnx_path: Path, only: tuple[str, ...]) -> list[Attempt]:
     import torch
 
-    from edgeflow.source import build_module, example_inputs
-    from edgeflow.stages.rewrite import rewritten_module
+    from edgeflow.source import example_inputs
 
-    if rewrites:
-        module, _, _ = rewritten_module(recipe, base_dir)
-    else:
-        module = build_module(recipe.source)
     args = example_inputs(recipe.source.inputs)
     user_files = _user_files(module)
-    onnx_path = Path(tempfile.mkdtemp()) / "probe.onnx"
     methods: list[tuple[str, Callable[[], object]]] = [
         ("torch.fx.symbolic_trace", lambda: torch.fx.symbolic_trace(module)),
         ("torch.export (strict)", lambda: torch.export.export(module, args, strict=True)),
         ("torch.export (non-strict)", lambda: torch.export.export(module, args, strict=False)),
         (
-            "torch.onnx.export (dynamo)",
+            EXPORTERS["dynamo"],
             lambda: torch.onnx.export(
                 module, args, str(onnx_path), dynamo=True, external_data=False, verbose=False
             ),
         ),
         (
-            "torch.onnx.export (torchscript)",
+            EXPORTERS["torchscript"],
             lambda: torch.onnx.export(module, args, str(onnx_path), dynamo=False),
         ),
     ]
     attempts = []
     for name, run in methods:
+        if only and name not in only:
+            continue
         with _quiet(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:

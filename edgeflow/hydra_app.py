@@ -24,21 +24,29 @@ from edgeflow.core.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError, 
 from edgeflow.core.specs import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
 
 _exit_codes: list[int] = []
+_results: list[Any] = []  # the BuildResults of the builds run in this process (run_hydra)
 _diff: list[str | None] = [None]  # run_build's `diff` for the jobs of this run
 ROWS = "edgeflow-rows"  # in the sweep folder: one JSON row per job (edgeflow.report.sweep)
 
 
-def run_hydra(args: list[str], diff: str | None = None, quiet: bool = False) -> int:
+def run_hydra(
+    args: list[str],
+    diff: str | None = None,
+    quiet: bool = False,
+    results: list[Any] | None = None,
+) -> int:
     """Run `edgeflow run ARGS`; returns the worst exit status over all jobs. `diff`: the
     per-layer diff ("layers") or the bisection ("bisect") after each build (`edgeflow diff`),
     or the diff only after a build that misses a threshold (None). `quiet`: print only each
-    build's summary (edgeflow.engine.console)."""
+    build's summary (edgeflow.engine.console). `results`: gets the BuildResult of each build
+    that ran in this process (`edgeflow fix` reads what they chose)."""
     import hydra
 
     from edgeflow.engine import console
 
     args = _route(_register_groups(args))
     _exit_codes.clear()
+    _results.clear()
     _diff[0] = diff
     app = hydra.main(version_base=None, config_name="edgeflow_run")(_job)
     sweep_dir = None
@@ -69,6 +77,8 @@ def run_hydra(args: list[str], diff: str | None = None, quiet: bool = False) -> 
         sys.argv = saved
     if sweep_dir is not None:  # jobs that ran in other processes report only in their rows
         _exit_codes.extend(_summarize(sweep_dir))
+    if results is not None:
+        results.extend(_results)
     return max(_exit_codes, default=0)
 
 
@@ -395,8 +405,11 @@ def _job(cfg: Any) -> None:
         return
     from edgeflow.report.markdown import one_line
 
+    _results.append(result)
     row = sweep.row(loaded.stem, loaded.build_name, result.metrics, "; ".join(result.failed_checks))
     print(f"  -> {result.build_dir}: {one_line(result.metrics)}")
+    if "auto_rewrites" in result.metrics:
+        print(f"  auto rewrites: {', '.join(result.metrics['auto_rewrites']) or 'none needed'}")
     if result.failed_checks:
         for message in result.failed_checks:
             print(f"error: verification failed: {message}", file=sys.stderr)

@@ -98,7 +98,8 @@ def test_init_writes_shared_and_per_build_stages(tmp_path: Path) -> None:
     assert export["outs"] == [".edgeflow/dvc/digits_cnn/export"]
     quantize = stages["digits_cnn.tflite-int8.quantize"]
     assert quantize["cmd"].endswith("quantize --build tflite-int8")
-    assert ".edgeflow/dvc/digits_cnn/tflite-int8/optimize" in quantize["deps"]
+    # the model the precheck checked (rewritten there under `rewrites: auto`)
+    assert ".edgeflow/dvc/digits_cnn/tflite-int8/precheck" in quantize["deps"]
     assert "quantization" in quantize["params"][-1]["recipes/digits_cnn.yaml"]
     assert quantize["params"][:4] == [
         "edgeflow.version",

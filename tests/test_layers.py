@@ -38,9 +38,10 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("edgeflow.recipe",),
     ("edgeflow.report",),
     # the Stage declaration (stages.base) and the stages; the engine runs them
-    ("edgeflow.stages",),
+    # explain: why a module does not export (`edgeflow explain`, and `rewrites: auto`)
+    ("edgeflow.stages", "edgeflow.explain"),
     ("edgeflow.engine",),
-    ("edgeflow.hydra_app", "edgeflow.explain", "edgeflow.zoo"),
+    ("edgeflow.hydra_app", "edgeflow.fix", "edgeflow.zoo"),
     ("edgeflow.cli", "edgeflow.__main__"),
 )
 PACKAGE = Path(edgeflow.__file__).resolve().parent

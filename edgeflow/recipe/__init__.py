@@ -21,6 +21,7 @@ from edgeflow.core.loader import (
 from edgeflow.core.suggest import did_you_mean
 from edgeflow.recipe import checks
 from edgeflow.recipe.schema import Recipe
+from edgeflow.rules import AUTO, locate_item
 from edgeflow.rules.base import RuleSpec
 from edgeflow.targets.profile import TargetProfile
 
@@ -115,7 +116,7 @@ def load_recipe(
         )
         hint = f"rename the file (e.g. {path.name.lstrip('.') or 'recipe.yaml'})"
         problems.append(Problem(display_path(path), 1, 1, "", message, hint))
-    entries = tree.get("rewrites")
+    entries, auto = _auto_entry(tree, path, located, problems)
     specs: list[RuleSpec] = []
     unchecked: list[str] = []
     if isinstance(entries, list):
@@ -134,10 +135,51 @@ def load_recipe(
     for check in checks.CHECKS:
         for key, message, hint in check(sections, profile):
             problems.append(locate(tree, path, located, key, message, hint))
+    if recipe is not None and auto:
+        recipe = recipe.model_copy(update={"rewrites_auto": True})
     if problems or recipe is None or profile is None:
         problems.sort(key=lambda p: (p.file == COMMAND_LINE, p.file, p.line, p.col))
         raise RecipeError(_unique(problems))
     return LoadedRecipe(path=path, recipe=recipe, profile=profile, unchecked=tuple(unchecked))
+
+
+def _auto_entry(
+    tree: Any, path: Path, located: dict[str, Any], problems: list[Problem]
+) -> tuple[Any, bool]:
+    """The `rewrites:` entries without `auto`, and whether it was there: `rewrites: auto`, or
+    an entry `auto` after the recipe's own rules (it applies what the precheck proves after
+    them; anywhere else it would be unclear what runs first)."""
+    entries = tree.get("rewrites")
+    if "rewrites_auto" in tree:
+        problems.append(
+            locate(
+                tree,
+                path,
+                located,
+                "rewrites_auto",
+                "unknown key 'rewrites_auto'",
+                "write `rewrites: auto` (or `auto` as the last entry of rewrites:)",
+            )
+        )
+    if entries == AUTO:
+        return [], True
+    if not isinstance(entries, list):
+        return entries, False
+    where = [i for i, e in enumerate(entries) if e == AUTO]
+    for i in where:
+        if i != len(entries) - 1:
+            problems.append(
+                locate_item(
+                    tree,
+                    path,
+                    located,
+                    f"rewrites[{i}]",
+                    i,
+                    "'auto' comes after the recipe's own rules, as the last entry",
+                    "move `- auto` to the end of rewrites:",
+                )
+            )
+    return entries, bool(where)  # resolve_rewrites passes over `auto`, keeping the indices
 
 
 def _sections(

@@ -78,6 +78,9 @@ class Recipe(Strict):
     convert: ConvertOptions = ConvertOptions()
     # the entries' rules, resolved and their options validated by load_recipe
     rewrites: Annotated[tuple[RuleSpec, ...], BeforeValidator(_resolved_rules)] = ()
+    # `rewrites: auto`, or an entry `auto` last in the list: the precheck's proven rules are
+    # applied too (edgeflow.targets.auto_rewrites); set by load_recipe, never written as a key
+    rewrites_auto: bool = False
     postprocess: HostPostprocess | None = None
     # the target profile's own rewrites (its `rewrites:`), applied after the recipe's
     target_rewrites: bool = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeflow.targets.precheck import memory_line, render_table
+from edgeflow.targets.precheck import entry, memory_line, render_table
 
 
 def render(
@@ -277,6 +277,26 @@ def _target_rules(info: dict[str, Any]) -> list[str]:
     return lines
 
 
+def auto_lines(info: dict[str, Any]) -> list[str]:
+    """`rewrites: auto`: the rules it chose, each with what it removed, and what is left."""
+    if not info.get("auto"):
+        return []
+    if not info["chosen"]:
+        left = "the precheck found nothing to fix" if not info["errors_left"] else (
+            "no rule removes what the precheck found")  # fmt: skip
+        return [f"- auto rewrites of the ONNX graph (rewrites: auto): none, {left}"]
+    lines = ["- auto rewrites of the ONNX graph (rewrites: auto), in order, each removing errors:"]
+    by_rule = {r["rule"]: r for r in info.get("rules", [])}
+    for c in info["chosen"]:
+        lines.append(f"  - `{entry(c['rule'], c['options'])}`: removed {'; '.join(c['removed'])}")
+        record = by_rule.get(c["rule"])
+        if record is not None:
+            lines += ["  " + line for line in rule_lines(record)[1:]]
+    if info["errors_left"]:
+        lines.append(f"  - left for the precheck: {'; '.join(info['errors_left'])}")
+    return lines
+
+
 MAX_SITES = 12  # a rule's sites shown in report.md; the stage's JSON record has them all
 STATUS_TEXT = {"changed": "changed", "kept": "kept", "not_applicable": "nothing to do"}
 
@@ -324,7 +344,16 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
             lines += rule_lines(r)
     else:
         lines.append("- rewrite rules: none in the recipe")
+    source_auto = details.get("rewrite", {}).get("auto")
+    if source_auto:  # rewrites: auto on a PyTorch source (listed above, with the recipe's)
+        chosen = ", ".join(f"`{c['rule']}`" for c in source_auto["chosen"]) or "none"
+        left = "; ".join(source_auto["left"])
+        lines.append(
+            f"- auto rewrites of the source (rewrites: auto): {chosen}"
+            + (f"; the export still fails: {left}" if left else "")
+        )
     lines += _target_rules(details.get("rewrite_target", {}))
+    lines += auto_lines(details.get("rewrite_auto", {}))
     pre = details["precheck"]
     lines.append(
         f"- precheck: {'passed' if pre['passed'] else 'FAILED'} against `{pre['target']}`"

@@ -15,6 +15,10 @@ from edgeflow.core.errors import Problem, RecipeError
 from edgeflow.core.suggest import did_you_mean
 from edgeflow.rules.fixes import Fix
 
+# A `rewrites:` value or last entry that is not a rule: apply the rules the precheck proves
+# remove its findings (edgeflow.targets.auto_rewrites), after the recipe's own.
+AUTO = "auto"
+
 
 class RuleEntryError(ValueError):
     def __init__(self, message: str, hint: str | None = None) -> None:
@@ -65,6 +69,8 @@ def resolve_rewrites(
     problems: list[Problem] = []
     last: tuple[str, str] | None = None  # (level, name) of the previous rule
     for i, raw in enumerate(entries):
+        if raw == AUTO:  # not a rule: the recipe's loader records it (rewrites_auto)
+            continue
         key = f"rewrites[{i}]"
 
         def problem(message: str, hint: str | None, key: str = key, i: int = i) -> None:

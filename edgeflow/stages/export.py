@@ -15,10 +15,12 @@ def run(ctx: StageContext) -> None:
     import torch
 
     from edgeflow.source import bound_module, example_inputs, flat_tensors
-    from edgeflow.stages.rewrite import rewritten_module
+    from edgeflow.stages.rewrite import rewritten_module, specs_of
 
     source, options = ctx.recipe.source, ctx.recipe.export
-    module, _, _ = rewritten_module(ctx.recipe, ctx.loaded.path.parent)  # as rewrite checked
+    auto = ctx.read_json("rewrite").get("auto")  # the rules `rewrites: auto` chose
+    chosen = specs_of(auto["chosen"]) if auto else ()
+    module, _, _ = rewritten_module(ctx.recipe, ctx.loaded.path.parent, False, chosen)
     module = bound_module(module, source.inputs)  # constants traced as constants
     dynamic = source.dynamic_batch
     # torch.export specialises dimensions of size 1, so a dynamic batch is traced at size >= 2.
@@ -68,7 +70,8 @@ def run(ctx: StageContext) -> None:
     except Exception as exc:
         raise EdgeflowError(
             f"torch.onnx.export ({options.exporter}) failed: {first_line(exc)}",
-            "try export.exporter: torchscript, or a rewrite rule for the construct named above",
+            "`edgeflow explain RECIPE` names the rules that fix the construct named above "
+            "(+rewrites=[auto] tries them), or try export.exporter=torchscript",
         ) from exc
     model = onnx.load(str(path))  # raises if it refers to external data that is not there
     extra = sorted(p.name for p in ctx.out_dir.iterdir() if p.suffix == ".data")

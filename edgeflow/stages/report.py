@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from edgeflow.stages.base import Stage, StageContext
 
 ACCURACY = ("source", "artifact", "drop")
@@ -28,7 +30,19 @@ DETAIL_SLOTS = (
     "source",
     "rewrite_onnx",
     "rewrite_target",
+    "rewrite_auto",
 )
+
+
+def auto_entries(details: dict[str, Any]) -> list[str]:
+    """The rules `rewrites: auto` chose, in the order they ran, as `rewrites:` entries: the
+    source's (ast, fx: rewrite.json) and the ONNX graph's (rewrite_auto.json)."""
+    from edgeflow.targets.precheck import entry
+
+    source = (details.get("rewrite") or {}).get("auto") or {}
+    graph = details.get("rewrite_auto") or {}
+    chosen = [*source.get("chosen", []), *graph.get("chosen", [])]
+    return [entry(c["rule"], c["options"]) for c in chosen]
 
 
 def run(ctx: StageContext) -> None:
@@ -58,6 +72,8 @@ def run(ctx: StageContext) -> None:
     ingested = details["source"].get("normalised")
     if ingested:  # what ingest did to a file from another or an older exporter
         metrics["ingest"] = list(ingested)
+    if ctx.recipe.rewrites_auto:  # what it chose, as `rewrites:` entries
+        metrics["auto_rewrites"] = auto_entries(details)
     path = conversion_path(details)
     if path is not None:  # a TensorFlow or JAX source: its path, and what each step added
         metrics["conversion"] = path
@@ -207,5 +223,13 @@ STAGE = Stage(
         "report": "report.md",
         "plots": "plots",
     },
-    reads=("verify", "quantization.mode", "target", "recipe_file", "name", "description"),
+    reads=(
+        "verify",
+        "quantization.mode",
+        "target",
+        "recipe_file",
+        "name",
+        "description",
+        "rewrites_auto",
+    ),
 )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError
+from edgeflow.rules.base import LEVEL_ORDER, RuleSpec
 from edgeflow.stages.base import Stage, StageContext
 
 if TYPE_CHECKING:
@@ -28,7 +29,10 @@ def run(ctx: StageContext) -> None:
     from edgeflow.source import build_module, example_inputs, flat_tensors
 
     recipe = ctx.recipe
-    module, records, sources = rewritten_module(recipe, ctx.loaded.path.parent, check=True)
+    auto = auto_rules(recipe, ctx.loaded.path.parent) if recipe.rewrites_auto else None
+    extra = specs_of(auto["chosen"]) if auto else ()
+    module, records, sources = rewritten_module(recipe, ctx.loaded.path.parent, True, extra)
+    ctx.write_json("rewrite", {"rules": records, "auto": auto})  # completed below
     sources_dir = ctx.output("sources")
     sources_dir.mkdir()
     for name, text in sources.items():
@@ -38,7 +42,7 @@ def run(ctx: StageContext) -> None:
         expected_raw = build_module(recipe.source)(*args)
         actual_raw = module(*args)
     if recipe.evaluation.metric == "detections":
-        _check_detections(ctx, records, expected_raw, actual_raw)
+        _check_detections(ctx, records, expected_raw, actual_raw, auto)
         return
     expected, actual = flat_tensors(expected_raw), flat_tensors(actual_raw)
     same_shapes = len(expected) == len(actual) and all(
@@ -46,12 +50,18 @@ def run(ctx: StageContext) -> None:
     )
     diffs = [(e.float() - a.float()).abs().max() for e, a in zip(expected, actual, strict=False)]
     diff = max((float(d) for d in diffs), default=0.0) if same_shapes else None
-    tolerances = [spec.rule().tolerance(spec.options) for spec in recipe.rewrites]
+    specs = [*recipe.rewrites, *extra]
+    tolerances = [spec.rule().tolerance(spec.options) for spec in specs]
     if any(t is None for t in tolerances):
-        deliberate = [s.name for s, t in zip(recipe.rewrites, tolerances, strict=True) if t is None]
+        deliberate = [s.name for s, t in zip(specs, tolerances, strict=True) if t is None]
         ctx.write_json(
             "rewrite",
-            {"rules": records, "max_abs_diff": diff, "numerics_changed_by": deliberate},
+            {
+                "rules": records,
+                "max_abs_diff": diff,
+                "numerics_changed_by": deliberate,
+                "auto": auto,
+            },
         )
         return
     allowed = TOLERANCE + sum(t for t in tolerances if t is not None)
@@ -62,10 +72,15 @@ def run(ctx: StageContext) -> None:
             f"on the declared input shapes (rules: {', '.join(r['rule'] for r in records)})",
             "remove rules one at a time to find the one that changes the result",
         )
-    ctx.write_json("rewrite", {"rules": records, "max_abs_diff": diff, "numerics_changed_by": []})
+    ctx.write_json(
+        "rewrite",
+        {"rules": records, "max_abs_diff": diff, "numerics_changed_by": [], "auto": auto},
+    )
 
 
-def _check_detections(ctx: StageContext, records: list, expected: object, actual: object) -> None:
+def _check_detections(
+    ctx: StageContext, records: list, expected: object, actual: object, auto: Any
+) -> None:
     """A detector may change its output form (list of dicts -> padded tensors) on purpose:
     compare the detections themselves, with the recipe's detection tolerances."""
     from edgeflow.verify.detections import compare, padded
@@ -84,7 +99,10 @@ def _check_detections(ctx: StageContext, records: list, expected: object, actual
     except ValueError as exc:
         raise EdgeflowError(f"the rewritten detector's outputs: {exc}") from exc
     summary = {k: v for k, v in result.items() if k != "per_image"}
-    ctx.write_json("rewrite", {"rules": records, "detections": summary, "numerics_changed_by": []})
+    ctx.write_json(
+        "rewrite",
+        {"rules": records, "detections": summary, "numerics_changed_by": [], "auto": auto},
+    )
     if result["match_rate"] < checks.min_match_rate or result["count_mismatch_images"]:
         raise EdgeflowError(
             f"the rewritten detector finds other detections than the source on the declared "
@@ -99,7 +117,15 @@ STAGE = Stage(
     description="Apply ast.* and fx.* rules; record their changes; check numerical equality.",
     run=run,
     produces={"rewrite": "rewrite.json", "sources": "rewritten"},
-    reads=("source", "rewrites", "evaluation.metric", "verify.detections"),
+    # export: the exporter `rewrites: auto` tries the rules with
+    reads=(
+        "source",
+        "rewrites",
+        "rewrites_auto",
+        "export",
+        "evaluation.metric",
+        "verify.detections",
+    ),
     tools=("torch",),
     rule_levels=("ast", "fx"),
     isolated=True,
@@ -107,11 +133,12 @@ STAGE = Stage(
 
 
 def rewritten_module(
-    recipe: Recipe, base_dir: Path, check: bool = False
+    recipe: Recipe, base_dir: Path, check: bool = False, auto: tuple[RuleSpec, ...] = ()
 ) -> tuple[Any, list[dict[str, Any]], dict[str, str]]:
-    """The recipe's PyTorch module with its ast.* and fx.* rules applied (`check`: enforce
-    each rule's contract, as the rewrite stage does; the export stage re-applies the same
-    deterministic rules without checking them again)."""
+    """The recipe's PyTorch module with its ast.* and fx.* rules applied, and those
+    `rewrites: auto` chose, each in its level's place (`check`: enforce each rule's
+    contract, as the rewrite stage does; the export stage re-applies the same deterministic
+    rules without checking them again)."""
     from edgeflow.core.sources import PyTorchSource
     from edgeflow.rules.apply import apply_rules
     from edgeflow.rules.base import RewriteContext
@@ -123,4 +150,79 @@ def rewritten_module(
     # a detector's rules may change its output form: the stage compares detections as sets
     numerics = check and recipe.evaluation.metric != "detections"
     ctx = RewriteContext(list(recipe.source.inputs), base_dir, dynamic, numerics)
-    return apply_rules(module, list(recipe.rewrites), ("ast", "fx"), ctx, check)
+    specs = sorted([*recipe.rewrites, *auto], key=lambda s: LEVEL_ORDER[s.rule.level])
+    return apply_rules(module, specs, ("ast", "fx"), ctx, check)
+
+
+MAX_ROUNDS = 8  # rules tried in turn on one export failure after another
+
+
+def auto_rules(recipe: Recipe, base_dir: Path) -> dict[str, Any]:
+    """`rewrites: auto` on a PyTorch source: export the module (after the recipe's rules) with
+    the recipe's exporter, as `edgeflow explain` does; while it fails, or exports an operator
+    no edge target runs statically (NonZero, If, Loop, ...), try each ast/fx rule explain
+    names for the failure (those that need no options), and keep the one after which the
+    failure is gone, preferring one after which the export succeeds. An export stops at its
+    first failure, so the failure after it is revealed, not added. What was chosen, what was
+    left and what was tried are recorded in rewrite.json."""
+    from pydantic import ValidationError
+
+    from edgeflow.core.errors import first_line
+    from edgeflow.explain import EXPORTERS, explain
+    from edgeflow.rules import builtin_rules
+
+    method = EXPORTERS[recipe.export.exporter]
+    known = builtin_rules()
+    own = {spec.name for spec in recipe.rewrites}
+
+    def failures(chosen: tuple[RuleSpec, ...]) -> dict[str, list[str]]:
+        module, _, _ = rewritten_module(recipe, base_dir, False, chosen)
+        found = explain(recipe, module, (method,))
+        return {f"{a.cause} ({a.location or a.error})": a.rules for a in found if not a.ok}
+
+    chosen: tuple[RuleSpec, ...] = ()
+    left, rejected = failures(chosen), dict[str, str]()
+    for _ in range(MAX_ROUNDS):
+        best: tuple[tuple[bool, int], RuleSpec, dict[str, list[str]]] | None = None
+        names = dict.fromkeys(name for rules in left.values() for name in rules)
+        for name in names:
+            rule = known.get(name)
+            if rule is None or rule.level not in ("ast", "fx") or name in own | rejected.keys():
+                continue
+            try:
+                spec = RuleSpec(rule, rule.Options.model_validate({}), name)
+            except ValidationError:
+                rejected[name] = "needs options"
+                continue
+            try:
+                after = failures((*chosen, spec))
+            except Exception as exc:  # the rule cannot rewrite this module: not a candidate
+                rejected[name] = first_line(exc)
+                continue
+            if not set(left) - set(after):
+                rejected[name] = "leaves the failure"
+                continue
+            score = (not after, -len(after))
+            if best is None or score > best[0]:
+                best = (score, spec, after)
+        if best is None:
+            break
+        _, spec, left = best
+        chosen = (*chosen, spec)
+        own.add(spec.name)
+    return {
+        "chosen": [{"rule": s.name, "options": {}} for s in chosen],
+        "left": sorted(left),
+        "rejected": rejected,
+    }
+
+
+def specs_of(chosen: list[dict[str, Any]]) -> tuple[RuleSpec, ...]:
+    """The RuleSpecs of `rewrites: auto`'s choice, as rewrite.json records it."""
+    from edgeflow.rules import builtin_rules
+
+    known = builtin_rules()
+    return tuple(
+        RuleSpec(known[c["rule"]], known[c["rule"]].Options.model_validate(c["options"]), c["rule"])
+        for c in chosen
+    )
