@@ -264,8 +264,10 @@ def _last_line(tree: Any, key: str, lines: list[str]) -> int:
 def _fallback_edit(tree: Any, lines: list[str]) -> tuple[int, int, list[str]]:
     """quantization's `fallback: auto`: in a one-line flow mapping before its `}`, else a line
     after its last key."""
+    from ruamel.yaml.comments import CommentedMap
+
     quantization = tree.get("quantization")
-    if not isinstance(quantization, dict):
+    if not isinstance(quantization, CommentedMap):
         raise EdgeflowError(
             "quantization.fallback: auto is needed, but the recipe has no quantization mapping",
             "add `quantization: {mode: int8, fallback: auto}` yourself",
@@ -279,6 +281,11 @@ def _fallback_edit(tree: Any, lines: list[str]) -> tuple[int, int, list[str]]:
         start = row.index(value, at[1])
         return at[0], 1, [row[:start] + "auto" + row[start + len(value) :]]
     if quantization.fa.flow_style():
+        if "}" not in line:
+            raise EdgeflowError(
+                "quantization is a flow mapping over several lines: fix does not edit it",
+                "add `fallback: auto` to quantization yourself",
+            )
         close = line.rindex("}")
         return first, 1, [line[:close].rstrip() + ", fallback: auto" + line[close:]]
     column = quantization.lc.key(next(iter(quantization)))[1]
