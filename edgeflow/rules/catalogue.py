@@ -62,7 +62,9 @@ precheck suggests one rule per finding: the first onnx rule in this catalogue's 
 fixes it (it applies to the very model checked), else the first of another level; for a
 finding about an operator that no rule declares (a failed check, a type), a rule that removes
 the operator. `edgeflow explain` lists every rule that fixes what it found, in this
-catalogue's order.
+catalogue's order. `rewrites: auto` applies them for you: each round the rule that removes the
+most of the precheck's errors without adding one, and on a PyTorch source the ast/fx rules
+explain names for an export failure ([recipe.md](recipe.md#rewrites-auto)).
 
 - `Fix.op("Erf")`: an operator, as the precheck reports it ("not supported by ...") and as
   `edgeflow explain` flags it in an exported graph (NonZero, If, Loop, Scan, NonMaxSuppression);
