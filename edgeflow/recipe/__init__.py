@@ -130,13 +130,13 @@ def load_recipe(
         recipe = validate(Recipe, tree, path, context, located)
     except RecipeError as exc:
         problems += exc.problems
+    if recipe is not None and auto:
+        recipe = recipe.model_copy(update={"rewrites_auto": True})
     sections = _sections(recipe, tree, path, context, problems)
     profile = _profile(sections.get("target"), tree, path, located, cwd, problems)
     for check in checks.CHECKS:
         for key, message, hint in check(sections, profile):
             problems.append(locate(tree, path, located, key, message, hint))
-    if recipe is not None and auto:
-        recipe = recipe.model_copy(update={"rewrites_auto": True})
     if problems or recipe is None or profile is None:
         problems.sort(key=lambda p: (p.file == COMMAND_LINE, p.file, p.line, p.col))
         raise RecipeError(_unique(problems))
