@@ -40,7 +40,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # the Stage declaration (stages.base) and the stages; the engine runs them
     ("edgeflow.stages",),
     ("edgeflow.engine",),
-    ("edgeflow.hydra_app", "edgeflow.explain", "edgeflow.zoo"),
+    ("edgeflow.hydra_app", "edgeflow.explain", "edgeflow.zoo", "edgeflow.scaffold"),
     ("edgeflow.cli", "edgeflow.__main__"),
 )
 PACKAGE = Path(edgeflow.__file__).resolve().parent
