@@ -114,6 +114,8 @@ def _verified(result: BuildResult) -> None:
 
 def test_every_anchor_is_a_heading_of_the_recipe_reference() -> None:
     assert set(ANCHORS.values()) <= _anchors(RECIPE_DOCS.read_text(encoding="utf-8"))
+    workflows = (REPO / "docs" / "workflows.md").read_text(encoding="utf-8")
+    assert "start-from-a-model-file-edgeflow-init" in _anchors(workflows)  # README links it
 
 
 def test_an_onnx_file_every_key_commented_and_valid(tmp_path: Path, monkeypatch, capsys) -> None:
