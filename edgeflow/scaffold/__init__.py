@@ -184,7 +184,7 @@ def _kind(options: InitOptions) -> tuple[str | None, Path | None]:
             )
         kind = "onnx" if suffix == ".onnx" else "tensorflow"
     elif ":" in text:
-        if forced in ("onnx",):
+        if forced == "onnx":
             raise EdgeflowError(f"--kind onnx: {text} names code", "name an .onnx file")
         return None, None
     else:
@@ -231,7 +231,9 @@ def _data_arrays(data: Path | None) -> dict[str, tuple[int, ...]]:
         return {}
     from edgeflow.data import array_shapes, file_problem
 
-    if data.suffix != ".npz" or not data.is_file():
+    if not data.is_file():
+        raise EdgeflowError(f"--data {data}: no such file", "check the path")
+    if data.suffix != ".npz":
         raise EdgeflowError(
             f"--data {data}: not a .npz file", "np.savez('data.npz', input_name=array, ...)"
         )
@@ -404,8 +406,16 @@ def _write(texts: dict[Path, str], recipe: Path) -> None:
 
 
 def _link(temp: Path, final: Path) -> None:
+    """`temp` under the name `final`, which must not exist (it may have appeared since the
+    check before the model was read)."""
     try:
-        os.link(temp, final)  # fails where `final` exists: nothing is overwritten
+        try:
+            os.link(temp, final)  # fails where `final` exists: nothing is overwritten
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: create it exclusively, then fill
+            with open(final, "x", encoding="utf-8") as f:
+                f.write(temp.read_text(encoding="utf-8"))
     except FileExistsError:
         raise EdgeflowError(
             f"{final} exists: edgeflow init does not overwrite files", "remove it, or --output"

@@ -254,7 +254,9 @@ def _source(plan: Plan) -> list[Row]:
         said, anchor = "relative to this file's folder", kind_anchor
     rows.append((f"  model: {scalar(plan.source)}", said, anchor))
     if model.reference:
-        weights = {"pytorch": "model.pt", "jax": "params.msgpack"}.get(model.kind, "m.weights.h5")
+        weights = {"pytorch": "model.pt", "jax": "params.msgpack"}.get(
+            model.kind, "model.weights.h5"
+        )
         rows += [
             (f"  init: {scalar(dict(model.init))}", "its keyword arguments (--init)", kind_anchor),
             (f"  # weights: {weights}", "trained weights; none: the initial ones", kind_anchor),
