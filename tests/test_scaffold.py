@@ -181,7 +181,8 @@ def test_a_0d_input_int_and_bool_inputs_and_a_shared_open_dim(tmp_path, monkeypa
 def test_scalars_read_back_as_written() -> None:
     from ruamel.yaml import YAML
 
-    values = [1e-05, 0.001, 16, True, None, "yes", "a:b", "x", [1, 2.5], {"k": "v w"}, "output.1"]
+    values = [1e-05, 0.001, 16, True, None, "yes", "a:b", "x", [1, 2.5], {"k": "v w"}, "out.1"]
+    values += ["../m/x.onnx", ".inf", "./a", "-1", "1e3", "~", "null", "y"]
     for value in values:
         assert YAML(typ="safe", pure=True).load(f"v: {scalar(value)}")["v"] == value
 

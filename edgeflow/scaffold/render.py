@@ -153,7 +153,7 @@ def shape_note(tensor: Tensor, given: bool, data_file: str = "") -> str:
 
 # ------------------------------------------------------------------------------- YAML text
 
-PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
+PLAIN = re.compile(r"(\.\.?/)*[A-Za-z_][A-Za-z0-9_./-]*")  # names, relative paths
 WORDS = frozenset({"true", "false", "null", "yes", "no", "on", "off", "y", "n", "~"})
 
 
