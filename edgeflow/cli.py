@@ -70,6 +70,32 @@ threshold (diff.on_failure: true).
 """
 
 
+INIT_HELP = """\
+Write a recipe for a model, read from the model itself: its inputs (static shapes; an open
+dim gets 1 on axis 0, 32 elsewhere, and the recipe's comment says so), dtypes and outputs;
+batch axes, 0-D inputs and state links (an output of an input's shape, named like it:
+state -> new_state, h -> h_out) proposed with a comment. Every key's comment points to its
+section of docs/recipe.md. Beside the recipe goes NAME_data.py, whose samples() returns
+RANDOM arrays of the inputs' shapes and dtypes, to be replaced by real data (--data
+FILE.npz: the recipe reads that file instead). Metric: agreement with the model; float32.
+The recipe is validated before it is written; an existing file is never overwritten.
+
+MODEL is one of:
+  model.onnx                       an ONNX file
+  saved_model/                     a TensorFlow SavedModel folder
+  model.keras, model.h5            a Keras model file
+  net.py:Net, pkg.module:Net       a torch.nn.Module class (or a function returning a module,
+                                   a keras.Model, or (apply_fn, params) for JAX); its inputs
+                                   are forward's (apply_fn's) parameters, each shaped with
+                                   --input, its constructor's arguments from --init
+
+examples:
+  edgeflow init model.onnx
+  edgeflow init net.py:Net --init hidden=16 --input x:1x40 --input state:1x16
+  edgeflow init edgeflow.zoo.digits_flax:digits_cnn --input image:1x8x8x1
+Then: edgeflow run recipe=recipes/NAME.yaml
+"""
+
 QUIET = ("-q", "--quiet")  # `run` and `diff`: the summary only (edgeflow.engine.console)
 
 
@@ -81,6 +107,53 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--version", action="version", version=f"edgeflow {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    init = sub.add_parser(
+        "init",
+        help="write a recipe (and random data to replace) for a model file or class",
+        description=INIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    init.add_argument("model", metavar="MODEL", help="the model: a file, a folder or code")
+    init.add_argument(
+        "--target", default="onnxruntime_micro", help="the recipe's target (onnxruntime_micro)"
+    )
+    init.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="RECIPE.yaml",
+        help="where to write it (default: NAME.yaml in ./recipes/ if there is one, else in "
+        "the current folder; NAME from the model's file or class); NAME_data.py goes beside",
+    )
+    init.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME:SHAPE[:DTYPE]",
+        help="an input's shape, SHAPE as sizes joined by x (1x3x32x32) or scalar (0-D), "
+        "DTYPE float32 by default: needed for code, for a file it sets open dims; repeat it",
+    )
+    init.add_argument(
+        "--init",
+        action="append",
+        default=[],
+        dest="init_args",
+        metavar="KEY=VALUE",
+        help="a constructor (or builder) argument, VALUE read as YAML (16, 0.5, true, "
+        "[1, 2]); repeat it",
+    )
+    init.add_argument(
+        "--data",
+        type=Path,
+        metavar="FILE.npz",
+        help="your samples (an array per input name) for calibration and evaluation, "
+        "instead of a NAME_data.py of random ones",
+    )
+    init.add_argument(
+        "--kind",
+        choices=("onnx", "tensorflow", "pytorch", "jax"),
+        help="the source kind it must be (default: what the model is)",
+    )
     sub.add_parser("run", help="build, verify and report a recipe (Hydra overrides; -m sweeps)")
     sub.add_parser("diff", help="build a recipe, then compare every tensor of the artifact")
     validate = sub.add_parser("validate", help="check recipe files without running them")
@@ -227,6 +300,8 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: li
         return fix(args.recipe, args.overrides, args.quiet)
     if args.command == "validate":
         return _validate(args.recipes)
+    if args.command == "init":
+        return _init(args)
     if args.command == "list":
         return _list()
     if args.command == "precheck":
@@ -308,6 +383,31 @@ def _report(path: Path, open_it: bool) -> int:
 
         if not webbrowser.open(page.resolve().as_uri()):
             print(f"no web browser to open it here; open {page.resolve().as_uri()}")
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    """`edgeflow init MODEL ...`: the recipe and its data file, and what to check in them."""
+    from edgeflow.scaffold import InitOptions, init
+
+    options = InitOptions(
+        args.model,
+        args.target,
+        args.output,
+        tuple(args.input),
+        tuple(args.init_args),
+        args.data,
+        args.kind,
+    )
+    written = init(options)
+    model = written.plan.model
+    counts = f"{len(model.inputs)} input(s), {len(model.outputs)} output(s)"
+    print(f"wrote {written.recipe} ({model.kind} {model.what}: {counts})")
+    if written.data is not None:
+        print(f"wrote {written.data}: RANDOM samples; replace its samples() with your data")
+    for note in written.notes:
+        print(f"  {note}")
+    print(f"next: edgeflow run recipe={written.recipe}")
     return 0
 
 

@@ -41,7 +41,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # explain: why a module does not export (`edgeflow explain`, and `rewrites: auto`)
     ("edgeflow.stages", "edgeflow.explain"),
     ("edgeflow.engine",),
-    ("edgeflow.hydra_app", "edgeflow.fix", "edgeflow.zoo"),
+    ("edgeflow.hydra_app", "edgeflow.fix", "edgeflow.zoo", "edgeflow.scaffold"),
     ("edgeflow.cli", "edgeflow.__main__"),
 )
 PACKAGE = Path(edgeflow.__file__).resolve().parent

@@ -12,7 +12,7 @@ as the reference. TensorFlow is imported here only, inside a stage's worker proc
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,8 @@ class TfModel:
     input_dtypes: dict[str, str]
     output_names: list[str]  # the model's own output names, in its order
     owner: Any = None  # what keeps a SavedModel function's variables alive
+    # the outputs' shapes as the model declares them (None: a dynamic dim), by name
+    output_shapes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
 
     def call(self, tensors: dict[str, Any]) -> list[Any]:
         """The model's outputs (tensors) for inputs by name, in output order."""
@@ -71,14 +73,23 @@ def load(source: TensorFlowSource) -> TfModel:
     EdgeflowError that names it (a SavedModel with ops that reach outside it:
     savedmodel.GraphOpsRefused, before TensorFlow runs anything of it)."""
     model = source.model
-    if isinstance(model, Path) and model.is_dir():
-        savedmodel.check(model, source.allow_graph_ops)  # its graph runs when it loads
-    tf = require()
-    keras = require("keras")
     if isinstance(model, ImportRef):
+        require()
+        keras = require("keras")
         what = f"{Path(model.module).name}:{model.attr}" if model.is_file else str(model)
         return _keras_model(_built(model, source.init, keras), what, source.weights, keras)
-    path = Path(model)
+    return load_file(Path(model), source.weights, source.allow_graph_ops)
+
+
+def load_file(
+    path: Path, weights: Path | None = None, allow_graph_ops: list[str] | None = None
+) -> TfModel:
+    """A SavedModel folder (its graph checked for ops that reach outside the model before
+    TensorFlow loads it) or a .keras / .h5 file, `weights` loaded into the Keras model."""
+    if path.is_dir():
+        savedmodel.check(path, allow_graph_ops or [])  # its graph runs when it loads
+    tf = require()
+    keras = require("keras")
     if path.is_dir():
         return _saved_model(path, tf)
     try:
@@ -89,7 +100,7 @@ def load(source: TensorFlowSource) -> TfModel:
             "save the model with model.save('model.keras'); a model with custom layers needs "
             "a 'module:function' that builds it",
         ) from exc
-    return _keras_model(built, path.name, source.weights, keras)
+    return _keras_model(built, path.name, weights, keras)
 
 
 def _built(ref: ImportRef, init: dict[str, Any], keras: Any) -> Any:
@@ -159,6 +170,7 @@ def _keras_model(model: Any, what: str, weights: Path | None, keras: Any) -> TfM
         input_shapes={n: tuple(t.shape) for n, t in zip(names, tensors, strict=True)},
         input_dtypes={n: str(t.dtype) for n, t in zip(names, tensors, strict=True)},
         output_names=outputs,
+        output_shapes={n: tuple(t.shape) for n, t in zip(outputs, model.outputs, strict=True)},
     )
 
 
@@ -196,6 +208,9 @@ def _saved_model(path: Path, tf: Any) -> TfModel:
         input_dtypes={n: kwargs[n].dtype.name for n in names},
         output_names=list(outputs),
         owner=loaded,
+        output_shapes={
+            n: tuple(t.shape.as_list()) for n, t in outputs.items() if t.shape.rank is not None
+        },
     )
 
 
