@@ -143,7 +143,7 @@ def test_an_onnx_file_every_key_commented_and_valid(tmp_path: Path, monkeypatch,
     assert source.outputs == ["pooled", "features"]
     [image] = source.inputs
     assert (image.shape, image.dtype, image.batch_axis) == ([1, 3, 32, 32], "float32", 0)
-    data = (tmp_path / "recipes" / "two_data.py").read_text(encoding="utf-8")
+    data = (tmp_path / "recipes" / "data.py").read_text(encoding="utf-8")
     assert "REPLACE WITH YOUR REAL DATA" in data and "def samples(split" in data
     loaded = load_recipe(recipe)
     from edgeflow.data import load_samples
@@ -168,7 +168,7 @@ def test_a_0d_input_int_and_bool_inputs_and_a_shared_open_dim(tmp_path, monkeypa
     }
     text = (tmp_path / "mixed.yaml").read_text(encoding="utf-8")
     assert "batch_axis: null          # 0-D" in text
-    samples = runpy.run_path(str(tmp_path / "mixed_data.py"))["samples"]("test")
+    samples = runpy.run_path(str(tmp_path / "data.py"))["samples"]("test")
     assert {k: (v.shape, v.dtype) for k, v in samples.items()} == {
         "x": ((32, 4), np.float32),
         "gain": ((), np.float32),
@@ -249,12 +249,15 @@ def test_no_state_without_a_data_input_or_a_fitting_shape() -> None:
 def test_refuses_to_overwrite_either_file(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     _two_outputs(tmp_path / "two.onnx")
-    (tmp_path / "two_data.py").write_text("mine\n", encoding="utf-8")
+    (tmp_path / "data.py").write_text("mine\n", encoding="utf-8")  # another recipe's
+    status, _, _ = _init(capsys, "two.onnx")
+    assert status == 0 and (tmp_path / "data.py").read_text(encoding="utf-8") == "mine\n"
+    assert '"two_data.py:samples"' in (tmp_path / "two.yaml").read_text(encoding="utf-8")
+    before = (tmp_path / "two.yaml").read_bytes()
     status, _, err = _init(capsys, "two.onnx")
     assert status == 2
-    assert "two_data.py exists: edgeflow init does not overwrite files" in err
-    assert (tmp_path / "two_data.py").read_text(encoding="utf-8") == "mine\n"
-    assert not (tmp_path / "two.yaml").exists()
+    assert "two.yaml and two_data.py exist: edgeflow init does not overwrite files" in err
+    assert (tmp_path / "two.yaml").read_bytes() == before
     hint = err.split("hint: ")[1].strip()
     assert hint.endswith("edgeflow init two.onnx --output two_2.yaml")
     assert main(shlex.split(hint.split(": ", 1)[1])[1:]) == 0  # works as printed

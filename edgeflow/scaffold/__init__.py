@@ -108,8 +108,10 @@ def init(options: InitOptions) -> Written:
 
 
 def _data_path(recipe: Path) -> Path:
-    """The generated data file beside a recipe: NAME_data.py."""
-    return recipe.with_name(f"{recipe.stem}_data.py")
+    """The generated data file beside a recipe: data.py, or NAME_data.py where a data.py is
+    there already (another recipe's: never overwritten)."""
+    plain = recipe.with_name("data.py")
+    return recipe.with_name(f"{recipe.stem}_data.py") if _exists(plain) else plain
 
 
 def _free(recipe: Path, with_data: bool) -> Path:
