@@ -350,7 +350,7 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
         left = "; ".join(source_auto["left"])
         lines.append(
             f"- auto rewrites of the source (rewrites: auto): {chosen}"
-            + (f"; the export still fails: {left}" if left else "")
+            + (f"; left in the export: {left}" if left else "")
         )
     lines += _target_rules(details.get("rewrite_target", {}))
     lines += auto_lines(details.get("rewrite_auto", {}))

@@ -10,6 +10,7 @@ and is named in rewrite.json; the verify stage still compares the artifact with 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -176,9 +177,12 @@ def auto_rules(recipe: Recipe, base_dir: Path) -> dict[str, Any]:
     own = {spec.name for spec in recipe.rewrites}
 
     def failures(chosen: tuple[RuleSpec, ...]) -> dict[str, list[str]]:
-        module, _, _ = rewritten_module(recipe, base_dir, False, chosen)
+        module, records, _ = rewritten_module(recipe, base_dir, False, chosen)
+        tried = [r for r in records if chosen and r["rule"] == chosen[-1].name]
+        if tried and not tried[-1]["changed"]:  # it cannot have removed anything
+            raise ValueError("changes nothing in this module")
         found = explain(recipe, module, (method,))
-        return {f"{a.cause} ({a.location or a.error})": a.rules for a in found if not a.ok}
+        return {_failure(a): a.rules for a in found if not a.ok}
 
     chosen: tuple[RuleSpec, ...] = ()
     left, rejected = failures(chosen), dict[str, str]()
@@ -215,6 +219,13 @@ def auto_rules(recipe: Recipe, base_dir: Path) -> dict[str, Any]:
         "left": sorted(left),
         "rejected": rejected,
     }
+
+
+def _failure(attempt: Any) -> str:
+    """A failure as the search compares it: its cause and place, without the numbers torch.fx
+    gives its generated code anew each time (`<eval_with_key>.108:13`)."""
+    place = re.sub(r"<eval_with_key>\.\d+", "<eval_with_key>", attempt.location or attempt.error)
+    return f"{attempt.cause} ({place})"
 
 
 def specs_of(chosen: list[dict[str, Any]]) -> tuple[RuleSpec, ...]:
