@@ -109,7 +109,7 @@ def init_file(name: str, work: Path) -> dict[str, Any]:
     recipe = folder / f"{name}.yaml"
     if recipe.exists():  # a second run of the benchmark: init refuses to overwrite
         return {"recipe": str(recipe), "init": "kept from an earlier run"}
-    model, data = write_inputs(FILES[name], folder)
+    model, data = write_inputs(FILES[name](), folder)
     data.unlink()  # init writes its own data.py
     code, output, seconds = edgeflow(["init", str(model), "--output", str(recipe)], cwd=folder)
     return {"recipe": str(recipe), "init": "written" if code == 0 else output.strip()[-300:],
