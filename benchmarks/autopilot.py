@@ -4,11 +4,13 @@ For each foreign ONNX file of benchmarks/foreign.py (as older and other exporter
 them, built in code) it runs `edgeflow init FILE` (the recipe and the random-data data.py it
 writes, untouched), then per target `edgeflow run recipe=... target=T` as written and again
 with `+rewrites=[auto]`. The shipped demo and development recipes (DEMOS) are run the same
-two ways. One process per build, `--jobs` at once, one stage cache:
+two ways. `--no-target-rewrites` builds both ways with `target_rewrites=false`: what the
+profiles' default rules do for every model, can `auto` find by itself? One process per build,
+`--jobs` at once, one stage cache:
 
     python benchmarks/autopilot.py [--files 'lstm*,gru_op7_ir3'] [--demos digits_cnn]
-        [--targets tflite,armnn] [--jobs 2] [--work .edgeflow/autopilot]
-        [--out docs/autopilot.json]
+        [--targets tflite,armnn] [--no-target-rewrites] [--jobs 2]
+        [--work .edgeflow/autopilot] [--out docs/autopilot.json]
 
 Per build it records the exit status (0 verified, 1 a threshold missed or a tool crash,
 2 refused, 3 not verified), the first error line, the rules `auto` chose and the seconds.
@@ -69,8 +71,8 @@ def edgeflow(args: list[str], cwd: Path | None = None) -> tuple[int, str, float]
     return run.returncode, run.stdout + run.stderr, round(time.perf_counter() - start, 1)
 
 
-def build(recipe: str, target: str, work: Path, auto: bool) -> dict[str, Any]:
-    args = [f"recipe={recipe}", f"target={target}", "-q",
+def build(recipe: str, target: str, work: Path, auto: bool, extra: list[str]) -> dict[str, Any]:
+    args = [f"recipe={recipe}", f"target={target}", "-q", *extra,
             f"cache_dir={work / 'cache'}", f"build_dir={work / 'build'}"]  # fmt: skip
     if auto:
         args.append("+rewrites=[auto]")
@@ -116,14 +118,16 @@ def init_file(name: str, work: Path) -> dict[str, Any]:
             "init_seconds": seconds}  # fmt: skip
 
 
-def row(source: str, kind: str, recipe: str | None, target: str, work: Path) -> dict[str, Any]:
+def row(
+    source: str, kind: str, recipe: str | None, target: str, work: Path, extra: list[str]
+) -> dict[str, Any]:
     found: dict[str, Any] = {"source": source, "kind": kind, "target": target}
     if recipe is None:
         found["as_written"] = found["auto"] = {"status": "no_recipe", "exit": None,
                                                "seconds": 0, "rules": [], "error": ""}  # fmt: skip
         return found
-    found["as_written"] = build(recipe, target, work, auto=False)
-    found["auto"] = build(recipe, target, work, auto=True)
+    found["as_written"] = build(recipe, target, work, False, extra)
+    found["auto"] = build(recipe, target, work, True, extra)
     return found
 
 
@@ -204,7 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="builds at once")
     parser.add_argument("--work", type=Path, default=Path(".edgeflow/autopilot"))
     parser.add_argument("--out", type=Path, default=Path("autopilot.json"))
+    parser.add_argument(
+        "--no-target-rewrites",
+        action="store_true",
+        help="build with target_rewrites=false: can auto find what the profiles' defaults do?",
+    )
     args = parser.parse_args(argv)
+    extra = ["target_rewrites=false"] if args.no_target_rewrites else []
     work = args.work.resolve()
     files, demos = select(args.files, FILES), select(args.demos, DEMOS)
     targets = [t for t in args.targets.split(",") if t]
@@ -220,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     sources += [(name, "demo", str(REPO / "recipes" / f"{name}.yaml")) for name in demos]
     rows = []
     with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(row, s, k, r, t, work) for s, k, r in sources for t in targets]
+        futures = [
+            pool.submit(row, s, k, r, t, work, extra) for s, k, r in sources for t in targets
+        ]
         for done in as_completed(futures):
             r = done.result()
             rows.append(r)
@@ -235,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{table}\n\n" + "\n".join(lines) + f"\n\n{len(rows)} rows in {wall:.0f} s")
     record = {
         "date": time.strftime("%Y-%m-%d"),
+        "overrides": extra,
         "jobs": args.jobs,
         "cpus": os.cpu_count(),
         "wall_seconds": round(wall, 1),
