@@ -750,3 +750,48 @@ def test_every_template_explain_can_print_is_wrong_only_at_its_placeholders(
     for text in sorted(templates):
         failures += template_failures(Printed("rule", text, "pytorch", "template", recipe), folder)
     assert failures == [], "\n\n".join(failures)
+
+
+def test_a_removal_hint_does_what_removing_the_key_does(folder: Path) -> None:
+    """`~key` is refused (a recipe key cannot be removed on the command line); the hint's
+    override, run as printed, loads as the recipe without that key does (or fails with the
+    same problem: int8 without calibration). It said `key=null` ("null means its default"),
+    which `verify.latency_runs=null` refuses and which turns `verify.max_accuracy_drop` off
+    rather than back to 0.01."""
+    from ruamel.yaml.comments import CommentedMap
+
+    path, text = demo_recipe(folder, tensorflow=False)
+    tree = YAML(typ="rt").load(text)
+    keys = [k for k in tree if k not in ("target", "quantization")]  # not config groups
+    keys += [f"{k}.{sub}" for k, v in tree.items() if isinstance(v, CommentedMap) for sub in v]
+    keys += ["rewrites", "target_rewrites", "precheck.board", "diff"]
+    followed = 0
+    for key in keys:
+        refused = run([f"recipe={path}", f"~{key}"])
+        assert isinstance(refused, str) and "cannot be removed on the command line" in refused
+        yaml = YAML(typ="rt")
+        without = yaml.load(text)
+        *parents, last = key.split(".")
+        node = without
+        for part in parents:
+            node = node.get(part) or {}
+        node.pop(last, None)
+        removed = folder / "removed.yaml"
+        with removed.open("w", encoding="utf-8") as out:
+            yaml.dump(without, out)
+        try:
+            expected: LoadedRecipe | str = load_recipe(removed)
+        except RecipeError as exc:
+            expected = "\n".join(f"{p.key}: {p.message}" for p in exc.problems)
+        found = re.search(rf"\(({re.escape(key)}=[^)]*)\)", refused)
+        if found is None:  # "edit the recipe": a required key, or in a section of several kinds
+            assert isinstance(expected, str) or key.startswith("source."), (key, refused)
+            continue
+        followed += 1
+        loaded = run([f"recipe={path}", found.group(1)])
+        if isinstance(expected, str):  # the key cannot go: the override fails as removing does
+            assert isinstance(loaded, str) and all(m in loaded for m in expected.splitlines())
+            continue
+        assert not isinstance(loaded, str), f"{found.group(1)}: {loaded}"
+        assert _at(loaded, key) == _at(expected, key), found.group(1)
+    assert followed >= 15

@@ -22,7 +22,7 @@ from edgeflow.rules.fixes import Fix
 # Hydra's grammar. Words that either reads as a boolean, null or number are quoted.
 PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/:]*")
 KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")  # Hydra's keys take no quotes and no ':'
-RESERVED = {"true", "false", "null", "none", "yes", "no", "on", "off", "y", "n", "inf", "nan"}
+RESERVED = {"true", "false", "null", "yes", "no", "on", "off", "y", "n", "inf", "nan"}
 
 
 def entry(rule: str, options: Mapping[str, Any]) -> str:
