@@ -149,7 +149,7 @@ def find_state_dict(
         hint = (
             f"source.weights_key: {(fitting or found)[0]}"
             if found and (fitting or found)[0]
-            else "remove source.weights_key: the file is a state_dict"
+            else "remove source.weights_key (the file is a state_dict)"
         )
         if missing is not None:
             reached = weights_key[: -len(missing)].rstrip(".") if missing != weights_key else ""

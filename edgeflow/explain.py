@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.rules import rules_fixing
+from edgeflow.rules.entries import entry, options_for, template
 from edgeflow.rules.fixes import CAPTURES, Fix
 
 # The capture failure class (edgeflow.rules.fixes.CAPTURES) by what the failing line or the
@@ -60,8 +61,12 @@ EXPORTERS = {
 
 
 def rules_for(fix: Fix) -> list[str]:
-    """The names of the built-in rules that fix `fix`, in catalogue order."""
-    return [rule.name for rule in rules_fixing(fix)]
+    """The built-in rules that fix `fix`, in catalogue order, as a recipe's `rewrites:` takes
+    them: a name, or a mapping with the options that make the rule remove it; a rule whose
+    options only the user knows (the function to keep whole) as a template whose `<...>`
+    placeholders say what to write (edgeflow.rules.entries)."""
+    found = [(rule, options_for(rule, fix)) for rule in rules_fixing(fix)]
+    return [template(r) if options is None else entry(r.name, options) for r, options in found]
 
 
 @dataclass

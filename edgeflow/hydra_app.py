@@ -233,19 +233,18 @@ def _route(args: list[str]) -> list[str]:
                 raise EdgeflowError(f"{arg}: cannot be removed or set part by part", RUN_HELP_HINT)
             routed.append(f"{key}={value}")  # `+cache_dir=x` means the same as `cache_dir=x`
         elif head == "quantization":
-            if rest not in QUANTIZATION_KEYS or prefix == "~":
+            if rest not in QUANTIZATION_KEYS:
                 raise EdgeflowError(
                     f"{arg}: unknown quantization key '{rest}'",
                     did_you_mean(rest, QUANTIZATION_KEYS)
                     or f"quantization keys: {', '.join(QUANTIZATION_KEYS)}",
                 )
+            if prefix == "~":
+                raise _not_removable(arg, key)
             routed.append(f"{key}={value}")
         elif head in RECIPE_SECTIONS:
             if prefix == "~":
-                raise EdgeflowError(
-                    f"{arg}: a recipe key cannot be removed on the command line",
-                    f"set it instead ({key}=null where null means its default), or edit the recipe",
-                )
+                raise _not_removable(arg, key)
             if prefix == "+" and key == "rewrites":
                 routed.append(f"+{APPENDS}.rewrites={value}")
             else:
@@ -261,8 +260,51 @@ def _route(args: list[str]) -> list[str]:
 RUN_HELP_HINT = "see `edgeflow run --help` for the keys a run takes"
 
 
+def _not_removable(arg: str, key: str) -> EdgeflowError:
+    """`~key`: a recipe key cannot be removed here; the hint sets it to its default, where
+    the schema has one (`verify.latency_runs=100`; `null` would not mean that)."""
+    default = _default(key)
+    instead = f"set it to its default instead ({key}={default}), or " if default else ""
+    return EdgeflowError(
+        f"{arg}: a recipe key cannot be removed on the command line",
+        f"{instead}edit the recipe",
+    )
+
+
+def _default(key: str) -> str | None:
+    """The recipe schema's default for a dotted key, as an override's value (None where the
+    key is required, or its section is one of several kinds, as `source` is)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from edgeflow.recipe.schema import Recipe
+    from edgeflow.rules.entries import flow
+
+    model: Any = Recipe
+    *parents, last = key.split(".")
+    for part in parents:
+        field = model.model_fields.get(part)
+        inner = field.annotation if field else None
+        args = [a for a in typing.get_args(inner) if a is not type(None)]
+        inner = args[0] if len(args) == 1 else inner  # X | None
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            return None
+        model = inner
+    field = model.model_fields.get(last)
+    if field is None or field.is_required():
+        return None
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):  # a section at its defaults: an empty mapping is that
+        return "{}" if value == type(value)() else None
+    try:
+        return flow(list(value) if isinstance(value, tuple) else value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(node, dict):
+    if not isinstance(node, dict) or (prefix and not node):  # `verify={}` is a value too
         return {prefix: node}
     found: dict[str, Any] = {}
     for key, value in node.items():

@@ -83,7 +83,7 @@ class PyTorchSource(Signature):
         if self.weights_key is not None and self.weights is None:
             raise user_error(
                 "weights_key: picks the state_dict inside source.weights; no weights are given",
-                "add source.weights: the checkpoint file, or remove weights_key:",
+                "add source.weights (the checkpoint file), or remove source.weights_key",
                 at="weights_key",
             )
         return _check_signatures(self)

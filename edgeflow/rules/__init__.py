@@ -61,6 +61,7 @@ def resolve_rewrites(
     entries from the command line are located there (`located`, from apply_overrides)."""
     from edgeflow.core.loader import plain, validate
     from edgeflow.rules.base import LEVEL_ORDER, Rule, RuleSpec
+    from edgeflow.rules.entries import required, template
 
     known = builtin_rules() if entries else {}  # importing every rule takes a tenth of a second
     base_dir = path.parent
@@ -103,15 +104,11 @@ def resolve_rewrites(
             continue
         if rule is not None:
             options = {k: v for k, v in entry.items() if k != "rule"}
-            required = [k for k, f in rule.Options.model_fields.items() if f.is_required()]
-            if required and not isinstance(raw, dict):  # a bare name cannot give them
-                types = {k: rule.Options.model_fields[k].annotation for k in required}
-                fields = ", ".join(
-                    f"{k}: <{getattr(t, '__name__', 'value')}>" for k, t in types.items()
-                )
+            needed = required(rule)
+            if needed and not isinstance(raw, dict):  # a bare name cannot give them
                 problem(
-                    f"rule '{name}' needs {', '.join(required)}",
-                    f"write the entry as {{rule: {name}, {fields}}} (docs/rules.md)",
+                    f"rule '{name}' needs {', '.join(needed)}",
+                    f"write the entry as {template(rule)} (docs/rules.md)",
                 )
                 continue
             at = ("rewrites", i) if isinstance(raw, dict) else ()

@@ -153,6 +153,9 @@ class Rule(ABC, Generic[M]):
     # What the rule removes, in the precheck's and `edgeflow explain`'s words: they suggest
     # the built-in rules that declare what they report (see edgeflow.rules.fixes).
     fixes: ClassVar[tuple[Fix, ...]] = ()
+    # The options with which the rule removes one of its fixes, where it needs options: the
+    # precheck and `edgeflow explain` print the entry with them (edgeflow.rules.entries).
+    fix_options: ClassVar[dict[Fix, dict[str, Any]]] = {}
     # Quantization modes whose build the rule's output breaks, with what was measured: the
     # precheck does not suggest the rule for a build in such a mode.
     breaks: ClassVar[dict[str, str]] = {}

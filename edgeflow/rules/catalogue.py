@@ -59,12 +59,16 @@ FIXES_SECTION = """\
 A rule declares what it removes (`fixes`, see [writing-rules.md](writing-rules.md)); the
 precheck and `edgeflow explain` suggest the built-in rules that declare what they report. The
 precheck suggests one rule per finding: the first onnx rule in this catalogue's order that
-fixes it (it applies to the very model checked), else the first of another level; for a
-finding about an operator that no rule declares (a failed check, a type), a rule that removes
-the operator. `edgeflow explain` lists every rule that fixes what it found, in this
-catalogue's order. `rewrites: auto` applies them for you: each round the rule that removes the
-most of the precheck's errors without adding one, and on a PyTorch source the ast/fx rules
-explain names for an export failure ([recipe.md](recipe.md#rewrites-auto)).
+fixes it (it applies to the very model checked), else, for a pytorch source, the first of
+another level; for a finding about an operator that no rule declares (a failed check, a
+type), a rule that removes the operator. It prints the rule as a `rewrites:` entry with the
+options that make it remove the finding (a rule's `fix_options`, or what the finding computed,
+such as the opset), and passes over a rule whose options only the user knows. `edgeflow
+explain` lists every rule that fixes what it found, in this catalogue's order; such a rule as
+a template: `{rule: fx.wrap_leaf, functions: <list>}`. `rewrites: auto` applies them for you:
+each round the rule that removes the most of the precheck's errors without adding one, and
+on a PyTorch source the ast/fx rules explain names for an export failure
+([recipe.md](recipe.md#rewrites-auto)).
 
 - `Fix.op("Erf")`: an operator, as the precheck reports it ("not supported by ...") and as
   `edgeflow explain` flags it in an exported graph (NonZero, If, Loop, Scan, NonMaxSuppression);

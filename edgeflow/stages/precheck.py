@@ -43,7 +43,8 @@ def run(ctx: StageContext) -> None:
     shaped = with_shapes(model)  # once for the estimate and the table
     memory, too_big = check_memory(shaped, ctx.profile, sized, board, inferred=True)
     _write_layers(ctx, shaped, sized)
-    findings = to_json(check(model, ctx.profile, mode) + too_big)
+    # a source rule (ast, fx) is suggested where the recipe can take it: a pytorch source
+    findings = to_json(check(model, ctx.profile, mode, ctx.recipe.source.kind) + too_big)
     passed = not errors(findings)
     ctx.write_json(
         "precheck",
@@ -135,6 +136,7 @@ STAGE = Stage(
         "rewrites",
         "rewrites_auto",
         "source.inputs",
+        "source.kind",
     ),
     tools=("onnx", "onnxscript", "onnxoptimizer", "onnx-ir", "onnxruntime"),
     rule_levels=("onnx",),

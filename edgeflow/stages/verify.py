@@ -38,7 +38,8 @@ def run(ctx: StageContext) -> None:
         raise EdgeflowError(
             f"evaluation dataset {recipe.evaluation.dataset} has no 'label' array",
             "top-1 accuracy needs labels: return a 'label' array from the dataset, or set "
-            "evaluation.metric: agreement to compare with the source model only",
+            "evaluation.metric: agreement and remove verify.max_accuracy_drop to compare with "
+            "the source model only",
         )
     reference, names = read_reference(ctx.inputs["reference"], recipe.source.outputs)
     _declared_outputs_exist(recipe.evaluation.outputs, names)
@@ -163,8 +164,8 @@ def _class_vector(agreement: dict[str, Any]) -> int:
     shapes = ", ".join(f"'{o['name']}' {o['shape']} ({o['kind']})" for o in agreement["outputs"])
     raise EdgeflowError(
         f"evaluation.metric: top1 scores a class vector per sample, and no output is one: {shapes}",
-        "set evaluation.metric: agreement, or declare the class output in evaluation.outputs "
-        "(kind: classes)",
+        "set evaluation.metric: agreement and remove verify.max_accuracy_drop, or declare the "
+        "class output in evaluation.outputs (kind: classes)",
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from edgeflow.rules import rules_fixing
 from edgeflow.rules.base import RuleSpec
+from edgeflow.rules.entries import options_for
 from edgeflow.targets.precheck import Finding, _applied, _check, entry
 from edgeflow.targets.profile import TargetProfile
 
@@ -132,9 +133,10 @@ def _candidates(
     errors: Any, profile: TargetProfile, quantization: str, skip: frozenset[str]
 ) -> list[RuleSpec]:
     """The onnx rules that declare they remove one of the errors, each with the options the
-    finding gives it (convert_opset's opset: the nearest the target accepts), else those of
-    the target's default rule of that name, else its defaults; a rule whose output breaks a
-    build in this mode, or that needs options nobody gives, is not a candidate."""
+    finding gives it (convert_opset's opset: the nearest the target accepts) or the rule
+    declares for it (`fix_options`), else those of the target's default entry of that rule,
+    else its defaults; a rule whose output breaks a build in this mode, or whose options only
+    the user knows, is not a candidate."""
     from pydantic import ValidationError
 
     defaults = {s.name: _options(s) for s in profile.rewrite_specs()}
@@ -144,9 +146,11 @@ def _candidates(
             for rule in rules_fixing(fix):
                 if rule.level != "onnx" or quantization in rule.breaks or rule.name in skip:
                     continue
-                if rule.name == finding.rule and finding.options:
-                    options = finding.options
-                else:
+                given = finding.options if rule.name == finding.rule else None
+                options = options_for(rule, fix, given)
+                if options is None:  # the user's to choose (a function to keep whole)
+                    continue
+                if not options:
                     options = defaults.get(rule.name, {})
                 try:
                     validated = rule.Options.model_validate(options)

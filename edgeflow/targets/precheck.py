@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from edgeflow.rules import rules_fixing
+from edgeflow.rules import builtin_rules, rules_fixing
+from edgeflow.rules.entries import entry, options_for
 from edgeflow.rules.fixes import FINDINGS, Fix
 from edgeflow.targets.profile import TargetProfile
 
@@ -50,7 +51,8 @@ class Finding:
         self.count = self.count or len(self.nodes) or 1
         if not self.fixes and not self.operator.startswith("("):
             self.fixes = [Fix.op(self.operator)]
-        self.rule = self.rule or suggest(*self.fixes)
+        if not self.rule:
+            self.rule, self.options = suggestion(*self.fixes, given=self.options)
 
 
 def model_finding(
@@ -60,35 +62,47 @@ def model_finding(
     with the rule that declares it fixes it (or the recipe setting that avoids it)."""
     assert key in FINDINGS, key
     fixes = [Fix.finding(key)]
-    rule = rule or suggest(*fixes) or SETTINGS.get(key, "")
+    if not rule and not suggest(*fixes, options=kw.get("options")):
+        rule = SETTINGS.get(key, "")
     return Finding(f"({key})", reason, nodes or [], rule=rule, fixes=fixes, **kw)
 
 
-def entry(rule: str, options: dict[str, Any]) -> str:
-    """A suggested rule as the recipe's `rewrites:` takes it: its name, or a mapping with the
-    options it needs (`{rule: <name>, opset: 13}`)."""
-    if not options:
-        return rule
-    return "{" + ", ".join([f"rule: {rule}", *(f"{k}: {v}" for k, v in options.items())]) + "}"
+def suggest(*fixes: Fix, options: dict[str, Any] | None = None) -> str:
+    """The rule to suggest for a finding (see `suggestion`)."""
+    return suggestion(*fixes, given=options)[0]
 
 
-def suggest(*fixes: Fix) -> str:
-    """The rule to suggest for a finding: for the first of `fixes` that a built-in rule
-    declares, the first onnx rule in catalogue order that does (it applies to the very model
-    checked), else the first of another level."""
+def suggestion(*fixes: Fix, given: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """The rule to suggest for a finding, with the options its entry gives: for the first of
+    `fixes` that a built-in rule declares, the first onnx rule in catalogue order that does
+    (it applies to the very model checked), else the first of another level. A rule is passed
+    over where its options are the user's to choose (edgeflow.rules.entries.options_for):
+    every suggestion is an entry that works as printed. `given`: what the finding computed
+    (the opset to convert to)."""
     for fix in fixes:
-        rules = rules_fixing(fix)
+        found = [(r, options_for(r, fix, given)) for r in rules_fixing(fix)]
+        rules = [(r, options) for r, options in found if options is not None]
         if rules:
-            return next((r for r in rules if r.level == "onnx"), rules[0]).name
-    return ""
+            rule, options = next((p for p in rules if p[0].level == "onnx"), rules[0])
+            return rule.name, options
+    return "", {}
 
 
-def check(model: Any, profile: TargetProfile, quantization: str = "none") -> list[Finding]:
+def check(
+    model: Any, profile: TargetProfile, quantization: str = "none", source: str = "onnx"
+) -> list[Finding]:
     """Every way the model does not fit the profile when built in this quantization mode;
     empty when it fits. A finding's suggested onnx rule is one that, applied to this model,
-    removes it without bringing a new error (`_confirm`)."""
+    removes it without bringing a new error (`_confirm`). `source`: the recipe's source kind
+    (an ONNX file checked on its own is "onnx"); a rule that rewrites PyTorch code before
+    export (ast, fx) is suggested for a pytorch source only, where a recipe can take it."""
     findings = _check(model, profile, quantization)
     _confirm(model, findings, profile, quantization)
+    if source != "pytorch":
+        rules = builtin_rules()
+        for finding in findings:
+            if finding.rule in rules and rules[finding.rule].level != "onnx":
+                finding.rule, finding.options = "", {}
     return findings
 
 
@@ -115,19 +129,25 @@ def _confirm(
         return after[key]
 
     for finding in findings:
-        candidates = [r for fix in finding.fixes for r in rules_fixing(fix) if r.level == "onnx"]
+        # each onnx rule that declares it, with the options its entry would give (None: the
+        # user's to choose, so it is neither tried nor suggested)
+        candidates: dict[type[Any], dict[str, Any] | None] = {}
+        for fix in finding.fixes:
+            for r in rules_fixing(fix):
+                if r.level == "onnx" and r not in candidates:
+                    given = finding.options if r.name == finding.rule else None
+                    candidates[r] = options_for(r, fix, given)
         if finding.severity != "error" or finding.rule not in {r.name for r in candidates}:
             continue  # a warning, a recipe setting, or a rule of another level
         # a rule whose output breaks a build in this mode is not tried (rule.breaks)
         tried = [
             f"{r.name} (breaks {quantization} builds)"
-            for r in dict.fromkeys(candidates)
+            for r in candidates
             if quantization in r.breaks
         ]
-        usable = [r for r in candidates if quantization not in r.breaks]
-        suggested, given = finding.rule, finding.options  # the options are the first rule's
-        for rule in dict.fromkeys(usable):
-            options = given if rule.name == suggested else {}
+        for rule, options in candidates.items():
+            if quantization in rule.breaks or options is None:
+                continue
             left = errors_after(rule, options)
             if left is None:  # could not be applied here: keep the suggestion unjudged
                 break
@@ -136,8 +156,13 @@ def _confirm(
                 break
             tried.append(rule.name)
         else:  # a source rule (ast, fx) cannot be tried on the ONNX model: it stays offered
-            others = [r.name for f in finding.fixes for r in rules_fixing(f) if r.level != "onnx"]
-            finding.rule, finding.options = (others[0] if others else ""), {}
+            others = [
+                (r.name, options)
+                for f in finding.fixes
+                for r in rules_fixing(f)
+                if r.level != "onnx" and (options := options_for(r, f)) is not None
+            ]
+            finding.rule, finding.options = others[0] if others else ("", {})
             finding.tried = tried
 
 
@@ -301,13 +326,21 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
     groups: dict[tuple[str, str], Finding] = {}
 
     def add(
-        op: str, key: str, reason: str, at: str, fix: Fix | None = None, severity: str = "error"
+        op: str,
+        key: str,
+        reason: str,
+        at: str,
+        fix: Fix | None = None,
+        severity: str = "error",
+        options: dict[str, Any] | None = None,
     ) -> None:
         finding = groups.get((op, key))
         if finding is None:
             # the rule that removes this finding, else one that removes the operator
             fixes = [*([fix] if fix else []), Fix.op(op)]
-            finding = groups[op, key] = Finding(op, reason, severity=severity, fixes=fixes)
+            finding = groups[op, key] = Finding(
+                op, reason, severity=severity, fixes=fixes, options=options or {}
+            )
         finding.nodes.append(at)
         finding.count = len(finding.nodes)
 
@@ -348,9 +381,10 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
                 if domain == "ai.onnx":
                     current = opsets.get(domain, 0)
                     opset = _kernel_opset(op, spec.kernels, profile.opset, current)
-                add(op, "version", why, name, Fix.finding("opset") if opset else None)
-                if opset is not None:
-                    groups[op, "version"].options = {"opset": opset}
+                if opset is None:
+                    add(op, "version", why, name)
+                else:
+                    add(op, "version", why, name, Fix.finding("opset"), options={"opset": opset})
                 continue
             if all(k.dtypes is not None for k in kernels):
                 dtypes = sorted({d for k in kernels for d in k.dtypes or []})

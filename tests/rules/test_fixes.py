@@ -19,7 +19,8 @@ import edgeflow.targets.precheck
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.refs import ImportRef
 from edgeflow.explain import BAKED, CAUSES, HAZARDS, _diagnose, rules_for
-from edgeflow.rules import builtin_rules
+from edgeflow.rules import builtin_rules, rules_fixing
+from edgeflow.rules.entries import options_for
 from edgeflow.rules.fixes import CAPTURES, FINDINGS, Fix
 from edgeflow.targets import load_profile
 from edgeflow.targets.checkers import CHECKERS
@@ -30,6 +31,17 @@ from edgeflow.targets.profile import TargetProfile
 RULES = builtin_rules()
 DECLARED = sorted({fix for rule in RULES.values() for fix in rule.fixes}, key=repr)
 X = [("x", T.FLOAT, [1, 4, 8, 8])]
+
+
+def named(entry: str) -> str:
+    """The rule an entry names: `{rule: fx.wrap_leaf, functions: <list>}` -> fx.wrap_leaf."""
+    found = re.match(r"\{rule: ([\w.]+)", entry)
+    return found.group(1) if found else entry
+
+
+def followable(fix: Fix) -> list[str]:
+    """The rules that declare `fix` whose entry can be written without the user's choices."""
+    return [r.name for r in rules_fixing(fix) if options_for(r, fix) is not None]
 
 
 def profile_with(**fields: Any) -> TargetProfile:
@@ -268,7 +280,7 @@ def test_every_declared_fix_is_reported_with_a_rule_that_declares_it(fix: Fix) -
         assert fix.name in CAPTURE_ERRORS, "add an error explain puts in this class"
         attempt = _diagnose("probe", RuntimeError(CAPTURE_ERRORS[fix.name]), set())
         assert (attempt.cause, attempt.rules) == (CAPTURES[fix.name], rules_for(fix))
-        assert attempt.rules and all(fix in RULES[r].fixes for r in attempt.rules)
+        assert attempt.rules and all(fix in RULES[named(r)].fixes for r in attempt.rules)
         return
     # every other ONNX operator runs: the suggested rule must remove the finding and may
     # write the ops it needs (the precheck keeps only a rule that adds no error of its own)
@@ -286,18 +298,35 @@ def test_every_declared_fix_is_reported_with_a_rule_that_declares_it(fix: Fix) -
         model, fields, operator = FINDING_CASES[fix.name]
         operator = operator or f"({fix.name})"
     profile = profile_with(**fields)
-    findings = check(model, profile) + check_memory(model, profile)[1]
-    found = [f for f in findings if f.operator == operator]
-    if fix.kind == "check":
-        found = [f for f in found if f.reason.startswith(f"{fix.constraint}: ")]
-    assert [f.rule for f in found] == [suggest(fix)] and fix in RULES[suggest(fix)].fixes
+    too_big = check_memory(model, profile)[1]
+
+    def the_finding(source: str) -> Any:
+        found = [
+            f for f in check(model, profile, source=source) + too_big if f.operator == operator
+        ]
+        if fix.kind == "check":
+            found = [f for f in found if f.reason.startswith(f"{fix.constraint}: ")]
+        [finding] = found
+        return finding
+
+    finding = the_finding("pytorch")  # a pytorch source: its recipe takes rules of every level
+    chosen = suggest(fix, options=finding.options)  # the options: the finding's (an opset)
+    assert finding.rule == chosen
+    if chosen:
+        assert fix in RULES[chosen].fixes
+    else:  # every rule that declares it needs options only the user knows
+        assert fix == Fix.op("NonMaxSuppression") and followable(fix) == []
+    # an ONNX file's own recipe takes onnx rules only: a source rule is not suggested for it
+    onnx_finding = the_finding("onnx")
+    level = RULES[chosen].level if chosen else "onnx"
+    assert onnx_finding.rule == (chosen if level == "onnx" else "")
 
 
 @pytest.mark.parametrize("rule", RULES.values(), ids=list(RULES))
 def test_explain_lists_every_rule_that_declares_what_it_reports(rule: Any) -> None:
     for fix in rule.fixes:
         if fix.kind == "capture" or (fix.kind == "op" and fix.name in HAZARDS):
-            assert rule.name in rules_for(fix)
+            assert rule.name in [named(e) for e in rules_for(fix)]
 
 
 def _every_question() -> list[Fix]:
@@ -309,14 +338,19 @@ def _every_question() -> list[Fix]:
 
 @pytest.mark.parametrize("fix", _every_question(), ids=str)
 def test_every_suggestion_names_a_rule_that_declares_the_fix(fix: Fix) -> None:
+    """The precheck suggests the first rule (onnx first) whose entry it can print whole;
+    explain lists every rule that declares the fix, a template where the options are the
+    user's (`{rule: fx.wrap_leaf, functions: <list>}`)."""
     chosen = suggest(fix)
     assert chosen == "" or fix in RULES[chosen].fixes
-    listed = rules_for(fix)
+    listed = [named(e) for e in rules_for(fix)]
     assert all(fix in RULES[name].fixes for name in listed)
     assert listed == [name for name in RULES if name in listed]  # catalogue order
-    if listed:
-        onnx_rules = [name for name in listed if RULES[name].level == "onnx"]
-        assert chosen == (onnx_rules or listed)[0]
+    ready = followable(fix)
+    onnx_rules = [name for name in ready if RULES[name].level == "onnx"]
+    assert chosen == ((onnx_rules or ready or [""])[0])
+    templates = [e for e in rules_for(fix) if "<" in e]
+    assert [named(e) for e in templates] == [n for n in listed if n not in ready]
 
 
 def test_settings_the_precheck_suggests_are_recipe_keys_not_rules() -> None:
@@ -347,7 +381,6 @@ PRECHECK_BEFORE = {
     Fix.op("Gather"): "onnx.gather_to_slice",
     Fix.op("Scan"): "ast.unroll_loops",
     Fix.op("NonZero"): "ast.nonzero_to_mask",
-    Fix.op("NonMaxSuppression"): "ast.replace_call",
     Fix.finding("float64"): "onnx.cast_float64_to_float32",
     Fix.finding("inputs"): "onnx.fix_shapes",
     Fix.finding("opset"): "onnx.convert_opset",
@@ -375,29 +408,50 @@ PRECHECK_NEW = {
     # before: ast.unroll_loops (a Python loop before export); a static ONNX Loop unrolls itself
     Fix.op("Loop"): "onnx.unroll_loop",
 }
+# Suggested no longer: a bare ast.replace_call fails at load ("needs from, to"), as does
+# ast.replace_method (method); the functions are the user's to name. explain lists both as
+# templates.
+PRECHECK_DROPPED = {Fix.op("NonMaxSuppression"): ""}
+# The options the precheck computes for a finding (the opset nearest the model's own).
+COMPUTED = {Fix.finding("opset"): {"opset": 13}}
 # `edgeflow explain`'s lists, in catalogue order (the hand-kept lists had tensor_if's and
 # unsupported's in another order, and onnx.cast_float64_to_float32 for float64, which runs
 # after an export and so cannot mend a failed one).
 EXPLAIN = {
-    Fix.capture("nonzero"): ["ast.nonzero_to_mask", "ast.replace_call"],
+    Fix.capture("nonzero"): [
+        "ast.nonzero_to_mask",
+        "{rule: ast.replace_call, from: <str>, to: <str>}",
+    ],
     Fix.capture("item"): ["ast.static_item"],
     Fix.capture("float64"): ["ast.float64_to_float32"],
     Fix.capture("shape"): ["ast.specialize_shapes"],
     Fix.capture("loop"): ["ast.unroll_loops"],
     Fix.capture("tensor_if"): ["ast.specialize_shapes", "ast.tensor_if_to_where"],
-    Fix.capture("unsupported"): ["ast.replace_call", "fx.wrap_leaf", "fx.replace_pattern"],
+    Fix.capture("unsupported"): [
+        "{rule: ast.replace_call, from: <str>, to: <str>}",
+        "{rule: fx.wrap_leaf, functions: <list>}",
+        "{rule: fx.replace_pattern, pattern: <str>, replacement: <str>}",
+    ],
     Fix.capture("baked_branch"): ["ast.tensor_if_to_where", "ast.static_item"],
     Fix.op("NonZero"): ["ast.nonzero_to_mask"],
     Fix.op("If"): ["ast.tensor_if_to_where", "onnx.fold_if"],
     Fix.op("Loop"): ["ast.unroll_loops", "onnx.unroll_loop"],
     Fix.op("Scan"): ["ast.unroll_loops"],
-    Fix.op("NonMaxSuppression"): ["ast.replace_call", "ast.replace_method"],
+    Fix.op("NonMaxSuppression"): [
+        "{rule: ast.replace_call, from: <str>, to: <str>}",
+        "{rule: ast.replace_method, method: <str>}",
+    ],
 }
 
 
 def test_the_precheck_suggests_what_its_tables_did() -> None:
-    assert {fix: suggest(fix) for fix in PRECHECK_BEFORE} == PRECHECK_BEFORE
-    assert {fix: suggest(fix) for fix in PRECHECK_NEW} == PRECHECK_NEW
+    def suggested(table: dict[Fix, str]) -> dict[Fix, str]:
+        return {fix: suggest(fix, options=COMPUTED.get(fix)) for fix in table}
+
+    assert suggested(PRECHECK_BEFORE) == PRECHECK_BEFORE
+    assert suggested(PRECHECK_NEW) == PRECHECK_NEW
+    assert suggested(PRECHECK_DROPPED) == PRECHECK_DROPPED
+    assert suggest(Fix.finding("opset")) == ""  # no opset to print: not an entry that loads
 
 
 def test_explain_lists_the_rules_its_tables_did() -> None:

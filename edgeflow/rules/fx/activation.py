@@ -8,7 +8,7 @@ by float32 rounding only (silu: 2.4e-7 on randn inputs; hardswish, hardsigmoid: 
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -41,6 +41,12 @@ class ReplaceActivation(FxRule):
     name = "fx.replace_activation"
     description = "Replace an activation: silu, gelu, relu, hardswish, hardsigmoid."
     fixes = (Fix.op("Gelu"), Fix.op("Erf"), Fix.op("HardSwish"), Fix.op("HardSigmoid"))
+    fix_options: ClassVar[dict[Fix, dict[str, Any]]] = {
+        Fix.op("Gelu"): {"from": "gelu", "to": "gelu_tanh"},
+        Fix.op("Erf"): {"from": "gelu", "to": "gelu_tanh"},  # exact GELU exports as Erf
+        Fix.op("HardSwish"): {"from": "hardswish", "to": "x_relu6"},
+        Fix.op("HardSigmoid"): {"from": "hardsigmoid", "to": "relu6"},
+    }
     example = ("y = F.silu(x)", "y = x * torch.sigmoid(x)")
 
     class Options(RuleOptions):
