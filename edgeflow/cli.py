@@ -33,6 +33,9 @@ Build, verify and report a recipe. Arguments are Hydra overrides:
                                    TensorFlow's own TFLite converter (native)
   target_rewrites=false            skip the target profile's default rewrites
   rewrites=[onnx.decompose]        set the recipe's rewrites; +rewrites=[...] appends to them
+  rewrites=auto                    apply the rules the precheck proves remove a finding (and,
+                                   for PyTorch, those explain names for an export failure);
+                                   +rewrites=[auto] after the recipe's own
   verify.allow_unverified=true     exit 0, not 3, when the target's runtime is absent here
   cache_dir=.edgeflow/cache build_dir=build
   -m target=a,b quantization.mode=int8,none    sweep every combination (Hydra multirun); ends
@@ -93,7 +96,8 @@ examples:
   edgeflow init model.onnx
   edgeflow init net.py:Net --init hidden=16 --input x:1x40 --input state:1x16
   edgeflow init edgeflow.zoo.digits_flax:digits_cnn --input image:1x8x8x1
-Then: edgeflow run recipe=recipes/NAME.yaml
+Then: edgeflow run recipe=recipes/NAME.yaml rewrites=auto   (the rules the precheck proves
+      it needs; edgeflow fix recipes/NAME.yaml writes them into the recipe)
 """
 
 QUIET = ("-q", "--quiet")  # `run` and `diff`: the summary only (edgeflow.engine.console)

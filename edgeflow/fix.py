@@ -123,7 +123,7 @@ def _build(path: Path, target: str, rest: list[str], has_auto: bool, quiet: bool
 
     argv = [f"recipe={path}", *([f"target={target}"] if target else []), *rest]
     if not has_auto:
-        argv.append(f"+rewrites=[{AUTO}]")
+        argv.append("+rewrites=[auto]")
     print(f"fix: edgeflow run {shlex.join(argv)}")
     results: list[Any] = []
     code = run_hydra(argv, quiet=quiet, results=results)

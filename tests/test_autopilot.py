@@ -200,3 +200,22 @@ def test_auto_on_a_pytorch_source_applies_the_rule_explain_names(
         "auto rewrites of the source (rewrites: auto): `ast.tensor_if_to_where`"
         in (build / "report.md").read_text()
     )
+
+
+@pytest.mark.slow
+@needs.mark("tflite")
+def test_fix_over_targets_prints_the_command_for_rules_only_some_need(
+    old_erf: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+
+    build = f"build_dir={old_erf.parent / 'build'}"
+    targets = "target=tflite,onnxruntime_micro"  # Erf: onnxruntime runs it, tflite does not
+    assert main(["fix", str(old_erf), targets, f"cache_dir={shared_cache}", build, "-q"]) == 0
+    out = capsys.readouterr().out
+    assert old_erf.read_text() == RECIPE  # no rule every target needs: nothing written
+    assert "no change every target needs" in out
+    command = out.split("build it with:\n  ")[1].splitlines()[0]
+    assert "target=tflite" in command and "+rewrites=[{rule: onnx.decompose" in command
+    assert main(shlex.split(command)[1:]) == 0  # works as printed
+    assert "verified: every threshold in the recipe holds" in capsys.readouterr().out
