@@ -425,3 +425,29 @@ def test_a_keras_file_and_a_saved_model_build(tmp_path, monkeypatch, capsys, sha
         assert [(s.name, s.shape) for s in source.inputs] == [(input_name, [1, 8, 8, 1])]
         assert source.outputs == [output]
         _verified(_build(tmp_path / f"{name}.yaml", shared_cache))
+
+
+def test_the_input_of_an_onnx_recurrent_layer_is_batched_on_axis_1(tmp_path: Path, capsys) -> None:
+    """ONNX's LSTM/GRU/RNN take X as [sequence, batch, features] (layout 0, the default)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    weights = [
+        helper.make_tensor(n, TensorProto.FLOAT, s, rng.standard_normal(s).ravel().tolist())
+        for n, s in (("W", [1, 12, 3]), ("R", [1, 12, 3]))
+    ]
+    node = helper.make_node("LSTM", ["seq", "W", "R"], ["y"], hidden_size=3)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("seq", TensorProto.FLOAT, [5, 1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 1, 1, 3])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    onnx.save(model, str(tmp_path / "lstm.onnx"))
+    status, _, _ = _init(capsys, str(tmp_path / "lstm.onnx"), "--output", str(tmp_path / "r.yaml"))
+    assert status == 0
+    [seq] = load_recipe(tmp_path / "r.yaml").recipe.source.inputs
+    assert (seq.shape, seq.batch_axis) == ([5, 1, 3], 1)

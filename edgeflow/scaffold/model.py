@@ -9,7 +9,7 @@ the recipe's comment names. Models in code (PyTorch, JAX): edgeflow.scaffold.cod
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from edgeflow.core.suggest import did_you_mean
 
 KINDS = ("onnx", "tensorflow", "pytorch", "jax")
 BATCH = 1  # the size an open leading (batch) dim gets
+RECURRENT = ("LSTM", "GRU", "RNN")  # ONNX's: layout 0 (the default) is [sequence, batch, ...]
 OPEN = 32  # the size any other open dim gets (a length, a height): set the real one
 SHAPE_SYNTAX = "sizes joined by x (1x3x32x32), or scalar for a 0-D input"
 
@@ -54,6 +55,8 @@ class Tensor:
     open_batch: bool = False  # dim 0 was open in the model: a batch, BATCH here
     chosen: tuple[int, ...] = ()  # the other open dims that got OPEN: to be set
     from_data: tuple[int, ...] = ()  # open dims sized by the --data array
+    # the X of an ONNX LSTM/GRU/RNN of layout 0 ([sequence, batch, features]): batch on axis 1
+    sequence_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,13 @@ def read_onnx(path: Path, asked: Asked) -> Model:
         path.name,
     )
     graph = onnx.load(str(path), load_external_data=False).graph
+    sequence_first = {
+        node.input[0]
+        for node in graph.node
+        if node.op_type in RECURRENT
+        and not any(a.name == "layout" and a.i == 1 for a in node.attribute)
+    }
+    inputs = tuple(replace(t, sequence_first=t.name in sequence_first) for t in inputs)
     declared = {
         v.name: tuple(
             d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None

@@ -112,7 +112,8 @@ def state_links(model: Model) -> tuple[Link, ...]:
 
 def batch_axes(model: Model, links: Sequence[Link]) -> tuple[dict[str, int | None], dict[str, str]]:
     """Each input's batch axis and why: 0 where dim 0 is a batch (open in the model, or 1),
-    none for a 0-D input, 1 for a [layers, batch, hidden] state."""
+    none for a 0-D input, 1 for a [layers, batch, hidden] state and for the [sequence, batch,
+    features] input of an ONNX recurrent layer."""
     states = {link.input for link in links}
     data = [t for t in model.inputs if t.name not in states and t.shape]
     batch = data[0].shape[0] if data else 1
@@ -121,6 +122,9 @@ def batch_axes(model: Model, links: Sequence[Link]) -> tuple[dict[str, int | Non
     for t in model.inputs:
         if not t.shape:
             axes[t.name], notes[t.name] = None, "0-D: no batch; its one value is fed whole"
+        elif t.sequence_first and len(t.shape) == 3:
+            axes[t.name] = 1
+            notes[t.name] = "[sequence, batch, features]: the X of an ONNX LSTM/GRU/RNN"
         elif t.name in states and len(t.shape) == 3 and t.shape[1] == batch:
             axes[t.name] = 1
             notes[t.name] = "[layers, batch, hidden], as RNN layers keep it (0: batch first)"
