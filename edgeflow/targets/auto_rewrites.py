@@ -34,6 +34,7 @@ class Step:
     options: dict[str, Any]
     removed: list[str]
     errors_left: int
+    added: list[str] = field(default_factory=list)  # the first of a pair: what the second removes
 
     @property
     def entry(self) -> str:
@@ -55,6 +56,7 @@ class Search:
                     "rule": s.rule,
                     "options": s.options,
                     "removed": s.removed,
+                    "added": s.added,
                     "errors_left": s.errors_left,
                 }
                 for s in self.steps
@@ -91,33 +93,106 @@ def search(
     for _ in range(MAX_ROUNDS):
         if not errors:
             break
-        best: tuple[tuple[int, int], RuleSpec, set[str]] | None = None
-        for spec in _candidates(errors.values(), profile, quantization, skip):
-            label = entry(spec.name, _options(spec))
-            if label in result.rejected:
-                continue
-            rewritten = _applied(spec.rule, model, _options(spec))
-            if rewritten is None:
-                result.rejected[label] = "could not be applied to this model"
-                continue
-            after = _errors(_check(rewritten, profile, quantization))
-            removed, added = set(errors) - set(after), set(after) - set(errors)
-            if added or not removed:
-                why = f"adds {sorted(added)[0]}" if added else "removes no error"
-                result.rejected[label] = why
-                continue
-            nodes = sum(errors[k].count for k in removed)
-            score = (len(removed), nodes)  # ties: the first in catalogue order
-            if best is None or score > best[0]:
-                best = (score, spec, removed)
-        if best is None:
+        chosen = _best(model, errors, profile, quantization, skip, result.rejected)
+        if not chosen:
             break
-        _, spec, removed = best
-        model = apply(spec, model)
-        errors = _errors(_check(model, profile, quantization))
-        result.steps.append(Step(spec.name, _options(spec), sorted(removed), len(errors)))
+        for spec in chosen:
+            model = apply(spec, model)
+            after = _errors(_check(model, profile, quantization))
+            removed, added = sorted(set(errors) - set(after)), sorted(set(after) - set(errors))
+            result.steps.append(Step(spec.name, _options(spec), removed, len(after), added))
+            errors = after
     result.errors_left = sorted(errors)
     return model, result
+
+
+def _best(
+    model: Any,
+    errors: dict[str, Finding],
+    profile: TargetProfile,
+    quantization: str,
+    skip: frozenset[str],
+    rejected: dict[str, str],
+) -> list[RuleSpec]:
+    """The rules to apply next: of those after which the precheck has fewer errors and none
+    new, the one that removes the most (ties: the first in catalogue order). Where none does,
+    a rule that removes an error but adds others, with the rules that then remove what it
+    added (at most MAX_REPAIRS, each removing one and adding none: onnx.decompose writes
+    LayerNormalization with a Sqrt and 1-D operands, which onnx.sqrt_newton and
+    onnx.explicit_broadcast remove on armnn), judged as one step. `rejected` gets each
+    candidate not taken, with why."""
+
+    def judged(rewritten: Any) -> tuple[dict[str, Finding], set[str], set[str]]:
+        after = _errors(_check(rewritten, profile, quantization))
+        return after, set(errors) - set(after), set(after) - set(errors)
+
+    best: tuple[tuple[int, int], list[RuleSpec]] | None = None
+    partial: list[tuple[RuleSpec, Any, dict[str, Finding], set[str]]] = []
+    for spec in _candidates(errors.values(), profile, quantization, skip):
+        label = entry(spec.name, _options(spec))
+        rewritten = _applied(spec.rule, model, _options(spec))
+        if rewritten is None:
+            rejected[label] = "could not be applied to this model"
+            continue
+        after, removed, added = judged(rewritten)
+        if not removed:
+            rejected[label] = "removes no error"
+            continue
+        if added:
+            rejected[label] = f"adds {sorted(added)[0]}"
+            partial.append((spec, rewritten, after, added))
+            continue
+        score = (len(removed), sum(errors[k].count for k in removed))
+        if best is None or score > best[0]:
+            best = (score, [spec])
+    if best is None:
+        for first, rewritten, _, added in partial:
+            chain = _repair(rewritten, added, profile, quantization, skip, {first.name})
+            if chain is None:
+                continue
+            specs, removed = [first, *chain[0]], set(errors) - chain[1]
+            score = (len(removed), sum(errors[k].count for k in removed))
+            if removed and not chain[1] - set(errors) and (best is None or score > best[0]):
+                best = (score, specs)
+    if best is None:
+        return []
+    for spec in best[1]:  # taken now: no longer "rejected"
+        rejected.pop(entry(spec.name, _options(spec)), None)
+    return best[1]
+
+
+MAX_REPAIRS = 3  # rules after one that adds errors, to remove what it added
+
+
+def _repair(
+    model: Any,
+    added: set[str],
+    profile: TargetProfile,
+    quantization: str,
+    skip: frozenset[str],
+    used: set[str],
+) -> tuple[list[RuleSpec], set[str]] | None:
+    """Rules that remove, one after the other, the errors a rule added (each removing one
+    and adding none), and the errors left after them; None where they cannot all go."""
+    chain: list[RuleSpec] = []
+    errors = _errors(_check(model, profile, quantization))
+    for _ in range(MAX_REPAIRS):
+        if not added & set(errors):
+            return chain, set(errors)
+        fixing = [errors[k] for k in sorted(added & set(errors))]
+        for spec in _candidates(fixing, profile, quantization, skip):
+            if spec.name in used:
+                continue
+            rewritten = _applied(spec.rule, model, _options(spec))
+            after = None if rewritten is None else _errors(_check(rewritten, profile, quantization))
+            if after is not None and set(after) < set(errors):
+                model, errors = rewritten, after
+                chain.append(spec)
+                used = used | {spec.name}
+                break
+        else:
+            return None
+    return (chain, set(errors)) if not added & set(errors) else None
 
 
 def _errors(findings: list[Finding]) -> dict[str, Finding]:

@@ -95,3 +95,37 @@ def test_what_no_rule_removes_is_left_for_the_precheck(target: str) -> None:
     assert len(found.errors_left) <= len(left)
     assert all("Hardmax" not in s.removed for s in found.steps)
     assert len(applied) == len(found.steps) <= 2
+
+
+def test_a_rule_that_adds_errors_is_taken_with_the_rules_that_remove_them() -> None:
+    """armnn: LayerNormalization decomposed brings a Sqrt and 1-D operands, which
+    onnx.sqrt_newton and onnx.explicit_broadcast then remove: taken as one step."""
+    profile = load_profile("armnn")
+    rng = np.random.default_rng(0)
+    scale, bias = (
+        helper.make_tensor(n, TensorProto.FLOAT, [8], rng.standard_normal(8).tolist())
+        for n in ("g", "b")
+    )
+    node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])],
+        [scale, bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    applied: list[str] = []
+    rewritten, found = search(model, profile, "none", _apply(applied))
+    assert found.errors_left == [] and errors(to_json(check(rewritten, profile))) == []
+    assert applied[0] == "onnx.decompose"
+    assert set(applied[1:]) == {"onnx.sqrt_newton", "onnx.explicit_broadcast"}
+    assert found.steps[0].added  # what the next rules removed
+    x = rng.standard_normal((1, 4, 8)).astype(np.float32)
+    import onnxruntime as ort
+
+    def run(m: onnx.ModelProto) -> np.ndarray:
+        session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": x})[0]
+
+    np.testing.assert_allclose(run(rewritten), run(model), atol=1e-4)
