@@ -6,17 +6,18 @@ build it (and again with `quantization.fallback=auto` where an int8 build misses
 thresholds). The rules every target's build chose are written into the recipe's `rewrites:`
 (each after the recipe's rules of its level, `auto` replaced by them); rules only some
 targets need are printed as the command that adds them for those targets. The file is edited
-with ruamel.yaml's round trip, which keeps comments, order and formatting: a file it cannot
-reproduce unchanged is not touched (the rules are printed instead), nor is one that changed
-on disk while the builds ran. The diff is printed, and the recipe is built once more as
-written, each target, to show that it holds without `auto`.
+as text, at the places ruamel.yaml's parse gives, so every other byte stays (comments,
+order, blank lines); the result is parsed again and must hold exactly the intended data, or
+nothing is written, nor is anything written to a file that changed on disk while the builds
+ran. The diff is printed, and the recipe is built once more as written, each target, to
+show that it holds without `auto`.
 """
 
 from __future__ import annotations
 
 import difflib
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,6 @@ class Outcome:
     exit_code: int
     rules: list[str] | None = None  # `rewrites:` entries; None where no build completed
     fallback: bool = False  # int8 needed quantization.fallback: auto to hold
-    notes: list[str] = field(default_factory=list)
 
 
 def fix(name: str, args: list[str], quiet: bool = False) -> int:
@@ -58,7 +58,7 @@ def fix(name: str, args: list[str], quiet: bool = False) -> int:
         print(f"\nfix: no build of {path.name} completed; nothing written (errors above)")
         return max(o.exit_code for o in outcomes)
     common = [r for r in built[0].rules or [] if all(r in (o.rules or []) for o in built)]
-    fallback = all(o.fallback for o in built) and any(o.fallback for o in built)
+    fallback = all(o.fallback for o in built)
     for o in outcomes:
         _report(o, common, fallback, path, rest)
     if not common and not fallback and not has_auto:
