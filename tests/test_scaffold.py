@@ -451,3 +451,19 @@ def test_the_input_of_an_onnx_recurrent_layer_is_batched_on_axis_1(tmp_path: Pat
     assert status == 0
     [seq] = load_recipe(tmp_path / "r.yaml").recipe.source.inputs
     assert (seq.shape, seq.batch_axis) == ([5, 1, 3], 1)
+
+
+def test_a_link_in_the_way_of_a_temporary_file_is_neither_followed_nor_removed(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    _two_outputs(tmp_path / "two.onnx")
+    (tmp_path / "outside.txt").write_text("keep\n", encoding="utf-8")
+    link = tmp_path / f"two-edgeflow-init-{os.getpid()}.yaml"
+    link.symlink_to(tmp_path / "outside.txt")
+    status, _, err = _init(capsys, "two.onnx")
+    assert status == 2 and "is in the way of edgeflow init's temporary file" in err
+    assert link.is_symlink() and (tmp_path / "outside.txt").read_text() == "keep\n"
+    assert not (tmp_path / "two.yaml").exists() and not (tmp_path / "data.py").exists()

@@ -381,8 +381,17 @@ def _write(texts: dict[Path, str], recipe: Path) -> None:
     try:
         for final, text in texts.items():
             temp = final.with_name(f"{final.stem}-edgeflow-init-{os.getpid()}{final.suffix}")
-            temp.write_text(text, encoding="utf-8")
-            temps[final] = temp
+            # "x": created here, or refused (a file or link already there is not followed,
+            # and so never removed below)
+            try:
+                with open(temp, "x", encoding="utf-8") as f:
+                    temps[final] = temp
+                    f.write(text)
+            except FileExistsError:
+                raise EdgeflowError(
+                    f"{temp} is in the way of edgeflow init's temporary file (nothing written)",
+                    "remove it, or run again (the name holds the process id)",
+                ) from None
         data = [f for f in texts if f != recipe]
         for final in data:  # the recipe names the data file by its own name
             _link(temps[final], final)
