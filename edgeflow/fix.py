@@ -23,6 +23,7 @@ from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.rules import AUTO
+from edgeflow.rules.entries import flow
 
 LEVELS = ("ast", "fx", "onnx")
 
@@ -223,7 +224,7 @@ def _rewrites_edit(tree: Any, lines: list[str], wanted: list[Any]) -> tuple[int,
         while first > 0 and lines[first - 1].lstrip().startswith("#"):
             first -= 1  # above the comment that leads the next key
         head = ["# rules chosen by `edgeflow fix` (rewrites: auto)\n", "rewrites:\n"]
-        return first, 0, head + [f"  - {_render(e)}\n" for e in wanted]
+        return first, 0, head + [f"  - {flow(e)}\n" for e in wanted]
     first, last = tree.lc.key("rewrites")[0], _last_line(tree, "rewrites", lines)
     entries = tree["rewrites"]
     spans: dict[int, list[str]] = {}  # the recipe's items by id: their own lines
@@ -242,9 +243,7 @@ def _rewrites_edit(tree: Any, lines: list[str], wanted: list[Any]) -> tuple[int,
     if not wanted:
         return first, last - first + 1, [head[0].replace("rewrites:", "rewrites: []", 1)]
     body = [
-        line
-        for e in wanted
-        for line in spans.get(id(e), [f"{' ' * (len(dash) - 2)}- {_render(e)}\n"])
+        line for e in wanted for line in spans.get(id(e), [f"{' ' * (len(dash) - 2)}- {flow(e)}\n"])
     ]
     return first, last - first + 1, [*head, *body]
 
@@ -290,30 +289,6 @@ def _fallback_edit(tree: Any, lines: list[str]) -> tuple[int, int, list[str]]:
         return first, 1, [line[:close].rstrip() + ", fallback: auto" + line[close:]]
     column = quantization.lc.key(next(iter(quantization)))[1]
     return _last_line(tree, "quantization", lines) + 1, 0, [" " * column + "fallback: auto\n"]
-
-
-def _render(entry: Any) -> str:
-    """An entry as one line of YAML: a name, or a flow mapping."""
-    if isinstance(entry, str):
-        return entry
-    import io
-
-    from ruamel.yaml import YAML
-
-    yaml = YAML()
-    yaml.default_flow_style = True
-    yaml.width = 4096
-    out = io.StringIO()
-    yaml.dump(_plain_dict(entry), out)
-    return out.getvalue().strip()
-
-
-def _plain_dict(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain_dict(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain_dict(v) for v in value]
-    return value
 
 
 def _entry(yaml: Any, text: str) -> Any:
