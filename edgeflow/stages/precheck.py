@@ -83,7 +83,7 @@ def _auto_rewrites(ctx: StageContext, model: Any, mode: str) -> tuple[Any, str]:
     from edgeflow.core.specs import fed_inputs
     from edgeflow.rules.apply import apply_rules
     from edgeflow.rules.base import RewriteContext, RuleSpec
-    from edgeflow.targets.auto_rewrites import search, summary
+    from edgeflow.targets.auto_rewrites import search
 
     if not ctx.recipe.rewrites_auto:
         ctx.write_json("rewrite_auto", {"auto": False, "chosen": []})
@@ -99,7 +99,7 @@ def _auto_rewrites(ctx: StageContext, model: Any, mode: str) -> tuple[Any, str]:
     own = frozenset(spec.name for spec in ctx.recipe.rewrites)
     model, found = search(model, ctx.profile, mode, apply, own)
     ctx.write_json("rewrite_auto", {"auto": True, **found.record(), "rules": records})
-    return model, summary(found.record()["chosen"])
+    return model, ", ".join(step.entry for step in found.steps)
 
 
 def _write_layers(ctx: StageContext, model: object, quantization: str) -> None:

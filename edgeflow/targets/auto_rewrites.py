@@ -38,6 +38,7 @@ class Step:
 
     @property
     def entry(self) -> str:
+        """As a `rewrites:` entry (what the summary line, metrics.json and fix print)."""
         return entry(self.rule, self.options)
 
 
@@ -65,16 +66,6 @@ class Search:
             "errors_left": self.errors_left,
             "rejected": self.rejected,
         }
-
-
-def summary(chosen: list[dict[str, Any]]) -> str:
-    """`onnx.convert_opset{opset: 13}, onnx.decompose`: the rules chosen, as the summary line
-    and the report name them."""
-    return ", ".join(c["rule"] + _braced(c["options"]) for c in chosen)
-
-
-def _braced(options: dict[str, Any]) -> str:
-    return "{" + ", ".join(f"{k}: {v}" for k, v in options.items()) + "}" if options else ""
 
 
 def search(
@@ -146,8 +137,8 @@ def _best(
         if best is None or score > best[0]:
             best = (score, [spec])
     if best is None:
-        for first, rewritten, _, added in partial:
-            chain = _repair(rewritten, added, profile, quantization, skip, {first.name})
+        for first, rewritten, after, added in partial:
+            chain = _repair(rewritten, after, added, profile, quantization, skip, {first.name})
             if chain is None:
                 continue
             specs, removed = [first, *chain[0]], set(errors) - chain[1]
@@ -166,6 +157,7 @@ MAX_REPAIRS = 3  # rules after one that adds errors, to remove what it added
 
 def _repair(
     model: Any,
+    errors: dict[str, Finding],
     added: set[str],
     profile: TargetProfile,
     quantization: str,
@@ -173,9 +165,9 @@ def _repair(
     used: set[str],
 ) -> tuple[list[RuleSpec], set[str]] | None:
     """Rules that remove, one after the other, the errors a rule added (each removing one
-    and adding none), and the errors left after them; None where they cannot all go."""
+    and adding none), and the errors left after them; None where they cannot all go.
+    `errors`: the model's, which include `added`."""
     chain: list[RuleSpec] = []
-    errors = _errors(_check(model, profile, quantization))
     for _ in range(MAX_REPAIRS):
         if not added & set(errors):
             return chain, set(errors)
