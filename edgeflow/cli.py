@@ -441,11 +441,11 @@ def _precheck(
 
     from edgeflow.core.onnxfile import check_onnx_file, external_size
     from edgeflow.targets import load_profile
+    from edgeflow.targets.memory import memory_line
     from edgeflow.targets.precheck import (
         check,
         check_memory,
         errors,
-        memory_line,
         render_table,
         to_json,
     )

@@ -222,7 +222,7 @@ def _layers(rows: list[dict[str, str]], diff: dict[str, Any]) -> str:
 
 
 def _memory(rows: list[dict[str, str]], precheck: dict[str, Any], metrics: dict[str, Any]) -> str:
-    from edgeflow.targets.precheck import memory_line
+    from edgeflow.targets.memory import memory_line
 
     memory = precheck.get("memory")
     if not rows or not memory:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeflow.targets.precheck import entry, memory_line, render_table
+from edgeflow.targets.memory import memory_line
+from edgeflow.targets.precheck import entry, render_table
 
 
 def render(

@@ -318,3 +318,19 @@ def _tflm_overhead(graph: Any, quantization: str, aliases: dict[str, str]) -> in
         + TFLM_CHANNEL * channels
         + TFLM_FIXED
     )
+
+
+def memory_line(memory: dict[str, Any]) -> str:
+    """The memory estimate in one line, with the board's budgets."""
+    at_least = "at least " if memory.get("unknown_sizes") else ""
+    text = (
+        f"memory at {memory['quantization']}: weights {memory['weights_bytes']:,} B, "
+        f"arena {at_least}{memory['arena_bytes']:,} B (activations "
+        f"{memory['activations_bytes']:,} B, peak at {memory['peak_node']})"
+    )
+    if memory["board"]:
+        ram, flash = (
+            f"{memory[k]:,} B" if memory[k] else "unlimited" for k in ("ram_bytes", "flash_bytes")
+        )
+        text += f"; board {memory['board']}: RAM {ram}, flash {flash}"
+    return text

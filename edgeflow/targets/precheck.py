@@ -539,22 +539,6 @@ def render_table(findings: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def memory_line(memory: dict[str, Any]) -> str:
-    """The memory estimate in one line, with the board's budgets."""
-    at_least = "at least " if memory.get("unknown_sizes") else ""
-    text = (
-        f"memory at {memory['quantization']}: weights {memory['weights_bytes']:,} B, "
-        f"arena {at_least}{memory['arena_bytes']:,} B (activations "
-        f"{memory['activations_bytes']:,} B, peak at {memory['peak_node']})"
-    )
-    if memory["board"]:
-        ram, flash = (
-            f"{memory[k]:,} B" if memory[k] else "unlimited" for k in ("ram_bytes", "flash_bytes")
-        )
-        text += f"; board {memory['board']}: RAM {ram}, flash {flash}"
-    return text
-
-
 def check_builtins(
     counts: dict[str, int], profile: TargetProfile, mode: str, activations: str = "int8"
 ) -> list[Finding]:

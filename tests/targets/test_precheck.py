@@ -179,7 +179,7 @@ def test_unknown_sizes_make_the_arena_a_lower_bound_not_zero(wobbly: Path, capsy
     [memory] = [f for f in report["findings"] if f["operator"] == "(memory)"]
     assert memory["severity"] == "warning" and memory["rule"] == "onnx.fix_shapes"
     assert "the arena is not known" in memory["reason"] and "x" in memory["nodes"]
-    from edgeflow.targets.precheck import memory_line
+    from edgeflow.targets.memory import memory_line
 
     assert "arena at least" in memory_line(report["memory"])
 
