@@ -176,16 +176,18 @@ def auto_rules(recipe: Recipe, base_dir: Path) -> dict[str, Any]:
     known = builtin_rules()
     own = {spec.name for spec in recipe.rewrites}
 
-    def failures(chosen: tuple[RuleSpec, ...]) -> dict[str, list[str]]:
+    def failures(chosen: tuple[RuleSpec, ...]) -> dict[str, list[str]] | None:
+        """The export's failures with these rules; None where the last changes nothing (it
+        cannot have removed anything)."""
         module, records, _ = rewritten_module(recipe, base_dir, False, chosen)
         tried = [r for r in records if chosen and r["rule"] == chosen[-1].name]
-        if tried and not tried[-1]["changed"]:  # it cannot have removed anything
-            raise ValueError("changes nothing in this module")
+        if tried and not tried[-1]["changed"]:
+            return None
         found = explain(recipe, module, (method,))
         return {_failure(a): a.rules for a in found if not a.ok}
 
     chosen: tuple[RuleSpec, ...] = ()
-    left, rejected = failures(chosen), dict[str, str]()
+    left, rejected = failures(chosen) or {}, dict[str, str]()
     for _ in range(MAX_ROUNDS):
         best: tuple[tuple[bool, int], RuleSpec, dict[str, list[str]]] | None = None
         names = dict.fromkeys(name for rules in left.values() for name in rules)
@@ -200,8 +202,11 @@ def auto_rules(recipe: Recipe, base_dir: Path) -> dict[str, Any]:
                 continue
             try:
                 after = failures((*chosen, spec))
-            except Exception as exc:  # the rule cannot rewrite this module: not a candidate
-                rejected[name] = first_line(exc)
+            except EdgeflowError as exc:  # the rule cannot rewrite this module (a bug in a
+                rejected[name] = first_line(exc)  # rule is an InternalError, and goes on up)
+                continue
+            if after is None:
+                rejected[name] = "changes nothing in this module"
                 continue
             if not set(left) - set(after):
                 rejected[name] = "leaves the failure"
