@@ -261,6 +261,9 @@ class Quantization(Strict):
     # auto: where int8 misses verify's thresholds on the calibration samples, keep the fewest,
     # most sensitive layers float until they hold (edgeflow.verify.fallback)
     fallback: Literal["none", "auto"] = "none"
+    # what one search may spend: mixes built and run, and seconds (no mix starts after them)
+    fallback_max_trials: int = Field(32, ge=1, le=1_000)
+    fallback_max_seconds: float = Field(900.0, gt=0)
 
     @model_validator(mode="after")
     def _fallback_of_int8(self) -> Quantization:
@@ -329,8 +332,101 @@ def _sqnr_floor(value: Any) -> Any:
     return float(value)
 
 
-# verify.min_sqnr_db where an int8 build's recipe does not set it (docs/recipe.md#verify).
+# verify.min_sqnr_db where a build's recipe does not set it, by quantization mode
+# (docs/recipe.md#verify): an int8 output below 15 dB has lost what a float one keeps.
 DEFAULT_MIN_SQNR_DB = {"int8": 15.0}
+MODES = ("none", "fp16", "int8")  # quantization.mode: the keys of verify.by_mode
+
+
+def _mode_sqnr_floor(value: Any) -> Any:
+    if value == "inherit":
+        return value
+    if value == "auto":
+        raise user_error(
+            "auto is verify.min_sqnr_db's default; a mode's own floor is a number of dB",
+            "e.g. min_sqnr_db: 25, or remove the key to keep the default",
+        )
+    return _sqnr_floor(value)
+
+
+# A key of verify.by_mode.<mode> not given there: the mode takes verify's own value. A value,
+# not "unset", so that the cache keys tell it from an explicit null (off for that mode).
+Inherit = Literal["inherit"]
+INHERIT: Inherit = "inherit"
+
+
+def _limit(low: float | None = None, high: float | None = None, above: bool = False) -> Any:
+    """A by_mode threshold: a number within [low, high] (above low, with `above`), null, or
+    not given; one message for a value that is none of them."""
+
+    def check(value: Any) -> Any:
+        if value is None or value == INHERIT:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise user_error(
+                f"must be a number or null (got {value!r:.40})",
+                "e.g. 0.05; null turns the threshold off for this mode",
+            )
+        if low is not None and (value <= low if above else value < low):
+            raise user_error(f"must be {'above' if above else 'at least'} {low:g} (got {value})")
+        if high is not None and value > high:
+            raise user_error(f"must be at most {high:g} (got {value})")
+        return value
+
+    return BeforeValidator(check)
+
+
+class ModeThresholds(Strict):
+    """verify.by_mode.<mode>: thresholds for the builds of one quantization mode; a key set
+    here wins over the same key of verify for those builds (null: off for them)."""
+
+    max_abs_diff: Annotated[float | Inherit | None, _limit(0)] = INHERIT
+    max_relative_diff: Annotated[float | Inherit | None, _limit(0)] = INHERIT
+    max_accuracy_drop: Annotated[float | Inherit | None, _limit(0, 1)] = INHERIT
+    min_top1_agreement: Annotated[float | Inherit | None, _limit(0, 1)] = INHERIT
+    min_sqnr_db: Annotated[float | Inherit | None, BeforeValidator(_mode_sqnr_floor)] = INHERIT
+    min_decision_agreement: Annotated[float | Inherit | None, _limit(0, 1)] = INHERIT
+    min_sequence_agreement: Annotated[float | Inherit | None, _limit(0, 1)] = INHERIT
+    max_latency_ms: Annotated[float | Inherit | None, _limit(0, above=True)] = INHERIT
+    max_size_bytes: Annotated[int | Inherit | None, _limit(0, above=True)] = INHERIT
+    task_metric: Annotated[float | Inherit | None, _limit()] = INHERIT  # verify.task_metric's
+
+    def given(self, key: str) -> bool:
+        return getattr(self, key) != INHERIT
+
+
+class TaskMetric(Strict):
+    """verify.task_metric: the recipe's own figure of a build, computed by a function of the
+    user's code from the source model's and the artifact's outputs (dicts of batch-first
+    arrays by output name, over the same samples) and held to `min` or `max`; verify reports
+    it and quantization.fallback: auto keeps to it."""
+
+    function: Annotated[ImportRef, BeforeValidator(_import_ref)]
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> TaskMetric:
+        if (self.min is None) == (self.max is None):
+            raise user_error(
+                "a task metric is held to one bound: min (a score) or max (an error)",
+                "set min: for a score that must stay high, or max: for an error",
+            )
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.function.attr
+
+    @property
+    def kind(self) -> str:
+        return "min" if self.min is not None else "max"
+
+    @property
+    def bound(self) -> float:
+        value = self.min if self.min is not None else self.max
+        assert value is not None  # _one_bound
+        return value
 
 
 class Verify(Strict):
@@ -346,6 +442,9 @@ class Verify(Strict):
     min_sequence_agreement: float | None = Field(None, ge=0, le=1)  # classes, one per position
     max_latency_ms: float | None = Field(None, gt=0)
     max_size_bytes: PositiveInt | None = None
+    task_metric: TaskMetric | None = None  # the recipe's own figure (edgeflow.verify.judge)
+    # thresholds of one quantization mode's builds: {int8: {min_sqnr_db: 20}, none: {...}}
+    by_mode: dict[Literal["none", "fp16", "int8"], ModeThresholds] = Field(default_factory=dict)
     latency_runs: int = Field(100, ge=1, le=10_000)  # each is one inference: bounded
     warmup_runs: int = Field(10, ge=0, le=1_000)
     detections: DetectionChecks = DetectionChecks()
@@ -353,34 +452,40 @@ class Verify(Strict):
     # metrics.json and the report still say verified: false and why
     allow_unverified: bool = False
 
+    @model_validator(mode="after")
+    def _task_bound_per_mode(self) -> Verify:
+        for mode, limits in self.by_mode.items():
+            if limits.given("task_metric") and self.task_metric is None:
+                raise user_error(
+                    "sets the bound of verify.task_metric, and the recipe names no task metric",
+                    "name the function in verify.task_metric (function, and min or max), or "
+                    "remove the key",
+                    at=f"by_mode.{mode}.task_metric",
+                )
+        return self
 
-# The thresholds quantization.fallback: auto keeps to (edgeflow.verify.fallback), and the
-# recipe keys a stage that runs its search reads: its cache key and DVC params.
-FALLBACK_BUDGET = (
+
+# The thresholds of verify a build is judged by on its outputs (not latency or size): what
+# quantization.fallback: auto keeps to (edgeflow.verify.fallback), and the recipe keys a stage
+# that runs its search reads: its cache key and DVC params.
+QUALITY_THRESHOLDS = (
     "max_accuracy_drop",
     "min_top1_agreement",
     "max_relative_diff",
     "max_abs_diff",
     "min_sqnr_db",
+    "min_decision_agreement",
+    "min_sequence_agreement",
 )
 FALLBACK_READS = (
-    *(f"verify.{key}" for key in FALLBACK_BUDGET),
+    *(f"verify.{key}" for key in QUALITY_THRESHOLDS),
+    "verify.task_metric",
+    "verify.by_mode",
+    "verify.detections",  # a detector head's matching tolerances
     "evaluation.metric",
     "evaluation.outputs",  # kinds and batch axes: how the search compares outputs
+    "source.inputs",  # a detector head's image size
 )
-
-
-def fallback_budget(verify: Any, metric: str) -> dict[str, float]:
-    """The thresholds of `verify` a fallback search measures: those set, accuracy only where
-    evaluation.metric is top1 (labels)."""
-    budget = {}
-    for key in FALLBACK_BUDGET:
-        value = getattr(verify, key)
-        if key == "min_sqnr_db" and value == "auto":
-            value = DEFAULT_MIN_SQNR_DB["int8"]  # fallback is for int8 builds, whose default
-        if value is not None and (key != "max_accuracy_drop" or metric == "top1"):
-            budget[key] = float(value)
-    return budget
 
 
 class Diff(Strict):

@@ -11,7 +11,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from edgeflow.core.specs import fallback_budget
 from edgeflow.targets.profile import TargetProfile
 
 Found = tuple[str, str, str]
@@ -61,7 +60,7 @@ def thresholds_fit_the_metric(s: dict[str, Any], profile: TargetProfile | None) 
 
 
 DEFAULT_NAME = re.compile(r"output(_\d+)?")
-# The per-output thresholds and the declared kinds they need (edgeflow.report.checks).
+# The per-output thresholds and the declared kinds they need (edgeflow.verify.judge).
 THRESHOLD_KINDS = {
     "min_top1_agreement": "classes",
     "min_sequence_agreement": "classes",
@@ -169,7 +168,9 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
 
 def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
     """quantization.fallback: auto needs a target that builds mixed files and a threshold
-    the search can measure (edgeflow.core.specs.fallback_budget)."""
+    the search can measure (edgeflow.verify.judge: the int8 thresholds on the outputs)."""
+    from edgeflow.verify.judge import thresholds
+
     if "quantization" not in s or s["quantization"].fallback == "none":
         return []
     found = []
@@ -182,14 +183,16 @@ def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> l
             )
         )
     measurable = "evaluation" in s and "verify" in s
-    if measurable and not fallback_budget(s["verify"], s["evaluation"].metric):
+    labelled = measurable and s["evaluation"].metric == "top1"
+    if measurable and not thresholds(s["verify"], "int8").quality(labelled):
         found.append(
             (
                 "quantization.fallback",
-                "fallback needs a budget: none of verify.max_accuracy_drop, "
-                "min_top1_agreement, max_relative_diff, max_abs_diff, min_sqnr_db is set for "
-                f"evaluation.metric {s['evaluation'].metric}",
-                "set verify.min_top1_agreement or verify.max_relative_diff",
+                "fallback needs a budget: no threshold on the outputs is set for int8 builds "
+                "(verify.min_sqnr_db is null, and none of max_relative_diff, max_abs_diff, "
+                "min_top1_agreement, min_decision_agreement, min_sequence_agreement, "
+                "task_metric is set)",
+                "set verify.by_mode.int8.min_sqnr_db or verify.min_top1_agreement",
             )
         )
     return found

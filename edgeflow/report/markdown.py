@@ -102,8 +102,7 @@ def one_line(metrics: dict[str, Any]) -> str:
         if agree.get("non_finite_samples"):
             head += f", NaN/Inf outputs on {agree['non_finite_samples']} samples"
     if metrics.get("float_layers") is not None:
-        count = metrics["float_layers"]
-        head += f", {count} layer{'' if count == 1 else 's'} float (quantization.fallback)"
+        head += f", {search_line(metrics['float_layers'], metrics.get('fallback') or {})}"
     return f"{head}, p50 {metrics['latency_ms']['p50']:.3f} ms, {metrics['size_bytes']:,} bytes"
 
 
@@ -492,14 +491,39 @@ def retry_lines(retry: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def search_line(float_layers: int, search: dict[str, Any]) -> str:
+    """ "fallback: 7 mixes in 41 s, 3 layers float" (and the bound that ended it, if one did)."""
+    layers = f"{float_layers} layer{'' if float_layers == 1 else 's'} float"
+    if not search:
+        return f"fallback: {layers}"
+    seconds = search.get("seconds")
+    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    mixes = search["mixes"]
+    line = f"fallback: {mixes} mix{'' if mixes == 1 else 'es'}{took}, {layers}"
+    bound = {
+        "trials": "quantization.fallback_max_trials",
+        "time": "quantization.fallback_max_seconds",
+    }
+    if search.get("stopped_by") in bound:
+        line += f" (stopped by {bound[search['stopped_by']]})"
+    return line
+
+
 def fallback_lines(record: dict[str, Any] | None) -> list[str]:
     """quantization.fallback: auto: the budget, the layers kept float and what they cost."""
     if record is None:
         return []
     budget = ", ".join(f"{k} {v:g}" for k, v in record["budget"].items())
     full, chosen = record["int8"], record["chosen"]
+    search = {
+        "mixes": len(record["trials"]),
+        "seconds": record.get("seconds"),
+        "stopped_by": record.get("stopped_by"),
+    }
+    blocks = f", {record['blocks']} blocks ranked first" if record.get("blocks") else ""
     lines = [
-        f"- fallback (quantization.fallback: auto): budget {budget} on the {record['measured_on']}"
+        f"- {search_line(len(record['float_layers']), search)}{blocks} "
+        f"(quantization.fallback: auto): budget {budget} on the {record['measured_on']}"
     ]
     lines.append(f"  - all int8: {_figures(full)}")
     if not chosen["float_layers"]:
@@ -526,12 +550,12 @@ def fallback_lines(record: dict[str, Any] | None) -> list[str]:
 
 
 def _figures(trial: dict[str, Any]) -> str:
-    f = trial["figures"]
-    parts = []
-    if f.get("accuracy_drop") is not None:
-        parts.append(f"accuracy drop {f['accuracy_drop']:.4f}")
-    parts.append(f"top-1 agreement {f['top1_agreement']:.4f}")
-    parts.append(f"max relative diff {_g(f['max_relative_diff'])}")
+    """A mix's figures, one per check of the budget ("max_accuracy_drop 0.0028, min_sqnr_db
+    (logits) 31.2"), and the thresholds it misses."""
+    parts = [
+        f"{name.removeprefix('verify.')} " + ("n/a" if value is None else f"{value:.4g}")
+        for name, value in trial["figures"].items()
+    ]
     missed = f"; misses {', '.join(trial['missed'])}" if trial["missed"] else ""
     return ", ".join(parts) + missed
 

@@ -8,6 +8,7 @@ the sensitivity are edgeflow.verify.fallback's.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,13 +35,16 @@ def search(
     from edgeflow.verify.layers import source_graph
     from edgeflow.verify.runners import BatchAxes, OnnxRunner, batching, run_all
 
+    started = time.monotonic()
     recipe = ctx.recipe
-    budget = measurable_budget(ctx, samples)
     batch, fixed = batching(recipe.source)
     names = [o.name for o in onnx.load(str(prepared), load_external_data=False).graph.output]
-    declared = recipe.evaluation.outputs
-    axes = BatchAxes.of(declared, names)  # outputs batch-first, as verify compares them
+    budget, note = fallback.Budget.of(recipe, names, samples.labels is not None)
+    if note:
+        ctx.warn(note)
+    axes = BatchAxes.of(recipe.evaluation.outputs, names)  # batch-first, as verify has them
     reference = run_all(OnnxRunner.checking(str(prepared)), samples, batch, fixed, axes=axes)
+    budget.measurable(reference)
     feeds, _ = next(samples.batches(batch, fixed=True))
     work = ctx.out_dir / ".fallback"
     work.mkdir()
@@ -58,10 +62,8 @@ def search(
             quantize(files[names], [node for n in names for node in by_name[n].excludes])
         runner = OnnxRunner.from_file(str(files[names]))
         outputs = run_all(runner, samples, batch, fixed, axes=axes)
-        found = fallback.figures(reference, outputs, samples.labels, names, declared)
-        done[names] = fallback.judge(
-            names, found, budget, fallback.cost(runner, feeds, files[names])
-        )
+        cost = fallback.cost(runner, feeds, files[names])
+        done[names] = budget.judge(names, reference, outputs, samples.labels, cost)
         return done[names]
 
     full = evaluate(())
@@ -89,24 +91,15 @@ def search(
                 if layer.output in floats and qdq_out.get(layer.name) in int8[0]
             }
         )
-        ranking = fallback.rank(layers, db)
-        outcome = fallback.search([s.layer.name for s in ranking], evaluate)
+        ranking, blocks = fallback.plan(layers, db)
+        bounds = fallback.Bounds.of(recipe.quantization)
+        outcome = fallback.search([s.layer.name for s in ranking], evaluate, bounds, blocks)
         if outcome.chosen.float_layers:
             shutil.copyfile(files[outcome.chosen.float_layers], dst)
     shutil.rmtree(work)
+    outcome.seconds = time.monotonic() - started  # the sensitivity's run included
     measured_on = f"calibration samples ({len(samples)}), against the float32 model in onnxruntime"
     return fallback.summary(outcome, budget, ranking, measured_on, "the QDQ .onnx (before .ort)")
-
-
-def measurable_budget(ctx: StageContext, samples: Any) -> dict[str, float]:
-    """The recipe's thresholds the calibration samples can measure; accuracy needs labels."""
-    recipe = ctx.recipe
-    budget, note = fallback.calibration_budget(
-        recipe.verify, recipe.evaluation.metric, samples.labels is not None
-    )
-    if note:
-        ctx.warn(note)
-    return budget
 
 
 def candidates(float_model: Any, qdq_model: Any) -> list[fallback.Layer]:

@@ -40,11 +40,13 @@ def run(ctx: StageContext) -> None:
             recipe.calibration, recipe.source, "calibration", ctx.inputs["onnx"]
         )
         if recipe.quantization.fallback == "auto":
-            from edgeflow.verify.fallback import calibration_budget
+            import onnx
 
-            budget, note = calibration_budget(
-                recipe.verify, recipe.evaluation.metric, calibration.labels is not None
-            )
+            from edgeflow.verify.fallback import Budget
+
+            model = onnx.load(str(ctx.inputs["onnx"]), load_external_data=False)
+            names = [o.name for o in model.graph.output]
+            budget, note = Budget.of(recipe, names, calibration.labels is not None)
             if note:
                 ctx.warn(note)
     findings: list[dict[str, Any]] = []  # the converted model's operators (judge)
@@ -57,7 +59,6 @@ def run(ctx: StageContext) -> None:
         calibration=calibration,
         budget=budget,
         kept_layout=kept_layout(recipe.source),
-        declared_outputs=recipe.evaluation.outputs,
         check=lambda artifact: judge(ctx, artifact, findings),
     )
     info = module.convert(job)

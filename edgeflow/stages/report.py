@@ -46,8 +46,8 @@ def auto_entries(details: dict[str, Any]) -> list[str]:
 
 
 def run(ctx: StageContext) -> None:
-    from edgeflow.report.checks import check_thresholds, fallback_checks
     from edgeflow.report.markdown import render
+    from edgeflow.verify.judge import build_checks, fallback_checks, thresholds
 
     details = {
         slot: ctx.read_json(slot)
@@ -88,11 +88,19 @@ def run(ctx: StageContext) -> None:
     memory = details["precheck"].get("memory")
     if memory and "arena_bytes" in metrics:  # the precheck's prediction next to the measurement
         metrics["arena_predicted_bytes"] = int(memory["arena_bytes"])
-    outputs = v["agreement"].get("outputs")
-    checks = check_thresholds(ctx.recipe.verify, metrics, outputs, ctx.recipe.quantization.mode)
+    limits = thresholds(ctx.recipe.verify, ctx.recipe.quantization.mode)
+    checks = build_checks(
+        limits, v["agreement"], v["accuracy"], metrics["latency_ms"]["p50"], metrics["size_bytes"]
+    )
     mixed = fallback_record(details)
     if mixed is not None:  # quantization.fallback: auto
         metrics["float_layers"] = len(mixed["float_layers"])
+        metrics["fallback"] = {
+            "mixes": len(mixed["trials"]),
+            "seconds": mixed.get("seconds"),
+            "met": mixed["met"],
+            "stopped_by": mixed.get("stopped_by"),
+        }
         checks += fallback_checks(mixed)
     metrics["verified"] = all(c["passed"] for c in checks)
     ctx.write_json("metrics", metrics)
@@ -152,6 +160,8 @@ def _agreement(v: dict) -> dict:
         agreement["non_finite_samples"] = found["non_finite_samples"]
         agreement["min_sqnr_db"] = found["min_sqnr_db"]
         agreement["outputs"] = {o["name"]: _output_metrics(o) for o in outputs}
+    if "task_metric" in found:  # verify.task_metric: the recipe's own figure
+        agreement["task_metric"] = found["task_metric"]
     return agreement
 
 

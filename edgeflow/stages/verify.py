@@ -19,8 +19,8 @@ def run(ctx: StageContext) -> None:
     from edgeflow.data import load_samples
     from edgeflow.postprocess import HostChained, load_host
     from edgeflow.targets import backend
-    from edgeflow.verify.compare import compare_outputs, percentile, top1_accuracy
-    from edgeflow.verify.kinds import BoxMatching
+    from edgeflow.verify.compare import percentile
+    from edgeflow.verify.judge import Comparison, accuracy_of
     from edgeflow.verify.runners import (
         BatchAxes,
         batching,
@@ -32,7 +32,6 @@ def run(ctx: StageContext) -> None:
 
     recipe, profile = ctx.recipe, ctx.profile
     source = recipe.source
-    detections = recipe.evaluation.metric == "detections"
     samples = load_samples(recipe.evaluation, source.inputs, "evaluation", source.state)
     if samples.labels is None and recipe.evaluation.metric == "top1":
         raise EdgeflowError(
@@ -70,13 +69,9 @@ def run(ctx: StageContext) -> None:
         outputs = run_stream(runner, samples, source, names, axes).outputs
     else:
         outputs = run_all(runner, samples, *batching(source), "evaluation", axes)
+    comparison = Comparison.of(recipe.evaluation, recipe.verify, source.inputs, names)
     try:
-        if detections:
-            agreement = _compare_detections(recipe, reference, outputs)
-        else:
-            image = tuple(recipe.source.inputs[0].shape[-2:])
-            boxes = BoxMatching((image[0], image[-1]), recipe.verify.detections)
-            agreement = compare_outputs(reference, outputs, names, recipe.evaluation.outputs, boxes)
+        agreement = comparison.agreement(reference, outputs)
     except ValueError as exc:
         raise EdgeflowError(f"the artifact's outputs do not match the source's: {exc}") from exc
     if samples.steps is not None:
@@ -98,14 +93,11 @@ def run(ctx: StageContext) -> None:
     extra = runner.extra_metrics() if hasattr(runner, "extra_metrics") else {}
     accuracy = None  # agreement, detections: compared with the source model only
     if samples.labels is not None and recipe.evaluation.metric == "top1":
-        scored = _class_vector(agreement)
-        ref, out = reference[scored], outputs[scored]
+        ref, out = reference, outputs
         if samples.steps is not None and samples.labels.ndim == 1:  # a label per sequence
-            ref, out = last_steps(ref, samples.steps), last_steps(out, samples.steps)
-        source_acc = top1_accuracy(ref, samples.labels)
-        artifact_acc = top1_accuracy(out, samples.labels)
-        drop = source_acc - artifact_acc
-        accuracy = {"source": source_acc, "artifact": artifact_acc, "drop": drop}
+            ref = [last_steps(r, samples.steps) for r in reference]
+            out = [last_steps(o, samples.steps) for o in outputs]
+        accuracy = accuracy_of(agreement, ref, out, samples.labels)
     ctx.write_json(
         "verify",
         {
@@ -156,35 +148,6 @@ def _declared_outputs_exist(declared: dict[str, Any], names: list[str]) -> None:
             )
 
 
-def _class_vector(agreement: dict[str, Any]) -> int:
-    """The first output holding one class vector per sample: what top-1 accuracy scores."""
-    for o in agreement["outputs"]:
-        if o["kind"] == "classes" and o.get("positions") == 1:
-            return int(o["index"])
-    shapes = ", ".join(f"'{o['name']}' {o['shape']} ({o['kind']})" for o in agreement["outputs"])
-    raise EdgeflowError(
-        f"evaluation.metric: top1 scores a class vector per sample, and no output is one: {shapes}",
-        "set evaluation.metric: agreement and remove verify.max_accuracy_drop, or declare the "
-        "class output in evaluation.outputs (kind: classes)",
-    )
-
-
-def _compare_detections(
-    recipe: Any, reference: list[np.ndarray], outputs: list[np.ndarray]
-) -> dict[str, Any]:
-    from edgeflow.verify.detections import compare, from_arrays
-
-    checks = recipe.verify.detections
-    return compare(
-        reference,
-        from_arrays(outputs, checks.max_detections),
-        tuple(recipe.source.inputs[0].shape[-2:]),
-        checks.box_atol,
-        checks.box_units,
-        checks.score_atol,
-    )
-
-
 STAGE = Stage(
     name="verify",
     description="Run the artifact in its runtime; accuracy, agreement, latency and size.",
@@ -201,6 +164,7 @@ STAGE = Stage(
         "verify.latency_runs",
         "verify.warmup_runs",
         "verify.detections",
+        "verify.task_metric",  # computed here, from the outputs
         "target",
     ),
     tools=(*RUNTIMES, "numpy"),

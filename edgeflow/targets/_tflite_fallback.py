@@ -13,6 +13,7 @@ float model in LiteRT (`experimental_preserve_all_tensors`).
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,17 +50,18 @@ def search(
     open_runner: Callable[[Path, dict[str, Any]], Any],
 ) -> tuple[bytes | None, dict[str, Any]]:
     """(the mixed model, or None where onnx2tf's int8 file meets the budget; the record)."""
-    import onnx
 
     from edgeflow.verify.runners import BatchAxes, OnnxRunner, run_all
 
+    started = time.monotonic()
     samples, budget = job.calibration, job.budget
-    if samples is None or not budget:
+    if samples is None or budget is None:
         raise AssertionError("fallback without calibration samples or a budget")
     batch = batch_size(job.inputs)
-    names = [o.name for o in onnx.load(str(job.onnx), load_external_data=False).graph.output]
-    axes = BatchAxes.of(job.declared_outputs, names)  # outputs batch-first, as verify has them
+    names = budget.comparison.names
+    axes = BatchAxes.of(budget.comparison.declared, names)  # batch-first, as verify has them
     reference = run_all(OnnxRunner.checking(str(job.onnx)), samples, batch, True, axes=axes)
+    budget.measurable(reference)
     feeds, _ = next(samples.batches(batch, fixed=True))
     models: dict[tuple[str, ...], bytes] = {
         (): (out / f"model_{_onnx2tf.suffix(job.quantization)}.tflite").read_bytes()
@@ -81,8 +83,8 @@ def search(
         path.write_bytes(models[names])
         runner = open_runner(path, layouts["mlir" if names else ()])
         outputs = run_all(runner, samples, batch, True, axes=axes)
-        found = fallback.figures(reference, outputs, samples.labels, names, job.declared_outputs)
-        done[names] = fallback.judge(names, found, budget, fallback.cost(runner, feeds, path))
+        cost = fallback.cost(runner, feeds, path)
+        done[names] = budget.judge(names, reference, outputs, samples.labels, cost)
         del runner
         return done[names]
 
@@ -92,9 +94,8 @@ def search(
         "model in onnxruntime"
     )
     if full.passed:
-        return None, fallback.summary(
-            fallback.Outcome(full, full, [full]), budget, [], where, ".tflite"
-        )
+        outcome = fallback.Outcome(full, full, [full], time.monotonic() - started)
+        return None, fallback.summary(outcome, budget, [], where, ".tflite")
     calibrated = _tflite_quant.calibrate(job, out)
     int8 = _tflite_quant.quantize(calibrated, job.quantization.per_channel, [])
     (work / "int8.tflite").write_bytes(int8)
@@ -103,8 +104,10 @@ def search(
     )
     layers, db = sensitivity(calibrated, int8, layouts["mlir"], samples, batch)
     excludes.update({layer.name: layer.excludes for layer in layers})
-    ranking = fallback.rank(layers, db)
-    outcome = fallback.search([s.layer.name for s in ranking], evaluate)
+    ranking, blocks = fallback.plan(layers, db)
+    bounds = fallback.Bounds.of(job.quantization)
+    outcome = fallback.search([s.layer.name for s in ranking], evaluate, bounds, blocks)
+    outcome.seconds = time.monotonic() - started  # calibration and sensitivity included
     chosen = models[outcome.chosen.float_layers] if outcome.chosen.float_layers else None
     return chosen, fallback.summary(outcome, budget, ranking, where, ".tflite")
 

@@ -13,15 +13,16 @@ A backend module defines:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from edgeflow.core.specs import Quantization, TensorSpec
     from edgeflow.data import Samples
     from edgeflow.targets.profile import TargetProfile
+    from edgeflow.verify.fallback import Budget
 
 
 class NotVerified(Exception):
@@ -36,12 +37,11 @@ class ConvertJob:
     quantization: Quantization
     inputs: list[TensorSpec]
     calibration: Samples | None  # only for backends that quantize themselves
-    # quantization.fallback: auto: the thresholds the mix must meet on the calibration samples
-    budget: dict[str, float] | None = None
+    # quantization.fallback: auto: the thresholds a mix must meet on the calibration samples,
+    # and how its outputs are compared (edgeflow.verify.fallback.Budget)
+    budget: Budget | None = None
     # inputs whose layout onnx2tf keeps as declared (a channel-last source's: Keras, Flax)
     kept_layout: tuple[str, ...] = ()
-    # evaluation.outputs: the outputs' kinds and batch axes, for the fallback's comparisons
-    declared_outputs: Mapping[str, Any] = field(default_factory=dict)
     # judges the artifact the converter wrote (the TFLite family: its operators against the
     # profile's measured builtins) before any runtime loads it; raises to stop the build
     check: Callable[[Path], None] = lambda artifact: None

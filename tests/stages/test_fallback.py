@@ -6,6 +6,7 @@ of the classifier to zero)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -14,25 +15,31 @@ import pytest
 import torch
 
 from edgeflow.core.errors import RecipeError
+from edgeflow.core.specs import Verify
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
-from edgeflow.verify import fallback
+from edgeflow.verify import fallback, judge
 from edgeflow.zoo.digits import DigitsCNN
 from tests import needs
 from tests.conftest import DEMO_WEIGHTS
 
-BUDGET = {"max_accuracy_drop": 0.01, "min_top1_agreement": 0.98}
+BUDGET = judge.thresholds(Verify(max_accuracy_drop=0.01, min_top1_agreement=0.98), "int8")
 
 
 def _evaluate_needing(needed: set[str], calls: list[tuple[str, ...]]):
-    """A stand-in build: the budget holds when every layer of `needed` is float."""
+    """A stand-in build: the budget holds when every layer of `needed` is float (its figures
+    judged by the checks verify's are)."""
 
     def evaluate(names: tuple[str, ...]) -> fallback.Trial:
         calls.append(names)
         missing = len(needed - set(names))
-        found = {"top1_agreement": 1.0 - 0.1 * missing, "accuracy_drop": 0.0}
-        return fallback.judge(names, found, BUDGET)
+        logits = {
+            **{"index": 0, "name": "logits", "kind": "classes", "positions": 1},
+            **{"top1": 1.0 - 0.1 * missing, "sqnr_db": 30.0, "max_rel_to_range": 0.01},
+        }
+        checks = judge.quality_checks(BUDGET, {"outputs": [logits]}, {"drop": 0.0})
+        return fallback.trial_of(names, checks)
 
     return evaluate
 
@@ -44,7 +51,7 @@ def test_search_keeps_the_fewest_layers_float() -> None:
     assert outcome.met
     assert outcome.chosen.float_layers == ("l0", "l4")  # l1-l3 dropped again by the prune
     assert not outcome.full_int8.passed
-    assert outcome.full_int8.missed == ("min_top1_agreement",)
+    assert outcome.full_int8.missed == ("verify.min_top1_agreement (logits)",)
     # (), 1, 2, 4, 8 (passes), bisection 6, 5, then l3, l2, l1 dropped and l0 kept
     assert calls[:5] == [(), ("l0",), ("l0", "l1"), tuple(ranked[:4]), tuple(ranked[:8])]
     assert len(calls) == len(set(calls)) == 11
@@ -122,7 +129,7 @@ def test_fallback_key_is_validated_and_located(write_recipe) -> None:
         GOOD.replace("split: test}", "split: test, metric: agreement}")
         + "verify: {max_accuracy_drop: null, min_sqnr_db: null}\n"
     )
-    assert "fallback needs a budget: none of verify.max_accuracy_drop" in _problems(path)[0]
+    assert "fallback needs a budget: no threshold on the outputs is set" in _problems(path)[0]
 
 
 def _outlier_weights(path: Path) -> Path:
@@ -216,11 +223,16 @@ def test_fallback_keeps_exactly_the_broken_layer_float(
     assert record["sensitivity"][0]["sqnr_db"] < 1  # the classifier's output: all error
     assert [t["float_layers"] for t in record["trials"]] == [[], [KEPT[target][0]["layer"]]]
     calibration = record["chosen"]["figures"]  # the search's own figures, calibration split
-    assert record["int8"]["figures"]["accuracy_drop"] > 0.8
-    assert calibration["accuracy_drop"] <= 0.01 and calibration["top1_agreement"] >= 0.98
+    assert record["int8"]["figures"]["verify.max_accuracy_drop"] > 0.8
+    assert calibration["verify.max_accuracy_drop"] <= 0.01
+    assert calibration["verify.min_top1_agreement (logits)"] >= 0.98
     assert record["measured_on"].startswith("calibration samples (180)")
     report = (mixed.build_dir / "report.md").read_text()
-    assert "- fallback (quantization.fallback: auto): budget max_accuracy_drop 0.01" in report
+    assert re.search(
+        r"- fallback: 2 mixes in \d+ s, 1 layer float \(quantization.fallback: auto\): "
+        r"budget max_accuracy_drop 0.01, min_top1_agreement 0.98, min_sqnr_db 15 on the",
+        report,
+    )
     assert f"kept float (1): `{KEPT[target][0]['layer']}`" in report
     if target != "onnxruntime_micro":  # a mixed .tflite: float FULLY_CONNECTED, int8 I/O
         assert _info(mixed)["operators"] == [
@@ -241,7 +253,7 @@ def test_no_mix_within_the_budget_fails_and_keeps_the_closest(tmp_path: Path, wr
         "calibration samples (180)"
     )
     record = _record(result)
-    assert not record["met"] and record["chosen"]["missed"] == ["max_abs_diff"]
+    assert not record["met"] and record["chosen"]["missed"] == ["verify.max_abs_diff"]
     assert len(record["trials"]) >= 4  # the all-int8 file, then 1, 2, 4, ... layers float
     assert "**misses the budget**" in (result.build_dir / "report.md").read_text()
     shutil.rmtree(tmp_path / "cache")
@@ -255,10 +267,9 @@ def test_the_search_compares_outputs_as_verify_declares_them() -> None:
     rng = np.random.default_rng(0)
     reference = [rng.standard_normal((6, 10)).astype(np.float32)]
     outputs = [reference[0] + rng.standard_normal((6, 10)).astype(np.float32)]
-    assert fallback.figures(reference, outputs, None)["top1_agreement"] is not None
+    [shaped] = judge.Comparison(["output"], {}).agreement(reference, outputs)["outputs"]
+    assert shaped["kind"] == "classes" and shaped["top1"] is not None
     declared = {"embedding": ValuesOutput(kind="values")}
-    found = fallback.figures(reference, outputs, None, ["embedding"], declared)
-    assert found["top1_agreement"] is None
-    assert found["min_sqnr_db"] == pytest.approx(
-        fallback.figures(reference, outputs, None)["min_sqnr_db"]
-    )
+    [values] = judge.Comparison(["embedding"], declared).agreement(reference, outputs)["outputs"]
+    assert "top1" not in values and values["name"] == "embedding"
+    assert values["sqnr_db"] == pytest.approx(shaped["sqnr_db"])

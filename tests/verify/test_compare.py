@@ -12,8 +12,8 @@ from onnx import helper
 
 from edgeflow.cli import main
 from edgeflow.core.specs import Verify
-from edgeflow.report.checks import check_thresholds
 from edgeflow.verify.compare import compare_outputs
+from edgeflow.verify.judge import build_checks, thresholds
 
 
 def test_nan_outputs_are_counted_per_output_and_left_out_of_the_differences() -> None:
@@ -31,14 +31,12 @@ def test_nan_outputs_are_counted_per_output_and_left_out_of_the_differences() ->
 
 
 def test_a_non_finite_artifact_fails_verification_saying_where() -> None:
-    outputs = [{"index": 0, "non_finite_samples": 12}, {"index": 1, "non_finite_samples": 0}]
-    metrics = {
-        "agreement": {"max_abs_diff": None, "top1": 0.5, "max_relative_diff": None},
-        "accuracy": None,
-        "latency_ms": {"p50": 1.0},
-        "size_bytes": 10,
-    }
-    checks = check_thresholds(Verify(max_abs_diff=1e-4), metrics, outputs)
+    outputs = [
+        {"index": 0, "non_finite_samples": 12, "max_rel_to_range": None},
+        {"index": 1, "non_finite_samples": 0, "max_rel_to_range": 0.0},
+    ]
+    agreement = {"max_abs_diff": None, "top1": 0.5, "outputs": outputs}
+    checks = build_checks(thresholds(Verify(max_abs_diff=1e-4), "none"), agreement, None, 1.0, 10)
     assert [c["passed"] for c in checks] == [False, False]
     assert checks[0]["message"] == (
         "the artifact outputs NaN or Inf where the source model does not: output 0 on 12 samples"

@@ -18,10 +18,10 @@ from edgeflow.core.specs import (
     Span,
     Verify,
 )
-from edgeflow.report.checks import check_thresholds
 from edgeflow.report.markdown import one_line
 from edgeflow.stages.report import _agreement
 from edgeflow.verify.compare import compare_outputs
+from edgeflow.verify.judge import build_checks, thresholds
 from edgeflow.verify.kinds import BoxMatching, sqnr_db
 
 RNG = np.random.default_rng(0)
@@ -29,13 +29,7 @@ RNG = np.random.default_rng(0)
 
 def checked(found: dict[str, Any], verify: Verify, mode: str = "int8") -> list[dict[str, Any]]:
     """The report stage's checks on compare_outputs' figures."""
-    metrics = {
-        "agreement": _agreement({"metric": "agreement", "agreement": found}),
-        "accuracy": None,
-        "latency_ms": {"p50": 1.0},
-        "size_bytes": 1,
-    }
-    return check_thresholds(verify, metrics, found["outputs"], mode)
+    return build_checks(thresholds(verify, mode), found, None, 1.0, 1)
 
 
 def failed(checks: list[dict[str, Any]]) -> list[str]:
@@ -67,7 +61,7 @@ def test_a_one_element_probability_off_by_089_fails() -> None:
     messages = failed(checked(found, Verify(min_decision_agreement=0.99, min_top1_agreement=0.98)))
     assert messages[0] == (
         "verify.min_sqnr_db: output 'speech': 0.571001 is below the threshold 15 (the int8 "
-        "default; set verify.min_sqnr_db to change it)"
+        "default; set verify.by_mode.int8.min_sqnr_db to change it)"
     )
     assert messages[1] == (
         "verify.min_top1_agreement: no output is a class vector, so there is nothing it can "
@@ -75,7 +69,9 @@ def test_a_one_element_probability_off_by_089_fails() -> None:
         "evaluation.outputs.<name>.kind: classes for a class output, or use verify.min_sqnr_db"
     )
     assert messages[2] == (
-        "verify.min_decision_agreement: output 'speech': 0.5 is below the threshold 0.99"
+        "verify.min_decision_agreement: output 'speech': 0.5 is below the threshold 0.99 (from "
+        "verify.min_decision_agreement, which holds for every mode; set "
+        "verify.by_mode.int8.min_decision_agreement for int8 builds)"
     )
     assert len(messages) == 3
 
@@ -115,8 +111,10 @@ def test_a_sequence_recogniser_reports_per_position_and_whole_sequence_agreement
     assert o["positions"] == 10 and o["top1"] == pytest.approx(220 / 240)
     assert o["sequence"] == pytest.approx(4 / 24) and o["sequences_matched"] == 4
     messages = failed(checked(found, Verify(min_sequence_agreement=0.9, min_sqnr_db=None)))
-    assert messages == ["verify.min_sequence_agreement: output 'chars': 0.166667 is below the "
-                        "threshold 0.9"]  # fmt: skip
+    [message] = messages
+    assert message.startswith(
+        "verify.min_sequence_agreement: output 'chars': 0.166667 is below the threshold 0.9 ("
+    )
 
 
 def test_ctc_sequence_agreement_compares_decoded_strings() -> None:

@@ -1,0 +1,238 @@
+"""quantization.fallback: auto on models without a class vector: a CTC recogniser, a sigmoid
+map, a raw detector head and a streaming model's state pair, each made in code with one
+layer that int8 breaks (the head reads a channel that is zero on every input through one
+weight of 300 per row: per-channel int8 scales then round every other weight of the head to
+zero). The search judges each mix by the checks verify judges the build by (sequence,
+decision and detection agreement, SQNR per output, the recipe's own task metric), and keeps
+the head float."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeflow.core.errors import EdgeflowError
+from edgeflow.engine.cache import Cache
+from edgeflow.engine.runner import run_build
+from edgeflow.recipe import load_recipe
+
+MODELS = '''
+import numpy as np
+import torch
+from torch import nn
+
+
+def _dead_channel(layer, head):
+    """Channel 3 of `layer` is zero after its ReLU on every input; `head` reads it with 300."""
+    with torch.no_grad():
+        layer.bias[3] = -100.0
+        head.weight[:, 3] = 300.0
+
+
+class CTCRecogniser(nn.Module):
+    """[B, 8, 16] features -> [B, 16, 12] log-probabilities, class 0 the CTC blank."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv1d(8, 16, 3, padding=1)
+        self.head = nn.Linear(16, 12)
+        _dead_channel(self.conv, self.head)
+
+    def forward(self, x):  # peaked, as a trained recogniser's are (random logits tie on an
+        h = torch.relu(self.conv(x)).transpose(1, 2)  # int8 output grid: issue 34 point 3)
+        return torch.log_softmax(8 * self.head(h), -1)
+
+
+class SigmoidMap(nn.Module):
+    """[B, 1, 16, 16] -> a per-pixel probability map [B, 1, 16, 16]."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.head = nn.Conv2d(8, 1, 1)
+        _dead_channel(self.conv, self.head)
+
+    def forward(self, x):
+        return torch.sigmoid(self.head(torch.relu(self.conv(x))))
+
+
+class DetectorHead(nn.Module):
+    """[B, 3, 16, 16] -> 64 candidates [B, 64, 4 + 3]: a box (cx, cy, w, h) and 3 scores."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.head = nn.Conv2d(8, 7, 1)
+        _dead_channel(self.conv, self.head)
+
+    def forward(self, x):
+        rows = self.head(torch.relu(self.conv(x))).flatten(2).transpose(1, 2)
+        return torch.sigmoid(rows)
+
+
+class StreamingCell(nn.Module):
+    """One step: (x [B, 8], state [B, 16]) -> (scores [B, 4], new_state [B, 16])."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.cell = nn.GRUCell(8, 16)
+        self.mix = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 4)
+        _dead_channel(self.mix, self.head)
+
+    def forward(self, x, state):
+        new_state = self.cell(x, state)
+        return self.head(torch.relu(self.mix(new_state))), new_state
+
+
+def sequences_decoded(reference, outputs):
+    """The recipe's own task metric: the share of samples whose greedy CTC decode agrees."""
+
+    def decode(path):
+        kept = [c for i, c in enumerate(path) if i == 0 or c != path[i - 1]]
+        return tuple(c for c in kept if c != 0)
+
+    ref, out = reference["chars"].argmax(-1), outputs["chars"].argmax(-1)
+    return float(np.mean([decode(list(a)) == decode(list(b)) for a, b in zip(ref, out)]))
+'''
+
+COMMON = """
+calibration: {{dataset: {data}}}
+evaluation: {{dataset: {data}, metric: agreement}}
+quantization: {{mode: int8, reduce_range: true}}
+verify: {{latency_runs: 5, warmup_runs: 1, max_accuracy_drop: null{verify}}}
+diff: {{on_failure: false}}
+"""
+
+CASES = {
+    "ctc": (
+        "models.py:CTCRecogniser",
+        [("x", [1, 8, 16])],
+        ["chars"],
+        "evaluation: {outputs: {chars: {kind: classes, ctc_blank: 0}}}",
+        ", min_sequence_agreement: 0.9, task_metric: "
+        "{function: 'models.py:sequences_decoded', min: 0.9}",
+    ),
+    "sigmoid_map": (
+        "models.py:SigmoidMap",
+        [("image", [1, 1, 16, 16])],
+        ["mask"],
+        "evaluation: {outputs: {mask: {kind: probability, threshold: 0.5}}}",
+        ", min_decision_agreement: 0.98",
+    ),
+    "detections": (
+        "models.py:DetectorHead",
+        [("image", [1, 3, 16, 16])],
+        ["candidates"],
+        "evaluation: {outputs: {candidates: {kind: detections, box_format: cxcywh, "
+        "scores: [4, 7], score_threshold: 0.6}}}",
+        ", detections: {box_atol: 0.05, score_atol: 0.05, min_match_rate: 0.95}",
+    ),
+    "state_pair": (
+        "models.py:StreamingCell",
+        [("x", [1, 8]), ("state", [1, 16])],
+        ["scores", "new_state"],
+        "source: {state: [{input: state, output: new_state}]}",
+        "",
+    ),
+}
+
+
+def _write(folder: Path, case: str, declared: bool = True) -> Path:
+    model, inputs, outputs, extra, verify = CASES[case]
+    extra = extra if declared else ""
+    (folder / "models.py").write_text(textwrap.dedent(MODELS))
+    rng = np.random.default_rng(0)
+    data = {}
+    for name, shape in inputs:
+        if name == "state":
+            continue  # fed by the model: the datasets hold sequences of the other inputs
+        steps = [6] if case == "state_pair" else []
+        data[name] = rng.standard_normal((32, *steps, *shape[1:])).astype(np.float32)
+    np.savez(folder / "data.npz", **data)
+    source = {
+        "kind": "pytorch",
+        "model": model,
+        "inputs": [{"name": n, "shape": s} for n, s in inputs],
+        "outputs": outputs,
+    }
+    text = f"source: {json.dumps(source)}\n" + COMMON.format(data="data.npz", verify=verify)
+    recipe = folder / "recipe.yaml"
+    recipe.write_text(text)
+    if extra:  # merged into its section
+        import yaml
+
+        loaded = yaml.safe_load(text)
+        for section, values in yaml.safe_load(extra).items():
+            loaded[section].update(values)
+        recipe.write_text(yaml.safe_dump(loaded, sort_keys=False))
+    return recipe
+
+
+def _build(recipe: Path, cache: Path, target: str, **overrides: object):
+    loaded = load_recipe(recipe, {"target": target, **overrides})
+    return run_build(loaded, Cache(cache), recipe.parent / "build", lambda _: None)
+
+
+def _fallback_record(result) -> dict:
+    stage = "quantize" if result.loaded.profile.backend == "onnxruntime_micro" else "convert"
+    for path in (result.build_dir.parents[2] / "cache").rglob(f"{stage}.json"):
+        info = json.loads(path.read_text())
+        if info.get("fallback"):
+            return info["fallback"]
+    raise AssertionError(f"no {stage}.json with a fallback record")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["onnxruntime_micro", "tflite_micro"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_fallback_keeps_the_broken_head_float_for_every_output_kind(
+    case: str, target: str, tmp_path: Path
+) -> None:
+    recipe = _write(tmp_path, case)
+    cache = tmp_path / "cache"
+    plain = _build(recipe, cache, target)
+    assert plain.failed_checks, "the all-int8 build must miss the budget"
+    mixed = _build(recipe, cache, target, **{"quantization.fallback": "auto"})
+    record = _fallback_record(mixed)
+    assert record["met"], record["chosen"]
+    assert 1 <= len(record["float_layers"]) <= 3
+    assert record["int8"]["missed"] and not record["chosen"]["missed"]
+    assert mixed.failed_checks == []
+    assert mixed.metrics["fallback"]["mixes"] == len(record["trials"]) <= 8
+    outputs = mixed.metrics["agreement"]["outputs"]
+    if case == "ctc":
+        assert record["budget"]["min_sequence_agreement"] == 0.9
+        assert record["chosen"]["figures"]["verify.task_metric"] >= 0.9
+        assert outputs["chars"]["sequence"] >= 0.9
+    elif case == "sigmoid_map":
+        assert outputs["mask"]["decision"] >= 0.98
+    elif case == "detections":
+        assert outputs["candidates"]["match_rate"] >= 0.95
+    else:  # both outputs of the step, the state by its SQNR too
+        assert set(record["chosen"]["figures"]) >= {
+            "verify.min_sqnr_db (scores)",
+            "verify.min_sqnr_db (new_state)",
+        }
+        assert min(o["sqnr_db"] for o in outputs.values()) >= 15
+    report = (mixed.build_dir / "report.md").read_text()
+    assert f"- fallback: {len(record['trials'])} mixes in " in report
+
+
+def test_a_budget_nothing_can_measure_is_refused_before_the_search(tmp_path: Path) -> None:
+    """The map's output is not declared, so it is judged by its shape (values): a decision
+    agreement cannot be measured on it. Said before any mix is built, exit 2."""
+    recipe = _write(tmp_path, "sigmoid_map", declared=False)
+    with pytest.raises(EdgeflowError) as info:
+        _build(recipe, tmp_path / "cache", "onnxruntime_micro", **{"quantization.fallback": "auto"})
+    assert info.value.exit_code == 2
+    assert "the budget has thresholds this model's outputs cannot measure" in str(info.value)
+    assert "verify.min_decision_agreement: no output is a probability" in str(info.value)
