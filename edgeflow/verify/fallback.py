@@ -342,20 +342,18 @@ def blocks(layers: Sequence[Layer], most: int = MAX_BLOCKS) -> list[list[Layer]]
     points where one tensor alone carries everything on (the end of a residual block, of an
     attention block, of a recurrent layer), then neighbouring blocks merged, the smallest
     pair first, until `most` are left. Found from the graph alone: no names are read."""
-    produced = {layer.output: i for i, layer in enumerate(layers)}
-    last_use: dict[str, int] = {}
+    first: dict[str, int] = {}  # where each tensor starts to be carried: its writer, else
+    last: dict[str, int] = {}  # its first reader (a graph input); until its last reader
     for i, layer in enumerate(layers):
         for name in layer.inputs:
-            if name in produced:
-                last_use[name] = i
-    cuts: list[int] = []
-    live: set[str] = set()
-    for i, layer in enumerate(layers):
-        live = {t for t in live if last_use.get(t, -1) > i}
-        if last_use.get(layer.output, -1) > i:
-            live.add(layer.output)
-        if len(live) <= 1:
-            cuts.append(i + 1)
+            first.setdefault(name, i)
+            last[name] = i
+        first.setdefault(layer.output, i)
+    cuts = [
+        i + 1
+        for i in range(len(layers))
+        if sum(1 for t, end in last.items() if first[t] <= i < end) <= 1
+    ]
     found, begin = [], 0
     for end in cuts:
         if end > begin:

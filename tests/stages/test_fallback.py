@@ -273,3 +273,55 @@ def test_the_search_compares_outputs_as_verify_declares_them() -> None:
     [values] = judge.Comparison(["embedding"], declared).agreement(reference, outputs)["outputs"]
     assert "top1" not in values and values["name"] == "embedding"
     assert values["sqnr_db"] == pytest.approx(shaped["sqnr_db"])
+
+
+def _residual_chain(blocks: int) -> list[fallback.Layer]:
+    """`blocks` residual blocks (conv, relu, conv, add with the block's input), in order."""
+    layers, x = [], "input"
+    for b in range(blocks):
+        a, r, c, y = (f"b{b}_{k}" for k in ("conv1", "relu", "conv2", "add"))
+        layers += [
+            fallback.Layer(a, "Conv", a, (x,)),
+            fallback.Layer(r, "Relu", r, (a,)),
+            fallback.Layer(c, "Conv", c, (r,)),
+            fallback.Layer(y, "Add", y, (c, x)),
+        ]
+        x = y
+    return layers
+
+
+def test_blocks_are_cut_where_one_tensor_carries_everything_on() -> None:
+    layers = _residual_chain(20)  # 80 layers: more than BLOCKS_ABOVE
+    groups = fallback.blocks(layers, most=100)
+    assert [[layer.name for layer in g] for g in groups[:2]] == [
+        ["b0_conv1", "b0_relu", "b0_conv2", "b0_add"],
+        ["b1_conv1", "b1_relu", "b1_conv2", "b1_add"],
+    ]  # never inside a block: its input is still live until the Add
+    assert len(groups) == 20
+    merged = fallback.blocks(layers)  # at most MAX_BLOCKS, neighbours merged
+    assert len(merged) == fallback.MAX_BLOCKS
+    assert sum(len(g) for g in merged) == 80
+
+
+def test_block_search_finds_one_layer_of_eighty_in_few_trials() -> None:
+    """Block 13's second conv adds the error: whole blocks are searched first (the first
+    block, whose input is exact, ranks above it), then the layers of the one kept float."""
+    layers = _residual_chain(20)
+    db = {"input": fallback.CAP_DB}
+    for k, layer in enumerate(layers):  # int8's usual error, growing slowly along the chain
+        db[layer.output] = (45.0 - 0.1 * k) if k < 13 * 4 + 2 else 5.0  # b13_conv2 on: 5 dB
+    ranking, blocks = fallback.plan(layers, db)
+    assert blocks is not None and any("b13_conv2" in b for b in blocks[:2])
+    calls: list[tuple[str, ...]] = []
+    outcome = fallback.search(
+        [s.layer.name for s in ranking], _evaluate_needing({"b13_conv2"}, calls), blocks=blocks
+    )
+    assert outcome.met and outcome.chosen.float_layers == ("b13_conv2",)
+    assert outcome.blocks == len(blocks) and len(calls) <= 8
+
+
+def test_the_search_stops_at_its_bound_of_trials_and_says_so() -> None:
+    calls: list[tuple[str, ...]] = []
+    ranked = [f"l{k}" for k in range(10)]
+    outcome = fallback.search(ranked, _evaluate_needing({"l9"}, calls), fallback.Bounds(trials=3))
+    assert len(calls) == 3 and outcome.stopped == "trials" and not outcome.met
