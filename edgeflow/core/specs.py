@@ -261,12 +261,23 @@ class Quantization(Strict):
     # auto: where int8 misses verify's thresholds on the calibration samples, keep the fewest,
     # most sensitive layers float until they hold (edgeflow.verify.fallback)
     fallback: Literal["none", "auto"] = "none"
+    # the operators that write the model's outputs stay float, and the outputs are float32
+    # (int8 inside): a softmax over many classes or a map read at 0.5 off an 8-bit grid
+    float_outputs: bool = False
     # what one search may spend: mixes built and run, and seconds (no mix starts after them)
     fallback_max_trials: int = Field(32, ge=1, le=1_000)
     fallback_max_seconds: float = Field(900.0, gt=0)
 
     @model_validator(mode="after")
     def _fallback_of_int8(self) -> Quantization:
+        if self.float_outputs and (self.mode != "int8" or self.activations != "int8"):
+            raise user_error(
+                f"float_outputs keeps the outputs of an int8 model float; mode is {self.mode}"
+                + (", activations int16" if self.activations != "int8" else ""),
+                "set quantization.mode: int8 with 8-bit activations, or remove "
+                "quantization.float_outputs",
+                at="float_outputs",
+            )
         if self.fallback == "none":
             return self
         if self.mode != "int8":

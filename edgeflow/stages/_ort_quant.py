@@ -181,3 +181,23 @@ def _failing_node(exc: BaseException, model: Any) -> tuple[str, str] | None:
             if name in ops:
                 return name, ops[name]
     return None
+
+
+# Operators that move values without computing them: an output written by one is computed
+# by the operator before it (a Softmax's probabilities reshaped).
+MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+
+
+def output_writers(model: Any) -> list[str]:
+    """The nodes that compute the model's outputs (quantization.float_outputs): each
+    output's writer and, through the operators that only move values, the one before it."""
+    writer = {out: node for node in model.graph.node for out in node.output}
+    found: list[str] = []
+    for output in model.graph.output:
+        node = writer.get(output.name)
+        while node is not None:
+            found.append(node.name)
+            if node.op_type not in MOVES or not node.input:
+                break
+            node = writer.get(node.input[0])
+    return list(dict.fromkeys(found))

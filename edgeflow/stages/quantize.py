@@ -92,8 +92,13 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "extra_options": extra,
     }
 
+    import onnx
+
+    outputs = _ort_quant.output_writers(onnx.load(str(prepared))) if q.float_outputs else []
+
     def quantize(path: Path, float_nodes: list[str]) -> None:
-        _ort_quant.quantize(prepared, path, Reader(), nodes_to_exclude=float_nodes, **options)
+        excluded = [*outputs, *float_nodes]
+        _ort_quant.quantize(prepared, path, Reader(), nodes_to_exclude=excluded, **options)
 
     quantize(dst, [])
     mixed = None
@@ -113,6 +118,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "reduce_range": reduce_range,
         "reduce_range_auto": why,  # why auto chose as it did (None: set in the recipe)
         "calibration_samples": len(samples),
+        "float_outputs": outputs,  # the nodes writing the outputs, kept float
         "opset_converted": opset,  # {from, to}: the source was below opset 13
         "shape_inference": shapes,
         "fallback": mixed,

@@ -90,6 +90,10 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     with outputs(job, target, quantize) as (out, run):
         produced = out / f"model_{suffix(q)}.tflite"
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
+        if mode == "int8" and q.float_outputs:  # float32 I/O, the outputs' operators float
+            from edgeflow.targets import _tflite_quant
+
+            (job.out_dir / ARTIFACT).write_bytes(_tflite_quant.float_outputs(job, out, target))
         loops = for_runtime(job.out_dir / ARTIFACT, target)
         job.check(job.out_dir / ARTIFACT)
         if run.replacement is not None:  # a build artifact: what made the conversion work
@@ -445,7 +449,12 @@ def int8_record(quantization: Any, samples: int) -> dict[str, Any]:
         "scheme": (
             "TFLite 16x8: symmetric int8 weights, symmetric int16 activations and I/O"
             if q.activations == "int16"
-            else "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O"
+            else "TFLite int8: symmetric weights, asymmetric int8 activations, float32 I/O "
+            "with the operators writing the outputs float (quantization.float_outputs)"
+            if q.float_outputs
+            else "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O (the "
+            "outputs on a 256-level grid over their calibrated range; "
+            "quantization.float_outputs: true keeps them float)"
         ),
         "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k) is True],
     }

@@ -63,9 +63,10 @@ def search(
     reference = run_all(OnnxRunner.checking(str(job.onnx)), samples, batch, True, axes=axes)
     budget.measurable(reference)
     feeds, _ = next(samples.batches(batch, fixed=True))
-    models: dict[tuple[str, ...], bytes] = {
-        (): (out / f"model_{_onnx2tf.suffix(job.quantization)}.tflite").read_bytes()
-    }
+    models: dict[tuple[str, ...], bytes] = {(): (job.out_dir / _onnx2tf.ARTIFACT).read_bytes()}
+    q = job.quantization
+    float32 = (out / "model_float32.tflite").read_bytes()
+    writers = _tflite_quant.output_writers(float32, target) if q.float_outputs else []
     layouts: dict[Any, dict[str, Any]] = {(): layout}
     excludes: dict[str, tuple[str, ...]] = {}
     calibrated = b""
@@ -76,8 +77,9 @@ def search(
         if names in done:
             return done[names]
         if names not in models:
+            denied = [*writers, *(e for n in names for e in excludes[n])]
             models[names] = _tflite_quant.quantize(
-                calibrated, job.quantization.per_channel, [e for n in names for e in excludes[n]]
+                calibrated, q.per_channel, denied, float_io=q.float_outputs
             )
         path = work / f"trial-{len(done)}.tflite"
         path.write_bytes(models[names])
@@ -97,7 +99,7 @@ def search(
         outcome = fallback.Outcome(full, full, [full], time.monotonic() - started)
         return None, fallback.summary(outcome, budget, [], where, ".tflite")
     calibrated = _tflite_quant.calibrate(job, out)
-    int8 = _tflite_quant.quantize(calibrated, job.quantization.per_channel, [])
+    int8 = _tflite_quant.quantize(calibrated, q.per_channel, writers, float_io=q.float_outputs)
     (work / "int8.tflite").write_bytes(int8)
     layouts["mlir"] = _tflite_layout.io_layout(
         job.onnx, work / "int8.tflite", out / "model_float32.tflite", target, job.kept_layout

@@ -232,3 +232,35 @@ def loop_nodes(model: bytes) -> list[str]:
             for k in range(op.OutputsLength()):
                 names.append(graph.Tensors(op.Outputs(k)).Name().decode())
     return names
+
+
+# Operators that move values without computing them (output_writers).
+MOVES = ("RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS")
+
+
+def output_writers(model: bytes, target: str) -> list[str]:
+    """The output tensor names of the operators that compute the model's outputs
+    (quantization.float_outputs, as denylisted_nodes): each output's writer and, through the
+    operators that only move values, the one before it."""
+    from edgeflow.targets.taps import tflite_graph
+
+    graph = tflite_graph(model, target)
+    writer = {t: op for op in graph.ops for t in op.outputs}
+    found: list[str] = []
+    for tensor in graph.outputs:
+        op = writer.get(tensor)
+        while op is not None:
+            found.append(graph.names[op.outputs[0]].split("#")[0])
+            if op.name not in MOVES or not op.inputs:
+                break
+            op = writer.get(op.inputs[0])
+    return list(dict.fromkeys(found))
+
+
+def float_outputs(job: ConvertJob, out: Path, target: str) -> bytes:
+    """quantization.float_outputs: onnx2tf's float32 file in `out` calibrated and quantized
+    by TensorFlow's MLIR quantizer with the operators writing the outputs float and float32
+    I/O (QUANTIZE after the inputs, int8 inside, DEQUANTIZE before the float operators)."""
+    calibrated = calibrate(job, out, "quantization.float_outputs")
+    writers = output_writers(_float32(out), target)
+    return quantize(calibrated, job.quantization.per_channel, writers, float_io=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeflow.core.errors import EdgeflowError
+from edgeflow.core.errors import EdgeflowError, RecipeError
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
@@ -236,3 +236,55 @@ def test_a_budget_nothing_can_measure_is_refused_before_the_search(tmp_path: Pat
     assert info.value.exit_code == 2
     assert "the budget has thresholds this model's outputs cannot measure" in str(info.value)
     assert "verify.min_decision_agreement: no output is a probability" in str(info.value)
+
+
+WIDE = '''
+import torch
+from torch import nn
+
+
+class WideSoftmax(nn.Module):
+    """Probabilities over 2,000 classes: each below 0.01, on an int8 output grid all but the
+    largest few round to the same step."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(32, 64)
+        self.head = nn.Linear(64, 2000)
+
+    def forward(self, x):
+        return torch.softmax(self.head(torch.relu(self.body(x))), -1)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["onnxruntime_micro", "tflite_micro"])
+def test_float_outputs_keep_a_wide_softmaxs_decision(target: str, tmp_path: Path) -> None:
+    """Measured: plain int8 0.0 dB, top-1 agreement 0.016 (onnxruntime_micro); with
+    quantization.float_outputs 47.8 dB and 1.0 on onnxruntime_micro, tflite and tflite_micro
+    (TFLite Micro's plain int8 build of this model aborts in its runtime)."""
+    (tmp_path / "models.py").write_text(textwrap.dedent(WIDE))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((64, 32)).astype(np.float32))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "source: {kind: pytorch, model: 'models.py:WideSoftmax', "
+        "inputs: [{name: x, shape: [1, 32]}], outputs: [probs]}\n"
+        "calibration: {dataset: data.npz}\n"
+        "evaluation: {dataset: data.npz, metric: agreement}\n"
+        "quantization: {mode: int8}\n"
+        "verify: {latency_runs: 5, warmup_runs: 1, max_accuracy_drop: null, "
+        "min_top1_agreement: 0.95}\n"
+        "diff: {on_failure: false}\n"
+    )
+    cache = tmp_path / "cache"
+    if target == "onnxruntime_micro":
+        plain = _build(recipe, cache, target)
+        assert plain.metrics["agreement"]["outputs"]["probs"]["top1"] < 0.1
+    kept = _build(recipe, cache, target, **{"quantization.float_outputs": True})
+    probs = kept.metrics["agreement"]["outputs"]["probs"]
+    assert kept.failed_checks == []
+    assert probs["top1"] == 1.0 and probs["sqnr_db"] > 40
+    with pytest.raises(RecipeError, match="float_outputs keeps the outputs of an int8 model"):
+        load_recipe(recipe, {"quantization.mode": "fp16", "quantization.float_outputs": True})
