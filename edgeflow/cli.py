@@ -25,7 +25,7 @@ Build, verify and report a recipe. Arguments are Hydra overrides:
   recipe=digits_cnn                a recipe from ./recipes/ or the built-ins, or a YAML path
   target=onnxruntime_micro         a target profile from ./targets/ or the built-ins
   quantization=int8                a preset (none, fp16, int8, int8_per_tensor, int8_symmetric,
-                                   int16_act, int8_fallback)
+                                   int16_act, int8_fallback, int8_float_outputs)
   quantization.mode=fp16           or any single quantization key
   verify.max_abs_diff=1e-4         any key of the recipe's other sections (source, export,
                                    convert, optimize, calibration, evaluation, precheck, verify)

@@ -313,6 +313,7 @@ QUANTIZATION_PRESETS: dict[str, dict[str, Any]] = {
     "int8_symmetric": {"mode": "int8", "symmetric": True},
     "int16_act": {"mode": "int8", "activations": "int16"},
     "int8_fallback": {"mode": "int8", "fallback": "auto"},
+    "int8_float_outputs": {"mode": "int8", "float_outputs": True},
 }
 
 

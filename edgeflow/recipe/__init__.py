@@ -246,4 +246,5 @@ BUILD_SUFFIXES: dict[str, Any] = {
     "symmetric": lambda q: q.symmetric,
     "int16act": lambda q: q.activations == "int16",
     "fallback": lambda q: q.fallback == "auto",
+    "float_outputs": lambda q: q.float_outputs,
 }
