@@ -83,9 +83,13 @@ def tflite_graph(model: bytes, target: str) -> TfliteGraph:
     return TfliteGraph(ops, names, shapes, inputs, outputs)
 
 
-def mark_outputs(model: bytes, tensors: Sequence[int], target: str) -> tuple[bytes, list[int]]:
-    """The model with `tensors` appended to subgraph 0's outputs; returns it and the full
-    output list (the model's own outputs first)."""
+def mark_outputs(
+    model: bytes, tensors: Sequence[int], target: str, names: Sequence[str] = ()
+) -> tuple[bytes, list[int]]:
+    """The model with `tensors` appended to subgraph 0's outputs, and its tensors renamed to
+    `names` where given (a runtime that binds outputs by name, Arm NN, needs them unique: a
+    loop unrolled in the file repeats its tensors' names); returns it and the full output
+    list (the model's own outputs first)."""
     import flatbuffers
 
     schema = require("ai_edge_litert.schema_py_generated", target)
@@ -94,6 +98,8 @@ def mark_outputs(model: bytes, tensors: Sequence[int], target: str) -> tuple[byt
     outputs = [int(t) for t in graph.outputs]
     outputs += [t for t in tensors if t not in outputs]
     graph.outputs = outputs
+    for tensor, name in zip(graph.tensors, names, strict=False):
+        tensor.name = name.encode()
     builder = flatbuffers.Builder(len(model) + 1024)
     builder.Finish(tree.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output()), outputs
@@ -111,7 +117,7 @@ def capture_tflite(
     graph = tflite_graph(model, target)
     ops, names, inputs = graph.ops, graph.names, graph.inputs
     written = [t for op in ops for t in op.outputs]
-    marked, outputs = mark_outputs(model, written, target)
+    marked, outputs = mark_outputs(model, written, target, names)
     path = work / f"marked-{artifact.name}"
     path.write_bytes(marked)
     layout = {

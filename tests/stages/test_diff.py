@@ -18,18 +18,19 @@ import numpy as np
 import pytest
 
 from tests.targets.conftest import needs_tflite
+from tests.targets.test_armnn import needs_armnn
 from tests.targets.test_recurrent import MODEL, RECIPE
 
 
-def _build(folder: Path, cache_root: Path) -> tuple[Any, dict[str, Path]]:
-    """The digit-row LSTM built for tflite in int8; the diff stage's inputs."""
+def _build(folder: Path, cache_root: Path, target: str = "tflite") -> tuple[Any, dict[str, Path]]:
+    """The digit-row LSTM built for `target` in int8; the diff stage's inputs."""
     from edgeflow.engine.cache import Cache
     from edgeflow.engine.runner import run_build
     from edgeflow.recipe import load_recipe
 
     (folder / "lstm.py").write_text(MODEL)
     recipe = folder / "recipe.yaml"
-    text = textwrap.dedent(RECIPE).replace("TARGET", "tflite").replace("MODE", "int8")
+    text = textwrap.dedent(RECIPE).replace("TARGET", target).replace("MODE", "int8")
     recipe.write_text(text.replace("TOLERANCE", "0.1") + "diff: {samples: 8}\n")
     loaded = load_recipe(recipe)
     cache = Cache(cache_root)
@@ -104,6 +105,24 @@ def test_an_int8_loop_against_a_float32_sequence_operator_is_paired_and_its_faul
     assert divergence["sqnr_db"] < 6  # negated weights: an error as large as the signal
     assert divergence["inputs_sqnr_db"] > 40  # the rows the LSTM reads are right
     assert found["bisect"] is None  # the rows inside the model pair: located, no bisection
+
+
+@needs_tflite
+@needs_armnn
+def test_an_lstm_unrolled_in_the_file_is_read_in_arm_nn_and_paired(
+    tmp_path: Path, shared_cache: Path
+) -> None:
+    """armnn's int8 file has the loop unrolled (100 operators against the float32 file's 4),
+    each step's tensors under the loop body's names: Arm NN binds outputs by name, so the
+    capture names every tensor apart ("No tensor supplied for output 4096" before). Measured:
+    the last step's state pairs by value at 44 dB, no divergence."""
+    loaded, inputs = _build(tmp_path, shared_cache, "armnn")
+    found, rows = _diff(loaded, inputs, tmp_path / "diff")
+    assert "(100 against 4)" in found["pairing"]
+    assert found["first_divergence"] is None and found["bisect"] is None, found["line"]
+    state = next(r for r in csv.DictReader(io.StringIO(rows)) if r["tensor"] == "view_1")
+    assert state["artifact_op"] == "MUL" and state["paired_by"] == "value"
+    assert 30 < float(state["sqnr_db"]) < 60
 
 
 def _bare_lstm(folder: Path) -> Path:
