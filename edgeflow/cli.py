@@ -59,9 +59,11 @@ Build the recipe (cached stages are reused), then compare every tensor of the ar
 in the target's real runtime, with its counterpart in the source ONNX model (after the
 recipe's rewrites, in onnxruntime float32) on the first diff.samples evaluation samples.
 Writes layers_diff.csv (tensor, op, node, shape, max abs diff, error relative to the tensor's
-range, SQNR in dB) and diff.json into the build folder, and prints the first tensor whose
-SQNR falls below diff.min_sqnr_db (default by mode: none 60, fp16 40, int8 15 dB):
+range, SQNR in dB, how it was paired) and diff.json into the build folder, and prints the
+first tensor whose SQNR falls below diff.min_sqnr_db (default by mode: none 60, fp16 40,
+int8 15 dB):
   first divergence: <tensor> (<op>, node <name>), SQNR 41 dB -> 7 dB
+Where no tensor inside the model pairs with one of the artifact's, it bisects (below).
 --bisect instead cuts the model at its tensors and converts and runs each prefix in a child
 process (binary search, about log2(tensors) conversions) to find the shortest prefix that
 crashes, fails to convert or diverges; it runs also when convert or verify fails (bisect.json).

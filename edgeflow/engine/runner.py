@@ -264,6 +264,9 @@ class _Build:
             self.notice(f"  figures: {self.result.build_dir / file} (and in {where})")
         else:
             self.notice(f"  figures: {where / file} (the build folder is not written)")
+        if found.get("bisect"):  # the diff could not locate it: the bisection's turn
+            self.notice(f"  {found['bisect']}: bisecting")
+            self.diagnose("bisect", forced, published)
 
 
 def seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:

@@ -5,13 +5,17 @@ after a build that misses an accuracy or agreement threshold (`diff.on_failure`)
 side is the ONNX model after the recipe's rewrites (before the target's), in onnxruntime
 float32; the artifact side is edgeflow.targets.taps. Counterparts are found through an oracle
 (`_capture`): the float32 model the converter read, or a float32 .tflite made from it, paired
-with the source by value (edgeflow.verify.layers), then with the artifact by name or operator.
+with the source by value (edgeflow.verify.layers), then with the artifact by name or operator;
+an int8 .tflite whose operators differ from the float32 one's pairs by name, by the runs of
+operators both share and by value up to int8 rounding. Where nothing inside the model pairs,
+the record asks for the bisection (`bisect`), which the runner then runs.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +31,6 @@ def run(ctx: StageContext) -> None:
 
     from edgeflow.targets.taps import batches_of
     from edgeflow.verify.layers import (
-        DIVERGENCE_DB,
         compare,
         first_divergence,
         source_graph,
@@ -40,19 +43,22 @@ def run(ctx: StageContext) -> None:
     mode = recipe.quantization.mode
     samples = load_steps(recipe.evaluation, recipe.source, "evaluation", ctx.inputs["source_onnx"])
     batches = list(batches_of(samples, *batching(recipe.source), recipe.diff.samples))
-    source = source_graph(onnx.load(str(ctx.inputs["source_onnx"])), batches)
+    model = onnx.load(str(ctx.inputs["source_onnx"]))
+    source = source_graph(model, batches)
     info = json.loads(ctx.inputs["convert"].read_text())
     work = ctx.out_dir / ".work"
     work.mkdir()
     try:
-        captured, pairing, method = _capture(ctx, profile.backend, info, batches, source, work)
+        captured, pairing, paired_by, method = _capture(
+            ctx, profile.backend, info, batches, source, work
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    pairs = compare(source, {t.name: t for t in captured.tensors}, captured.values, pairing)
-    threshold = recipe.diff.min_sqnr_db
-    if threshold is None:
-        threshold = DIVERGENCE_DB[mode]
+    artifact = {t.name: t for t in captured.tensors}
+    pairs = compare(source, artifact, captured.values, pairing, paired_by)
+    threshold = _threshold(recipe)
     divergence = first_divergence(source, pairs, threshold)
+    unlocated = _unlocated(pairs, divergence, {o.name for o in model.graph.output})
     write_csv(ctx.output("layers_diff"), pairs)
     worst = min(pairs, key=lambda p: p.sqnr_db, default=None)
     ctx.write_json(
@@ -66,6 +72,7 @@ def run(ctx: StageContext) -> None:
             "source_tensors": len(source.tensors),
             "artifact_tensors": len(captured.tensors),
             "compared": len(pairs),
+            "paired_by": dict(Counter(p.paired_by for p in pairs)),
             "min_sqnr_db": threshold,
             "first_divergence": divergence
             and {
@@ -74,6 +81,7 @@ def run(ctx: StageContext) -> None:
                 "node": divergence.pair.source.node,
                 "fused_nodes": [t.node for t in divergence.fused],
                 "artifact_tensor": divergence.pair.artifact.name,
+                "paired_by": divergence.pair.paired_by,
                 "worst_part": divergence.pair.worst_part,
                 "parts": [name for name, _, _ in divergence.pair.source.parts],
                 "sqnr_db": _finite(divergence.pair.sqnr_db),
@@ -83,6 +91,7 @@ def run(ctx: StageContext) -> None:
             },
             "line": divergence.line() if divergence else _no_divergence(pairs, threshold),
             "hint": _hint(divergence, mode),
+            "bisect": unlocated,
             "worst": worst and {"tensor": worst.source.name, "sqnr_db": _finite(worst.sqnr_db)},
         },
     )
@@ -95,14 +104,16 @@ def _capture(
     batches: list[Any],
     source: Any,
     work: Path,
-) -> tuple[Any, dict[str, tuple[str, str]], str]:
-    """The artifact's tensors, their source counterparts and how they were paired.
+) -> tuple[Any, dict[str, tuple[str, str]], dict[str, str], str]:
+    """The artifact's tensors, their source counterparts, how each was paired (io, name,
+    operator, sequence, value: docs/debugging.md) and how all were.
 
     Pairing goes through an oracle: the float32 model the converter started from (onnxruntime)
     or a float32 conversion of it (LiteRT), whose tensors equal their source counterparts
     wherever the conversion is right; the artifact's tensors are then the oracle's by name
-    (onnxruntime) or operator by operator (.tflite). A runtime that computes a tensor wrong is
-    thus still paired at that tensor, and so is an int8 tensor whatever its error."""
+    (onnxruntime) or operator by operator (.tflite, `_through_float32`). A runtime that
+    computes a tensor wrong is thus still paired at that tensor, and so is an int8 tensor
+    whatever its error."""
     from edgeflow.targets.taps import TFLITE_FAMILY, capture_onnx, capture_tflite
 
     if family == "onnxruntime_micro":
@@ -111,7 +122,7 @@ def _capture(
         by_oracle = _oracle_pairing(source, oracle)
         pairing = {t.name: by_oracle[t.name] for t in captured.tensors if t.name in by_oracle}
         how = "by value with the float32 model the converter read, then by tensor name"
-        return captured, pairing, how
+        return captured, pairing, dict.fromkeys(pairing, "name"), how
     if family not in TFLITE_FAMILY:
         raise EdgeflowError(
             f"the per-layer diff cannot read the tensors of a {family} artifact here",
@@ -143,15 +154,72 @@ def _through_float32(
     batches: list[Any],
     source: Any,
     work: Path,
-) -> tuple[dict[str, tuple[str, str]], str]:
+) -> tuple[dict[str, tuple[str, str]], dict[str, str], str]:
     """Pair a .tflite through a float32 conversion of the model the converter read, run in
-    LiteRT: paired with the source by value, then aligned with the artifact operator by
-    operator (the artifact's model inputs and outputs also pair by its recorded layout)."""
+    LiteRT and paired with the source by value: operator by operator where the two files
+    have the same operators; else by tensor name and by the runs of operators they share,
+    then by value up to int8 rounding (`match_near`) for what has no float32 counterpart.
+    The artifact's model inputs and outputs also pair by its recorded layout."""
+    from edgeflow.targets.taps import TYPE_ONLY, align, align_runs, same_names
+    from edgeflow.verify.layers import match_by_value, match_near
+
+    oracle = _float32_oracle(ctx, family, batches, work)
+    by_value = match_by_value(source, oracle.tensors, oracle.values)
+    floats, quants = oracle.graph, captured.graph
+    assert floats is not None and quants is not None  # capture_tflite reads them
+    pairing: dict[str, tuple[str, str]] = {}
+    paired_by: dict[str, str] = {}
+
+    def take(aligned: dict[int, int], how: str) -> None:
+        taken = {name for name, _ in pairing.values()}
+        for f, q in aligned.items():
+            counterpart = by_value.get(floats.names[f])
+            if counterpart and quants.names[q] not in pairing and counterpart[0] not in taken:
+                pairing[quants.names[q]] = counterpart
+                paired_by[quants.names[q]] = how
+                taken.add(counterpart[0])
+
+    take(dict(zip(floats.inputs, quants.inputs, strict=True)), "io")
+    exact = align(floats.ops, quants.ops)
+    if exact is not None:
+        take(exact, "operator")
+    else:
+        take(same_names(floats, quants), "name")
+        take(align_runs(floats, quants), "sequence")
+    taken = {name for name, _ in pairing.values()}
+    for spec in info["io"]["outputs"]:  # the model's outputs, also where they are wrong
+        name = quants.names[quants.outputs[spec["index"]]]
+        if spec["name"] not in taken and name not in pairing and spec["name"] in source.values:
+            pairing[name] = (
+                spec["name"],
+                "channel_last" if spec["perm"] != sorted(spec["perm"]) else "same",
+            )
+            paired_by[name] = "io"
+            taken.add(spec["name"])
+    if exact is None:  # what has no float32 counterpart: by value, up to int8 rounding
+        rest = [t for t in captured.tensors if t.name not in pairing and t.op not in TYPE_ONLY]
+        near = match_near(source, rest, captured.values, taken, _threshold(ctx.recipe))
+        pairing |= near
+        paired_by |= dict.fromkeys(near, "value")
+    how = "through a float32 conversion in LiteRT (paired with the source by value), "
+    if exact is not None:
+        return pairing, paired_by, how + "operator by operator"
+    counts = [sum(1 for op in g.ops if op.name not in TYPE_ONLY) for g in (quants, floats)]
+    return (
+        pairing,
+        paired_by,
+        how + f"whose operators differ from the artifact's ({counts[0]} against {counts[1]}): "
+        "by tensor name and by the runs of operators both have; then by value up to int8 "
+        "rounding",
+    )
+
+
+def _float32_oracle(ctx: StageContext, family: str, batches: list[Any], work: Path) -> Any:
+    """onnx2tf's float32 conversion of the model the converter read, captured in LiteRT."""
     from edgeflow.core.specs import Quantization
     from edgeflow.targets import _onnx2tf, _tflite_layout
     from edgeflow.targets.base import ConvertJob
-    from edgeflow.targets.taps import align, capture_tflite
-    from edgeflow.verify.layers import match_by_value
+    from edgeflow.targets.taps import capture_tflite
 
     kept = kept_layout(ctx.recipe.source)
     job = ConvertJob(
@@ -167,32 +235,15 @@ def _through_float32(
     with _onnx2tf.outputs(job, family) as (out, _):
         shutil.copyfile(out / "model_float32.tflite", float32)
     io = _tflite_layout.io_layout(ctx.inputs["float_onnx"], float32, float32, family, kept)
-    oracle = capture_tflite("tflite", float32, io, batches, work)
-    by_value = match_by_value(source, oracle.tensors, oracle.values)
-    floats, quants = oracle.graph, captured.graph
-    assert floats is not None and quants is not None  # capture_tflite reads them
-    aligned = align(floats.ops, quants.ops)
-    if aligned is None:
-        raise EdgeflowError(
-            "the per-layer diff cannot pair the artifact's tensors: its operators differ "
-            "from a float32 conversion of the model it was converted from",
-            "diff the float32 build (quantization=none) to find where the conversion changes it",
-        )
-    aligned.update(zip(floats.inputs, quants.inputs, strict=True))
-    pairing = {
-        quants.names[aligned[t]]: by_value[floats.names[t]]
-        for t in aligned
-        if floats.names[t] in by_value
-    }
-    taken = {name for name, _ in pairing.values()}
-    for spec in info["io"]["outputs"]:  # the model's outputs, also where they are wrong
-        name = quants.names[quants.outputs[spec["index"]]]
-        if spec["name"] not in taken and name not in pairing and spec["name"] in source.values:
-            pairing[name] = (
-                spec["name"],
-                "channel_last" if spec["perm"] != sorted(spec["perm"]) else "same",
-            )
-    return pairing, "through a float32 conversion in LiteRT: by value, then operator by operator"
+    return capture_tflite("tflite", float32, io, batches, work)
+
+
+def _threshold(recipe: Any) -> float:
+    """Below this SQNR a tensor has diverged: the recipe's diff.min_sqnr_db, else the mode's."""
+    from edgeflow.verify.layers import DIVERGENCE_DB
+
+    found = recipe.diff.min_sqnr_db
+    return DIVERGENCE_DB[recipe.quantization.mode] if found is None else float(found)
 
 
 def _hint(divergence: Any, mode: str) -> str:
@@ -209,6 +260,21 @@ def _hint(divergence: Any, mode: str) -> str:
     if mode == "none":
         return "a float32 tensor this far off is a conversion or runtime error, not rounding"
     return "see docs/debugging.md, 'From verify failed to a fix'"
+
+
+def _unlocated(pairs: list[Any], divergence: Any, outputs: set[str]) -> str | None:
+    """Why the bisection is to find the divergence (the runner runs it), or None where the
+    diff locates it: where no tensor inside the model pairs, a divergent output only says
+    that some node before it is wrong."""
+    if not pairs:
+        return "no tensor of the artifact pairs with one of the source model"
+    inside = [p for p in pairs if p.source.op != "input" and p.source.name not in outputs]
+    if inside or divergence is None or not divergence.fused:
+        return None
+    return (
+        "the diff pairs no tensor inside the model, so it cannot tell which of the "
+        f"{len(divergence.nodes)} nodes up to {divergence.pair.source.name} diverges"
+    )
 
 
 def _finite(value: float) -> float | str:

@@ -53,8 +53,8 @@ def counts(artifact: Path, target: str) -> dict[str, int]:
         for i in range(graph.OperatorsLength()):
             op = graph.Operators(i)
             name = names[op.OpcodeIndex()]
-            option = _option(op, schema)
-            key = f"{name}({option})" if option else name
+            found_option = option(op, schema)
+            key = f"{name}({found_option})" if found_option else name
             found[key] = found.get(key, 0) + 1
     return found
 
@@ -85,7 +85,7 @@ def _schema(target: str) -> ModuleType:
         raise MissingDependency(f"target {target}", "ai-edge-litert", "tflite") from exc
 
 
-def _option(op: Any, schema: ModuleType) -> str:
+def option(op: Any, schema: ModuleType) -> str:
     """The option of one operator that decides whether a runtime takes it, or ''."""
     kind = _names(schema.BuiltinOptions).get(op.BuiltinOptionsType())
     table = op.BuiltinOptions()

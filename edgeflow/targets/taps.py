@@ -44,6 +44,7 @@ class TfliteOp:
     name: str  # the builtin operator (CONV_2D)
     inputs: tuple[int, ...]  # tensor indices (-1: an optional input left out)
     outputs: tuple[int, ...]
+    option: str = ""  # a fused activation (RELU), as emitted.option reads it
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class TfliteGraph:
 
     ops: list[TfliteOp]  # in execution order
     names: list[str]  # per tensor; unique: a repeated name gets '#index'
-    ranks: list[int]  # per tensor
+    shapes: list[tuple[int, ...]]  # per tensor
     inputs: list[int]
     outputs: list[int]
 
@@ -63,26 +64,32 @@ def tflite_graph(model: bytes, target: str) -> TfliteGraph:
     codes = emitted.operators_by_code(root, schema)
     graph = root.Subgraphs(0)
     names: list[str] = []
+    shapes: list[tuple[int, ...]] = []
     seen: set[str] = set()
     for i in range(graph.TensorsLength()):
-        name = graph.Tensors(i).Name().decode(errors="replace")
+        tensor = graph.Tensors(i)
+        name = tensor.Name().decode(errors="replace")
         names.append(f"{name}#{i}" if name in seen else name)
         seen.add(name)
+        shapes.append(tuple(int(d) for d in tensor.ShapeAsNumpy()) if tensor.ShapeLength() else ())
     ops = []
     for k in range(graph.OperatorsLength()):
         op = graph.Operators(k)
         ins = tuple(int(t) for t in op.InputsAsNumpy()) if op.InputsLength() else ()
         outs = tuple(int(t) for t in op.OutputsAsNumpy()) if op.OutputsLength() else ()
-        ops.append(TfliteOp(codes[op.OpcodeIndex()], ins, outs))
-    ranks = [graph.Tensors(i).ShapeLength() for i in range(graph.TensorsLength())]
+        ops.append(TfliteOp(codes[op.OpcodeIndex()], ins, outs, emitted.option(op, schema)))
     inputs = [int(t) for t in graph.InputsAsNumpy()]
     outputs = [int(t) for t in graph.OutputsAsNumpy()]
-    return TfliteGraph(ops, names, ranks, inputs, outputs)
+    return TfliteGraph(ops, names, shapes, inputs, outputs)
 
 
-def mark_outputs(model: bytes, tensors: Sequence[int], target: str) -> tuple[bytes, list[int]]:
-    """The model with `tensors` appended to subgraph 0's outputs; returns it and the full
-    output list (the model's own outputs first)."""
+def mark_outputs(
+    model: bytes, tensors: Sequence[int], target: str, names: Sequence[str] = ()
+) -> tuple[bytes, list[int]]:
+    """The model with `tensors` appended to subgraph 0's outputs, and its tensors renamed to
+    `names` where given (a runtime that binds outputs by name, Arm NN, needs them unique: a
+    loop unrolled in the file repeats its tensors' names); returns it and the full output
+    list (the model's own outputs first)."""
     import flatbuffers
 
     schema = require("ai_edge_litert.schema_py_generated", target)
@@ -91,6 +98,8 @@ def mark_outputs(model: bytes, tensors: Sequence[int], target: str) -> tuple[byt
     outputs = [int(t) for t in graph.outputs]
     outputs += [t for t in tensors if t not in outputs]
     graph.outputs = outputs
+    for tensor, name in zip(graph.tensors, names, strict=False):
+        tensor.name = name.encode()
     builder = flatbuffers.Builder(len(model) + 1024)
     builder.Finish(tree.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output()), outputs
@@ -108,13 +117,13 @@ def capture_tflite(
     graph = tflite_graph(model, target)
     ops, names, inputs = graph.ops, graph.names, graph.inputs
     written = [t for op in ops for t in op.outputs]
-    marked, outputs = mark_outputs(model, written, target)
+    marked, outputs = mark_outputs(model, written, target, names)
     path = work / f"marked-{artifact.name}"
     path.write_bytes(marked)
     layout = {
         "inputs": io["inputs"],
         "outputs": [
-            {"name": names[t], "index": k, "perm": list(range(graph.ranks[t]))}
+            {"name": names[t], "index": k, "perm": list(range(len(graph.shapes[t])))}
             for k, t in enumerate(outputs)
         ],
     }
@@ -155,11 +164,11 @@ def open_tflite(target: str, path: Path, layout: dict[str, Any]) -> Any:
 
 def align(float_ops: Sequence[TfliteOp], quant_ops: Sequence[TfliteOp]) -> dict[int, int] | None:
     """{float tensor: int8 tensor} for two conversions of one graph (onnx2tf's float32 and
-    int8 files): the same operators in the same order, once the type-only ones are skipped;
-    None when the sequences differ."""
+    int8 files): the same operators (and fused activations) in the same order, once the
+    type-only ones are skipped; None when the sequences differ."""
     left = [op for op in float_ops if op.name not in TYPE_ONLY]
     right = [op for op in quant_ops if op.name not in TYPE_ONLY]
-    if [op.name for op in left] != [op.name for op in right]:
+    if [(op.name, op.option) for op in left] != [(op.name, op.option) for op in right]:
         return None
     pairs: dict[int, int] = {}
     for a, b in zip(left, right, strict=True):
@@ -167,6 +176,48 @@ def align(float_ops: Sequence[TfliteOp], quant_ops: Sequence[TfliteOp]) -> dict[
             return None
         pairs.update(zip(a.outputs, b.outputs, strict=True))
     return pairs
+
+
+def align_runs(floats: TfliteGraph, quants: TfliteGraph) -> dict[int, int]:
+    """{float tensor: int8 tensor} for two conversions whose operators differ (a loop where
+    the other has a sequence operator, an activation one of them fuses): the longest runs of
+    operators the two sequences share (difflib, type-only operators skipped), an operator
+    matching one of the same builtin and fused activation whose outputs have the same
+    shapes."""
+    from difflib import SequenceMatcher
+
+    left = [op for op in floats.ops if op.name not in TYPE_ONLY]
+    right = [op for op in quants.ops if op.name not in TYPE_ONLY]
+    mine, theirs = (
+        [(op.name, op.option, tuple(graph.shapes[t] for t in op.outputs)) for op in ops]
+        for graph, ops in ((floats, left), (quants, right))
+    )
+    pairs: dict[int, int] = {}
+    for a, b, size in SequenceMatcher(None, mine, theirs, autojunk=False).get_matching_blocks():
+        for k in range(size):
+            pairs.update(zip(left[a + k].outputs, right[b + k].outputs, strict=True))
+    return pairs
+
+
+def same_names(floats: TfliteGraph, quants: TfliteGraph) -> dict[int, int]:
+    """{float tensor: int8 tensor} for the tensors of one name and shape that operators of
+    the same builtin and fused activation write in both files (TensorFlow's quantizer keeps
+    the names of the float32 file it quantizes; type-only operators' outputs left out)."""
+
+    def written(graph: TfliteGraph) -> dict[str, tuple[int, tuple[Any, ...]]]:
+        return {
+            graph.names[t]: (t, (op.name, op.option, graph.shapes[t]))
+            for op in graph.ops
+            if op.name not in TYPE_ONLY
+            for t in op.outputs
+        }
+
+    theirs = written(quants)
+    return {
+        t: theirs[name][0]
+        for name, (t, kind) in written(floats).items()
+        if name in theirs and theirs[name][1] == kind
+    }
 
 
 def capture_onnx(model_path: Path, batches: Sequence[dict[str, np.ndarray]]) -> Captured:

@@ -38,6 +38,12 @@ DIVERGENCE_DB = {"none": 60.0, "fp16": 40.0, "int8": 15.0}
 # Two tensors are the same value (a float32 build's counterpart) within this share of the
 # source tensor's range.
 SAME_VALUE = 1e-3
+# An int8 tensor with no float32 counterpart pairs by value (`match_near`) where it holds a
+# source tensor at least this closely (SQNR, dB), and no less than the divergence threshold:
+# a healthy int8 build's tensors hold 20-45 dB their own counterparts, and at most 8.4 dB
+# (digits CNN) and 11.0 dB (MobileNet demo) any other source tensor (a ReLU's output against
+# the convolution before it).
+NEAR_DB = 12.0
 COLUMNS = (
     "tensor",
     "op",
@@ -49,6 +55,7 @@ COLUMNS = (
     "rel_to_range",
     "sqnr_db",
     "worst_part",
+    "paired_by",
 )
 
 
@@ -97,6 +104,7 @@ class Pair:
     signal: float = 0.0
     noise: float = 0.0
     part_power: dict[str, list[float]] = field(default_factory=dict)  # part -> [signal, noise]
+    paired_by: str = ""  # how the artifact tensor was found (stages/diff.py)
 
     def add(self, reference: np.ndarray, got: np.ndarray) -> None:
         ref = reference.astype(np.float64)
@@ -152,6 +160,7 @@ class Pair:
             "rel_to_range": f"{self.rel_to_range:.6g}",
             "sqnr_db": f"{self.sqnr_db:.2f}",
             "worst_part": self.worst_part,
+            "paired_by": self.paired_by,
         }
 
 
@@ -223,16 +232,78 @@ def _same(got: np.ndarray, reference: np.ndarray, layout: str) -> bool:
     return bool(diff.max() <= SAME_VALUE * span)
 
 
+# Of two source tensors an artifact tensor holds equally well, the one it holds in this
+# layout: its own shape before the NCHW/NHWC transpose before any other shape.
+PREFERRED = {"same": 2, "channel_last": 1, "reshape": 0}
+
+
+def match_near(
+    source: SourceGraph,
+    artifact: Sequence[ArtifactTensor],
+    values: Sequence[dict[str, np.ndarray]],
+    taken: set[str],
+    floor_db: float,
+) -> dict[str, tuple[str, str]]:
+    """{artifact tensor: (source tensor, layout)} for the artifact tensors of an int8 build
+    that hold a source tensor up to rounding: the source tensor not in `taken` of the highest
+    SQNR over every batch, where that is at least `floor_db` and NEAR_DB (a tensor and its
+    Reshape tie: the one in the artifact's own shape wins, else the first in graph order).
+    Source tensors paired are added to `taken`; constant ones (an all-zero ReLU output) are
+    not matched, as in `match_by_value`."""
+    floor_db = max(floor_db, NEAR_DB)
+    matches: dict[str, tuple[str, str]] = {}
+    for tensor in artifact:
+        got = [batch[tensor.name] for batch in values]
+        best: tuple[float, int] | None = None
+        for candidate in source.tensors:
+            ref = source.values.get(candidate.name)
+            if candidate.name in taken or ref is None or not _comparable(ref[0]):
+                continue
+            for layout in layouts(tuple(got[0].shape), tuple(ref[0].shape)):
+                db = round(_sqnr_db(ref, got, layout), 1)  # a tensor and its Reshape: a tie
+                if db >= max(floor_db, NEAR_DB) and (
+                    best is None or (db, PREFERRED[layout]) > best
+                ):
+                    best = (db, PREFERRED[layout])
+                    matches[tensor.name] = (candidate.name, layout)
+        if tensor.name in matches:
+            taken.add(matches[tensor.name][0])
+    return matches
+
+
+def _comparable(reference: np.ndarray) -> bool:
+    """A float tensor that is not constant: one a value can be recognised by."""
+    return (
+        np.issubdtype(reference.dtype, np.floating)
+        and reference.size > 0
+        and bool(np.all(np.isfinite(reference)))
+        and float(np.ptp(reference)) > 0
+    )
+
+
+def _sqnr_db(reference: Sequence[np.ndarray], got: Sequence[np.ndarray], layout: str) -> float:
+    signal = noise = 0.0
+    for ref, out in zip(reference, got, strict=True):
+        ref64 = ref.astype(np.float64)
+        err = as_source(out, layout, ref.shape).astype(np.float64) - ref64
+        signal += float(np.sum(ref64 * ref64))
+        noise += float(np.sum(err * err))
+    db = power_db(signal, noise)
+    return db if not math.isnan(db) else -math.inf
+
+
 def compare(
     source: SourceGraph,
     artifact: dict[str, ArtifactTensor],
     values: Sequence[dict[str, np.ndarray]],
     pairing: dict[str, tuple[str, str]],
+    paired_by: dict[str, str] | None = None,
 ) -> list[Pair]:
-    """The figures of every paired tensor, in the source graph's order. A pair whose artifact
-    tensor does not hold as many values as the source's is left out: the operator alignment
-    paired tensors of different ops (an artifact TensorFlow's own converter wrote, whose
-    graph differs from onnx2tf's float32 one)."""
+    """The figures of every paired tensor, in the source graph's order; `paired_by`: how
+    each artifact tensor was paired, for the record. A pair whose artifact tensor does not
+    hold as many values as the source's is left out: the operator alignment paired tensors
+    of different ops (an artifact TensorFlow's own converter wrote, whose graph differs from
+    onnx2tf's float32 one)."""
     by_name = source.by_name()
     pairs = []
     for artifact_name, (source_name, layout) in pairing.items():
@@ -240,6 +311,7 @@ def compare(
         if any(batch[artifact_name].size != ref[b].size for b, batch in enumerate(values)):
             continue
         pair = Pair(by_name[source_name], artifact[artifact_name], layout, tuple(ref[0].shape))
+        pair.paired_by = (paired_by or {}).get(artifact_name, "")
         for b, batch in enumerate(values):
             pair.add(ref[b], batch[artifact_name])
         pairs.append(pair)

@@ -4,6 +4,7 @@ diffed against the unperturbed model, and the diff names that node."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -19,6 +20,7 @@ from edgeflow.verify.layers import (
     compare,
     first_divergence,
     match_by_value,
+    match_near,
 )
 from tests.targets.conftest import needs_tflite
 from tests.targets.test_armnn import needs_armnn
@@ -102,6 +104,38 @@ def test_the_first_divergence_names_the_tensor_its_fused_nodes_and_the_sqnr_befo
         f"SQNR {pairs[0].sqnr_db:.0f} dB -> {pairs[1].sqnr_db:.0f} dB"
     )
     assert first_divergence(graph, pairs, below_db=3) is None
+
+
+def test_an_int8_tensor_pairs_by_value_with_the_source_tensor_it_holds_up_to_rounding() -> None:
+    """Rounding to 255 steps over its range leaves a tensor ~53 dB from its source (int8
+    tensors of a real build: 20-45 dB); the Conv before a ReLU holds the ReLU's output far
+    less closely, and random values pair with nothing."""
+    graph = _chain()
+    step = [float(np.ptp(r)) / 254 for r in graph.values["r"]]
+    rounded = [np.round(r / s) * s for r, s in zip(graph.values["r"], step, strict=True)]
+    artifact = [
+        ArtifactTensor("relu", "CONV_2D", 0),
+        ArtifactTensor("noise", "CONV_2D", 1),
+        ArtifactTensor("flat", "RESHAPE", 2),
+    ]
+    noise = np.random.default_rng(2)
+    values = [
+        {
+            "relu": rounded[b].transpose(0, 2, 3, 1),
+            "noise": noise.normal(size=(1, 4, 4, 2)).astype(np.float32),
+            "flat": rounded[b].reshape(1, -1),
+        }
+        for b in range(2)
+    ]
+    taken = {"x"}
+    pairing = match_near(graph, artifact, values, taken, floor_db=15)
+    # the Reshape's output holds the same values as the ReLU's: the one in its own shape
+    assert pairing == {"relu": ("r", "channel_last"), "flat": ("flat", "same")}
+    assert taken == {"x", "r", "flat"}
+    pairs = compare(graph, {t.name: t for t in artifact}, values, pairing)
+    assert 50 < pairs[0].sqnr_db < 56
+    # a floor above what rounding leaves: nothing pairs
+    assert match_near(graph, artifact, values, {"x"}, floor_db=60) == {}
 
 
 def test_sqnr_and_relative_error_of_a_pair() -> None:
@@ -321,9 +355,9 @@ def test_the_diff_finds_scores_erased_by_one_scale_and_the_cut_keeps_them(
     found = json.loads((tmp_path / "b" / "head" / "tflite-int8" / "diff.json").read_text())
     divergence = found["first_divergence"]
     assert divergence is not None and divergence["op"] == "Concat", found["line"]
-    rows = (tmp_path / "b" / "head" / "tflite-int8" / "layers_diff.csv").read_text()
-    concat = next(r for r in rows.splitlines() if r.startswith(divergence["tensor"] + ","))
-    assert concat.split(",")[-1] == divergence["worst_part"] != ""  # the scores' input
+    with (tmp_path / "b" / "head" / "tflite-int8" / "layers_diff.csv").open() as f:
+        concat = next(r for r in csv.DictReader(f) if r["tensor"] == divergence["tensor"])
+    assert concat["worst_part"] == divergence["worst_part"] != ""  # the scores' input
     assert divergence["sqnr_db"] < 10 and divergence["inputs_sqnr_db"] > 20
 
     cut = body.replace(
