@@ -242,7 +242,7 @@ def output_writers(model: bytes, target: str) -> list[str]:
     """The output tensor names of the operators that compute the model's outputs
     (quantization.float_outputs, as denylisted_nodes): each output's writer and, through the
     operators that only move values, the one before it."""
-    from edgeflow.targets.taps import tflite_graph
+    from edgeflow.targets._tflite_graph import tflite_graph
 
     graph = tflite_graph(model, target)
     writer = {t: op for op in graph.ops for t in op.outputs}

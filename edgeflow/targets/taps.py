@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.targets import emitted
 from edgeflow.targets._tflite_deps import require
+from edgeflow.targets._tflite_graph import TfliteGraph, TfliteOp, tflite_graph
 from edgeflow.targets._tflite_io import Quant
 from edgeflow.verify.layers import ArtifactTensor
 
@@ -37,50 +37,6 @@ class Captured:
     tensors: list[ArtifactTensor]
     values: list[dict[str, np.ndarray]]
     graph: TfliteGraph | None = None  # a .tflite's structure, as read for the capture
-
-
-@dataclass(frozen=True)
-class TfliteOp:
-    name: str  # the builtin operator (CONV_2D)
-    inputs: tuple[int, ...]  # tensor indices (-1: an optional input left out)
-    outputs: tuple[int, ...]
-    option: str = ""  # a fused activation (RELU), as emitted.option reads it
-
-
-@dataclass(frozen=True)
-class TfliteGraph:
-    """Subgraph 0 of a .tflite, read once from its flatbuffer."""
-
-    ops: list[TfliteOp]  # in execution order
-    names: list[str]  # per tensor; unique: a repeated name gets '#index'
-    shapes: list[tuple[int, ...]]  # per tensor
-    inputs: list[int]
-    outputs: list[int]
-
-
-def tflite_graph(model: bytes, target: str) -> TfliteGraph:
-    schema = require("ai_edge_litert.schema_py_generated", target)
-    root = schema.Model.GetRootAs(model, 0)
-    codes = emitted.operators_by_code(root, schema)
-    graph = root.Subgraphs(0)
-    names: list[str] = []
-    shapes: list[tuple[int, ...]] = []
-    seen: set[str] = set()
-    for i in range(graph.TensorsLength()):
-        tensor = graph.Tensors(i)
-        name = tensor.Name().decode(errors="replace")
-        names.append(f"{name}#{i}" if name in seen else name)
-        seen.add(name)
-        shapes.append(tuple(int(d) for d in tensor.ShapeAsNumpy()) if tensor.ShapeLength() else ())
-    ops = []
-    for k in range(graph.OperatorsLength()):
-        op = graph.Operators(k)
-        ins = tuple(int(t) for t in op.InputsAsNumpy()) if op.InputsLength() else ()
-        outs = tuple(int(t) for t in op.OutputsAsNumpy()) if op.OutputsLength() else ()
-        ops.append(TfliteOp(codes[op.OpcodeIndex()], ins, outs, emitted.option(op, schema)))
-    inputs = [int(t) for t in graph.InputsAsNumpy()]
-    outputs = [int(t) for t in graph.OutputsAsNumpy()]
-    return TfliteGraph(ops, names, shapes, inputs, outputs)
 
 
 def mark_outputs(
