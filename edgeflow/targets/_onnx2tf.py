@@ -90,10 +90,6 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     with outputs(job, target, quantize) as (out, run):
         produced = out / f"model_{suffix(q)}.tflite"
         shutil.copyfile(produced, job.out_dir / ARTIFACT)
-        if mode == "int8" and q.float_outputs:  # float32 I/O, the outputs' operators float
-            from edgeflow.targets import _tflite_quant
-
-            (job.out_dir / ARTIFACT).write_bytes(_tflite_quant.float_outputs(job, out, target))
         loops = for_runtime(job.out_dir / ARTIFACT, target)
         job.check(job.out_dir / ARTIFACT)
         if run.replacement is not None:  # a build artifact: what made the conversion work
@@ -201,6 +197,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             if any(s.batch_axis != 0 for s in job.inputs)
             else "a recurrent layer"
             if recurrent
+            else "quantization.float_outputs"
+            if q.float_outputs
             else ""
         )
         own_calibration = quantize is not None and mode == "int8" and bool(why)

@@ -35,6 +35,8 @@ def own_int8(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
     input's own batch axis: TensorFlow's calibrator and MLIR quantizer as the fallback uses
     them, or for int16 activations its 16x8 quantizer, with the I/O types onnx2tf would give.
     `why`: what needed it, for the error."""
+    if job.quantization.float_outputs:
+        return float_outputs(job, out, target, why)
     if job.quantization.activations != "int16":
         return quantize(calibrate(job, out, why), job.quantization.per_channel, [])
     tf = require("tensorflow", target)
@@ -257,10 +259,10 @@ def output_writers(model: bytes, target: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def float_outputs(job: ConvertJob, out: Path, target: str) -> bytes:
+def float_outputs(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
     """quantization.float_outputs: onnx2tf's float32 file in `out` calibrated and quantized
     by TensorFlow's MLIR quantizer with the operators writing the outputs float and float32
     I/O (QUANTIZE after the inputs, int8 inside, DEQUANTIZE before the float operators)."""
-    calibrated = calibrate(job, out, "quantization.float_outputs")
+    calibrated = calibrate(job, out, why)
     writers = output_writers(_float32(out), target)
     return quantize(calibrated, job.quantization.per_channel, writers, float_io=True)
