@@ -55,7 +55,7 @@ def builtin_data(path: Path) -> dict[str, Any] | None:
 
 
 # Keys whose entries an extending profile adds to (or replaces one by one) instead of replacing.
-MERGED = ("operators", "boards", "int8", "dtype_fallbacks")
+MERGED = ("operators", "boards", "int8", "dtype_fallbacks", "int8_warnings")
 
 
 def _extended(
@@ -63,7 +63,8 @@ def _extended(
 ) -> dict[str, Any]:
     """The profile's data over the profile it `extends:` (recursively). `extends` may name
     the built-in the file shadows (same name) or any other visible profile; `name` defaults
-    to the file's. Entries of operators, boards, int8 and dtype_fallbacks are merged."""
+    to the file's. Entries of operators, boards, int8, dtype_fallbacks and int8_warnings are
+    merged."""
     base_name = data.pop("extends", None)
     if base_name is None:
         return data

@@ -39,7 +39,7 @@ import numpy as np
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
-from edgeflow.targets import _tflite_fc, _tflite_unroll
+from edgeflow.targets import _tflite_div, _tflite_fc, _tflite_unroll
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
 from edgeflow.targets._onnx2tf_recurrent import (
     SEQUENCE_OP,
@@ -95,6 +95,8 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         if run.replacement is not None:  # a build artifact: what made the conversion work
             shutil.copyfile(run.replacement, job.out_dir / AUTO_JSON)
         float32 = out / "model_float32.tflite"
+        eight = mode == "int8" and q.activations != "int16"  # 16x8 keeps DIV float itself
+        divisions = _tflite_div.float_divisions(float32.read_bytes()) if eight else []
         kept = job.kept_layout
         layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, kept)
         if mix is not None:
@@ -118,6 +120,12 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         info["int8"] = int8_record(q, _usable(job))
         if loops:  # _tflite_quant.loop_nodes (a 16x8 build has none: sequence_layers)
             info["int8"]["scheme"] += _tflite_unroll.int8_note(loops, target)
+        if divisions:  # _tflite_quant.quantize keeps them float
+            info["int8"]["float_divisions"] = divisions
+            info["int8"]["scheme"] += (
+                f"; {len(divisions)} operators float: each DIV by a computed divisor and what "
+                "computes it (an int8 divisor at its zero point stops LiteRT's DIV)"
+            )
         if mixed is not None:
             info["fallback"] = mixed
             if mixed["float_layers"]:
@@ -172,7 +180,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
     batched on another axis (a state [layers, batch, features]), or the model has a recurrent
     layer (unrolled, a 3-layer LSTM over 160 steps took 80 s CPU so), onnx2tf writes the
     float model only and `quantize(job, out folder, target, why) -> bytes`
-    (edgeflow.targets._tflite_quant.own_int8) makes the int8 file from its float32 file."""
+    (edgeflow.targets._tflite_quant.own_int8) makes the int8 file from its float32 file; so
+    too where onnx2tf's int8 file divides by a computed int8 divisor (_tflite_div)."""
     mode, q = job.quantization.mode, job.quantization
     if mode == "int8" and q.method != "minmax":
         raise EdgeflowError(
@@ -228,6 +237,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             unclip_sequence_lstm(written)  # the clip TensorFlow adds to a fused LSTM
         if own_calibration:  # calibrated unclipped, as it will run
             produced.write_bytes(quantize(job, work / "out", target, why))
+        elif onnx2tf_int8 and quantize is not None and _trapped(produced, sixteen):
+            produced.write_bytes(quantize(job, work / "out", target, _tflite_div.WHY))
         if not produced.is_file():
             raise EdgeflowError(
                 f"onnx2tf wrote no {produced.name} (quantization mode {mode}); "
@@ -235,6 +246,13 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 "int8 fails when an operator has no int8 kernel; see docs/debugging.md",
             )
         yield work / "out", run
+
+
+def _trapped(produced: Path, sixteen: bool) -> bool:
+    """Whether onnx2tf's int8 file divides by an int8 divisor computed in the graph, which
+    LiteRT stops on and TFLite Micro computes wrong (_tflite_div); edgeflow's own
+    quantization keeps such a DIV float. 16x8 files have float DIVs already."""
+    return not sixteen and produced.is_file() and _tflite_div.trapped(produced.read_bytes()) > 0
 
 
 def _convert_or_retry(

@@ -20,6 +20,7 @@ from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
 from edgeflow.targets import _onnx2tf
 from edgeflow.targets._tflite_deps import require
+from edgeflow.targets._tflite_div import float_divisions
 from edgeflow.targets._tflite_layout import input_order
 from edgeflow.targets.base import ConvertJob
 
@@ -160,12 +161,13 @@ def quantize(
     calibrated: bytes, per_channel: bool, float_nodes: list[str], float_io: bool = False
 ) -> bytes:
     """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
-    names) kept float, and every operator inside a loop (`loop_nodes`); with `float_io`, the
-    inputs and outputs float32 (QUANTIZE and DEQUANTIZE in the model)."""
+    names) kept float, and every operator inside a loop (`loop_nodes`) and every DIV by a
+    computed divisor with what computes it (_tflite_div.float_divisions); with `float_io`,
+    the inputs and outputs float32 (QUANTIZE and DEQUANTIZE in the model)."""
     tf = require("tensorflow", "tflite")
     from tensorflow.lite.python import convert
 
-    float_nodes = [*float_nodes, *loop_nodes(calibrated)]
+    float_nodes = [*float_nodes, *loop_nodes(calibrated), *float_divisions(calibrated)]
     io = tf.float32 if float_io else tf.int8
     return bytes(
         convert.mlir_quantize(

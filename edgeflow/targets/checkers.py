@@ -216,6 +216,15 @@ def same_shapes(node: Node) -> str | None:
     return f"inputs of different shapes ({', '.join(str(list(s or ())) for s in shapes)})"
 
 
+def constant_divisor(node: Node) -> str | None:
+    """A Div whose divisor (B) is a constant, or a Reciprocal of one: in int8, a divisor
+    computed in the graph is a tensor whose grid has a zero point it can round to."""
+    divisor = node.input(0 if node.proto.op_type == "Reciprocal" else 1)
+    if not divisor or divisor in node.constants:
+        return None
+    return f"divides by {divisor}, a tensor computed in the graph"
+
+
 def cast_not_to_int64(node: Node) -> str | None:
     return "casts to int64" if node.attribute("to") == 7 else None  # TensorProto.INT64
 
@@ -239,6 +248,7 @@ CHECKERS: dict[str, Callable[[Node], str | None]] = {
     "no_partial_window": no_partial_window,
     "resize_nearest": resize_nearest,
     "cast_not_to_int64": cast_not_to_int64,
+    "constant_divisor": constant_divisor,
     "slice_one_axis": slice_one_axis,
     "pad_all_axes": pad_all_axes,
     "no_final_cell_state": no_final_cell_state,

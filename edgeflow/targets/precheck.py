@@ -26,7 +26,7 @@ CONTROL_FLOW = ("If", "Loop", "Scan")
 PROBED = ("tflite", "tflite_micro", "armnn")
 # What a finding suggests when no rule removes it: a recipe setting.
 SETTINGS = {"float16": "quantization.mode: none"}
-DOUBLE, FLOAT16 = 11, 10  # onnx.TensorProto data types
+FLOAT, DOUBLE, FLOAT16 = 1, 11, 10  # onnx.TensorProto data types
 # An operator's input type without a kernel, by its onnx name, as a finding rules declare.
 DTYPE_FINDINGS = {"double": "float64", "int64": "int64"}
 
@@ -400,6 +400,12 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
             problem = CHECKERS[check](Node(node, constants, ranks, shapes, read))
             if problem is not None:
                 add(op, check, f"{check}: {problem}", name, Fix.check(op, check))
+        # an int8 kernel's trap that the build avoids, where the node's float tensors are int8
+        traps = profile.int8_warnings.get(op, {}) if quantization == "int8" else {}
+        for check, why in traps.items() if dtype in (None, FLOAT) else ():
+            problem = CHECKERS[check](Node(node, constants, ranks, shapes, read))
+            if problem is not None:
+                add(op, check, f"int8: {problem}: {why}", name, severity="warning")
     return list(groups.values())
 
 

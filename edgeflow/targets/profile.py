@@ -148,6 +148,10 @@ class TargetProfile(BaseModel):
     # TFLite targets: the builtins a .tflite may hold, by measured mode (none, int8); what
     # the precheck of TensorFlow's own converter (convert.via: native) checks
     builtins: dict[str, Builtins] = {}
+    # int8 kernels' traps that the build avoids, as precheck warnings: op -> {checker (of
+    # edgeflow.targets.checkers.CHECKERS): what the runtime does with such a node in int8
+    # and what the build does about it}, e.g. a DIV by a computed divisor
+    int8_warnings: dict[str, dict[str, str]] = {}
 
     @field_validator("rewrites")
     @classmethod
@@ -183,6 +187,13 @@ class TargetProfile(BaseModel):
             options = rule.Options.model_validate({k: v for k, v in entry.items() if k != "rule"})
             specs.append(RuleSpec(rule, options, entry["rule"]))
         return specs
+
+    @field_validator("int8_warnings")
+    @classmethod
+    def _known_int8_checkers(cls, warnings: dict[str, dict[str, str]]) -> dict[str, Any]:
+        for checks in warnings.values():
+            OperatorSpec._known_checkers(list(checks))
+        return warnings
 
     @field_validator("int8")
     @classmethod

@@ -1,0 +1,123 @@
+"""The int8 DIV trap of the TFLite runtimes, and the division kept float that avoids it.
+
+A divisor computed in the graph is an int8 tensor whose range includes 0 (TFLite's
+asymmetric ranges always do), so a divisor below half a step of its grid rounds to its zero
+point. LiteRT's int8 DIV then stops the run ("tflite/kernels/div.cc:262 data[i] !=
+zero_point was not true ... DIV failed to invoke"); TFLite Micro's divides by it unchecked
+(its check is a debug-build DCHECK: 0.5 / 0.001 came back as -89.9, -0.5 / 0.001 as +22.7);
+Arm NN's computes 0 / 0 as NaN and aborts the process quantizing it (TypesUtils.cpp:37,
+`!std::isnan(value)`). A Reciprocal becomes the same DIV (of 1); Pow(x, -1), a POW that
+int8 computes wrong (SQNR 0.1 dB). Measured 2026-12 on h / (mean(relu(h)) + 1e-5) with silent
+(all-zero) frames among the inputs (tests/targets/test_tflite_div.py): the DIV float, and
+the operators that compute its divisor float back to the one that keeps it off zero (the
+ADD of the eps), int8 everywhere else, verifies at 33.6 dB in LiteRT, TFLite Micro and Arm
+NN alike; the DIV alone float divides the silent frames' 0 by the int8 divisor's 0 (-7 dB).
+A reciprocal's MUL stays float too: 1 / d has no bound where d nears 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgeflow.targets._tflite_deps import require
+
+# What edgeflow's int8 calibration is for, where the int8 file had such a DIV (the error's words)
+WHY = "a DIV by a divisor computed in the graph"
+# Operators through which a divisor's value passes element by element (or reshaped): the walk
+# up from a DIV goes on through them. Any other operator (the ADD of an eps, a MAXIMUM with
+# one, a MEAN) computes the divisor's value: it is kept float, and the walk stops there.
+PASS_THROUGH = (
+    "ABS",
+    "BROADCAST_TO",
+    "EXP",
+    "EXPAND_DIMS",
+    "LOGISTIC",
+    "MUL",
+    "NEG",
+    "RELU",
+    "RELU6",
+    "RESHAPE",
+    "SQRT",
+    "SQUARE",
+    "SQUEEZE",
+    "TANH",
+    "TRANSPOSE",
+)
+LONGEST = 8  # operators kept float for one divisor, at most
+
+
+def float_divisions(model: bytes) -> list[str]:
+    """The output tensor names of what an int8 build keeps float in a float .tflite (onnx2tf's
+    float32 file, or it calibrated): every DIV of the main subgraph whose divisor is a float32
+    tensor computed in the graph, the operators computing that divisor (up through
+    PASS_THROUGH operators to the first other one) and, for a reciprocal, the MULs by it."""
+    graph = _Graph(model)
+    names: list[str] = []
+    for op in graph.divisions(graph.schema.TensorType.FLOAT32):
+        kept = [op, *graph.divisor_chain(op), *graph.scaled_by(op)]
+        names += [graph.output_name(o) for o in kept if graph.output_name(o) not in names]
+    return names
+
+
+def trapped(model: bytes) -> int:
+    """How many DIVs of an int8 .tflite's main subgraph divide by an int8 tensor computed in
+    the graph."""
+    graph = _Graph(model)
+    return len(graph.divisions(graph.schema.TensorType.INT8))
+
+
+class _Graph:
+    """The main subgraph of a .tflite, with who writes each tensor."""
+
+    def __init__(self, model: bytes) -> None:
+        self.schema = require("ai_edge_litert.schema_py_generated", "tflite")
+        self.root = self.schema.Model.GetRootAs(model, 0)
+        self.graph = self.root.Subgraphs(0)
+        self.ops = [self.graph.Operators(i) for i in range(self.graph.OperatorsLength())]
+        self.writer = {
+            int(t): op for op in self.ops for t in op.OutputsAsNumpy().tolist() if t >= 0
+        }
+        self.inputs = set(self.graph.InputsAsNumpy().tolist())
+        codes = self.schema.BuiltinOperator
+        self.names = {getattr(codes, name): name for name in dir(codes) if name.isupper()}
+
+    def builtin(self, op: Any) -> str:
+        code = self.root.OperatorCodes(op.OpcodeIndex())
+        return self.names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "")
+
+    def computed(self, tensor: int) -> bool:
+        return tensor in self.writer or tensor in self.inputs
+
+    def divisions(self, dtype: int) -> list[Any]:
+        """The DIVs whose divisor (second input) is computed and of this type."""
+        return [
+            op
+            for op in self.ops
+            if self.builtin(op) == "DIV"
+            and self.computed(op.Inputs(1))
+            and self.graph.Tensors(op.Inputs(1)).Type() == dtype
+        ]
+
+    def divisor_chain(self, op: Any) -> list[Any]:
+        """The operators that compute the DIV's divisor, nearest first (see PASS_THROUGH)."""
+        chain: list[Any] = []
+        tensor = op.Inputs(1)
+        while tensor in self.writer and len(chain) < LONGEST:
+            producer = self.writer[tensor]
+            chain.append(producer)
+            live = [t for t in producer.InputsAsNumpy().tolist() if self.computed(t)]
+            if self.builtin(producer) not in PASS_THROUGH or len(live) != 1:
+                break
+            tensor = live[0]
+        return chain
+
+    def scaled_by(self, op: Any) -> list[Any]:
+        """Where the DIV is a reciprocal (1 / d: a constant numerator), the MULs that read
+        it: 1 / d has no bound where d nears 0, and x * (1 / d) has one again."""
+        if self.computed(op.Inputs(0)):
+            return []
+        out = op.Outputs(0)
+        return [o for o in self.ops if self.builtin(o) == "MUL" and out in o.InputsAsNumpy()]
+
+    def output_name(self, op: Any) -> str:
+        return str(self.graph.Tensors(op.Outputs(0)).Name().decode())
