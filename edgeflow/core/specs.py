@@ -252,7 +252,8 @@ class Quantization(Strict):
     per_channel: bool = True
     symmetric: bool = False
     # qat: the model carries its own scales (fake-quantize modules, see ast.freeze_fake_quant)
-    method: Literal["minmax", "entropy", "percentile", "qat"] = "minmax"
+    # mse: the TFLite family's (edgeflow.targets._tflite_ranges)
+    method: Literal["minmax", "entropy", "percentile", "mse", "qat"] = "minmax"
     # 7-bit weights: avoids int16 saturation in x86 AVX2 (non-VNNI) u8s8 kernels; auto: where
     # this machine's kernels saturate (onnxruntime_micro; edgeflow.core.host); see docs.
     reduce_range: bool | Literal["auto"] = "auto"

@@ -153,6 +153,8 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
                 "use onnxruntime_micro or tensorrt, which run the exported Q/DQ as it is",
             )
         )
+    if q.mode == "int8":
+        found += _calibration_method(s, q, profile)
     if q.activations == "int16" and (q.mode != "int8" or profile.backend not in INT16_ACT):
         found.append(
             (
@@ -164,6 +166,33 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
             )
         )
     return found
+
+
+def _calibration_method(s: dict[str, Any], q: Any, profile: TargetProfile) -> list[Found]:
+    """The TFLite family calibrates with minmax, percentile or mse (edgeflow's own ranges,
+    for int8 activations through ONNX); onnxruntime's calibrators with minmax, entropy or
+    percentile."""
+    from edgeflow.core.sources import NATIVE_BACKENDS, conversion_path
+
+    key, method = "quantization.method", q.method
+    if profile.backend not in NATIVE_BACKENDS:
+        if method != "mse":
+            return []
+        why = f"mse ranges are set for the TFLite family ({', '.join(NATIVE_BACKENDS)})"
+        return [(key, why, "set quantization.method: percentile")]
+    source, convert = s.get("source"), s.get("convert")
+    via = convert.via if convert is not None else None
+    native = source is not None and conversion_path(source.kind, via, profile.backend)
+    if method == "entropy":
+        why = f"target '{profile.name}' calibrates with minmax, percentile or mse, not entropy"
+        return [(key, why, "set quantization.method: percentile")]
+    if method in ("percentile", "mse") and q.activations == "int16":
+        why = f"{method} ranges are set for int8 activations; 16x8 takes min/max"
+        return [(key, why, "set quantization.method: minmax")]
+    if method in ("percentile", "mse") and native == "tensorflow_native":
+        why = f"{method} ranges are set on the ONNX path; TensorFlow's own converter takes min/max"
+        return [(key, why, "set convert.via: onnx")]
+    return []
 
 
 def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:

@@ -379,7 +379,9 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
     conv = details["convert"]
     lines.append(f"- convert: {', '.join(conv['files'])}")
     if conv.get("int8"):  # a converter that quantizes itself (onnx2tf)
-        settings = ", ".join(f"{k}={v}" for k, v in conv["int8"].items() if k == "per_channel")
+        settings = ", ".join(
+            f"{k}={v}" for k, v in conv["int8"].items() if k in ("per_channel", "method")
+        )
         imposed = ", ".join(f"{k}={v}" for k, v in conv.get("imposed_by_target", {}).items())
         by_target = f" (set by the target: {imposed})" if imposed else ""
         scheme = f"; {conv['int8']['scheme']}" if conv["int8"].get("scheme") else ""

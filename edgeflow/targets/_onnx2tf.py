@@ -39,7 +39,7 @@ import numpy as np
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
-from edgeflow.targets import _tflite_div, _tflite_fc, _tflite_unroll
+from edgeflow.targets import _tflite_div, _tflite_fc, _tflite_ranges, _tflite_unroll
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
 from edgeflow.targets._onnx2tf_recurrent import (
     SEQUENCE_OP,
@@ -181,12 +181,15 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
     layer (unrolled, a 3-layer LSTM over 160 steps took 80 s CPU so), onnx2tf writes the
     float model only and `quantize(job, out folder, target, why) -> bytes`
     (edgeflow.targets._tflite_quant.own_int8) makes the int8 file from its float32 file; so
-    too where onnx2tf's int8 file divides by a computed int8 divisor (_tflite_div)."""
+    too for quantization.method percentile or mse (ranges edgeflow sets, _tflite_ranges),
+    and where onnx2tf's int8 file divides by a computed int8 divisor (_tflite_div)."""
     mode, q = job.quantization.mode, job.quantization
-    if mode == "int8" and q.method != "minmax":
+    ranged = mode == "int8" and q.method in _tflite_ranges.METHODS  # edgeflow's own ranges
+    if mode == "int8" and q.method != "minmax" and not (ranged and q.activations == "int8"):
         raise EdgeflowError(
-            f"target {target}: quantization.method '{q.method}' is not available: the TFLite "
-            "converter calibrates with min/max ranges only",
+            f"target {target}: quantization.method '{q.method}' is not available with "
+            f"{q.activations} activations: the TFLite family calibrates with minmax, or for "
+            "int8 activations percentile or mse",
             "set quantization.method: minmax",
         )
     with _contained():
@@ -208,6 +211,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             if recurrent
             else "quantization.float_outputs"
             if q.float_outputs
+            else f"quantization.method {q.method}"
+            if ranged
             else ""
         )
         own_calibration = quantize is not None and mode == "int8" and bool(why)
@@ -461,6 +466,7 @@ def int8_record(quantization: Any, samples: int) -> dict[str, Any]:
     q = quantization
     return {
         "per_channel": q.per_channel,
+        "method": q.method,  # ranges: TensorFlow's min/max, or edgeflow's (_tflite_ranges)
         "calibration_samples": samples,
         "scheme": (
             "TFLite 16x8: symmetric int8 weights, symmetric int16 activations and I/O"

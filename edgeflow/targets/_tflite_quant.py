@@ -18,7 +18,7 @@ import numpy as np
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
-from edgeflow.targets import _onnx2tf
+from edgeflow.targets import _onnx2tf, _tflite_ranges
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_div import float_divisions
 from edgeflow.targets._tflite_layout import input_order
@@ -62,14 +62,20 @@ def calibrate(job: ConvertJob, out: Path, why: str = "quantization.fallback") ->
     batches recorded: what TensorFlow's converter calibrates for a representative dataset,
     without converting the model again (`why`: what needed edgeflow's own calibration, for
     the error). Measured on a 2-layer LSTM of 150 unrolled over 400 steps: 0.6 s, where
-    converting its SavedModel again with calibration took 18 s, the int8 file the same."""
+    converting its SavedModel again with calibration took 18 s, the int8 file the same.
+    quantization.method percentile or mse: each activation's range as it sets it
+    (_tflite_ranges), min/max otherwise."""
     float32 = _float32(out)
     hint = "build without quantization.fallback to keep onnx2tf's own int8 file"
-    return _guarded(
+    calibrated = _guarded(
         lambda: _calibrator(float32).calibrate(lambda: positional(job, float32)),
         f"{why}: TensorFlow's calibrator could not run it",
         hint if why == "quantization.fallback" else "",
     )
+    method = job.quantization.method
+    if method not in _tflite_ranges.METHODS:
+        return calibrated
+    return _tflite_ranges.ranged(calibrated, positional(job, float32), method)
 
 
 def _float32(out: Path) -> bytes:

@@ -95,10 +95,12 @@ def test_runners_without_their_runtimes(tmp_path: Path, monkeypatch: pytest.Monk
         tflite_micro.open_runner(tmp_path, info)
 
 
-def test_calibration_methods_other_than_minmax_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(EdgeflowError, match="min/max ranges only") as err:
-        tflite.convert(job(tmp_path, "tflite", mode="int8", method="entropy"))
-    assert err.value.hint == "set quantization.method: minmax"
+def test_calibration_methods_the_tflite_family_lacks_are_refused(tmp_path: Path) -> None:
+    for method, activations in (("entropy", "int8"), ("percentile", "int16")):
+        with pytest.raises(EdgeflowError, match="calibrates with minmax, or for int8") as err:
+            q = {"mode": "int8", "method": method, "activations": activations}
+            tflite.convert(job(tmp_path, "tflite", **q))
+        assert err.value.hint == "set quantization.method: minmax"
 
 
 def test_tflite_micro_refuses_fp16_even_from_an_inline_profile(tmp_path: Path) -> None:
