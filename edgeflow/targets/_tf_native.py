@@ -22,7 +22,7 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.frameworks import tensorflow as tfw
-from edgeflow.targets import _onnx2tf, _tflite_layout, _tflite_unroll, emitted
+from edgeflow.targets import _onnx2tf, _tflite_div, _tflite_layout, _tflite_unroll, emitted
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_quant import (
     calibrated_on,
@@ -96,8 +96,9 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     q = job.quantization
     # a Keras model's recurrent layers as loops, where it has them
     has_loops = tfw.LOOPS in tfw.signatures(job.saved_model)
+    signature = tfw.LOOPS if has_loops else tfw.SIGNATURE
     converter = tf.lite.TFLiteConverter.from_saved_model(
-        str(job.saved_model), signature_keys=[tfw.LOOPS if has_loops else tfw.SIGNATURE]
+        str(job.saved_model), signature_keys=[signature]
     )
     # int8 with loops: converted float, then quantized with the loops kept float
     looped = q.mode == "int8" and q.activations != "int16" and has_loops
@@ -114,8 +115,18 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     start = time.perf_counter()
     model = _run(converter, q.mode)
     compared: list[str] = []
+    divisions: list[str] = []
     if looped:
         model, compared = looped_int8(model, _positional(job, model), q.per_channel)
+    elif q.mode == "int8" and q.activations != "int16" and _tflite_div.trapped(model):
+        # an int8 DIV by a computed divisor (_tflite_div): quantized again from the float
+        # model, as looped_int8 does, each such DIV float with what computes its divisor
+        plain = tf.lite.TFLiteConverter.from_saved_model(
+            str(job.saved_model), signature_keys=[signature]
+        )
+        float32 = _run(plain, "none")
+        divisions = _tflite_div.float_divisions(float32)
+        model, compared = looped_int8(float32, _positional(job, float32), q.per_channel)
     seconds = time.perf_counter() - start
     artifact = job.out_dir / ARTIFACT
     artifact.write_bytes(model)
@@ -134,6 +145,12 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
         info["int8"] = _onnx2tf.int8_record(q, _onnx2tf.usable(job.calibration, job.inputs))
         if looped:
             info["int8"]["scheme"] += _tflite_unroll.int8_note(loops, target)
+        if divisions:
+            info["int8"]["float_divisions"] = divisions
+            info["int8"]["scheme"] += (
+                f"; {len(divisions)} operators float: each DIV by a computed divisor and what "
+                "computes it (an int8 divisor at its zero point stops LiteRT's DIV)"
+            )
         if compared:  # _tflite_quant.looped_int8
             info["int8"]["scheme"] += (
                 "; float32 I/O, an input compared for equality (a mask value) and the "

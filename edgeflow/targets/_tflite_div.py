@@ -13,7 +13,8 @@ the operators that compute its divisor float back to the one that keeps it off z
 ADD of the eps), int8 everywhere else, verifies at 34.8 dB in LiteRT and TFLite Micro and
 34.1 dB in Arm NN (per-tensor weights); the DIV alone float divides the silent frames' 0 by
 the int8 divisor's 0 (-6.3 dB).
-A reciprocal's MUL stays float too: 1 / d has no bound where d nears 0.
+A reciprocal's MUL stays float too: 1 / d has no bound where d nears 0. Used by the ONNX
+path (_onnx2tf.outputs) and the native one (_tf_native.convert) alike.
 """
 
 from __future__ import annotations

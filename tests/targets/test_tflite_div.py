@@ -230,3 +230,54 @@ def test_an_int8_build_with_a_computed_divisor_runs_and_verifies(
     assert precheck["passed"] and [f["operator"] for f in precheck["findings"]] == ["Div"]
     report = (build / "report.md").read_text()
     assert "2 operators float: each DIV by a computed divisor" in report
+
+
+KERAS = """
+import keras
+
+
+class Normalise(keras.layers.Layer):
+    def call(self, h):
+        return h / (keras.ops.mean(keras.ops.relu(h), axis=(1, 2, 3), keepdims=True) + 1e-5)
+
+
+def build():
+    keras.utils.set_random_seed(0)
+    image = keras.Input((8, 8, 1), name="image")
+    h = keras.layers.Conv2D(8, 3, padding="same", use_bias=False)(image)
+    h = keras.layers.Activation("relu")(Normalise()(h))
+    return keras.Model(image, keras.layers.Conv2D(8, 3, padding="same", use_bias=False)(h))
+"""
+
+NATIVE = """
+    source: {kind: tensorflow, model: model.py:build, inputs: [{name: image, shape: [1, 8, 8, 1]}]}
+    calibration: {dataset: data.npz}
+    evaluation: {dataset: data.npz, metric: agreement}
+    quantization: {mode: int8}
+    target: TARGET
+    verify: {min_sqnr_db: 30, latency_runs: 1, warmup_runs: 0}
+"""
+
+
+@needs_tflite
+@pytest.mark.parametrize("target", ["tflite", pytest.param("armnn", marks=needs.mark("armnn"))])
+def test_tensorflows_own_converter_gets_the_same_float_div(
+    target: str, tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same normalisation in Keras, converted natively (convert.via: native): TensorFlow's
+    converter writes the int8 DIV (LiteRT stopped, Arm NN aborted); the build quantizes the
+    float model again with the DIV and its ADD float: 34.2 dB, 34.1 on Arm NN (2026-12)."""
+    from edgeflow.cli import main
+
+    (tmp_path / "model.py").write_text(KERAS, encoding="utf-8")
+    np.savez(tmp_path / "data.npz", image=inputs().transpose(0, 2, 3, 1))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(textwrap.dedent(NATIVE.replace("TARGET", target)))
+    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    assert main(args) == 0, capsys.readouterr().err
+    build = tmp_path / "b" / "recipe" / f"{target}-int8"
+    metrics = json.loads((build / "metrics.json").read_text())
+    expected = {"tflite": 34.2, "armnn": 34.1}[target]
+    assert metrics["agreement"]["min_sqnr_db"] == pytest.approx(expected, abs=0.3)
+    report = (build / "report.md").read_text()
+    assert "2 operators float: each DIV by a computed divisor" in report
