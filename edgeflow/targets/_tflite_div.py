@@ -19,9 +19,7 @@ path (_onnx2tf.outputs) and the native one (_tf_native.convert) alike.
 
 from __future__ import annotations
 
-from typing import Any
-
-from edgeflow.targets._tflite_deps import require
+from edgeflow.targets._tflite_graph import TfliteGraph, TfliteOp, tflite_graph
 
 # What edgeflow's int8 calibration is for, where the int8 file had such a DIV (the error's words)
 WHY = "a DIV by a divisor computed in the graph"
@@ -53,73 +51,56 @@ def float_divisions(model: bytes) -> list[str]:
     float32 file, or it calibrated): every DIV of the main subgraph whose divisor is a float32
     tensor computed in the graph, the operators computing that divisor (up through
     PASS_THROUGH operators to the first other one) and, for a reciprocal, the MULs by it."""
-    graph = _Graph(model)
-    names: list[str] = []
-    for op in graph.divisions(graph.schema.TensorType.FLOAT32):
-        kept = [op, *graph.divisor_chain(op), *graph.scaled_by(op)]
-        names += [graph.output_name(o) for o in kept if graph.output_name(o) not in names]
-    return names
+    graph = _Divisions(tflite_graph(model, "tflite"))
+    kept = [
+        o for op in graph.divisions("FLOAT32") for o in (op, *graph.chain(op), *graph.scaled(op))
+    ]
+    names = [graph.graph.names[o.outputs[0]].split("#")[0] for o in kept]
+    return list(dict.fromkeys(names))
 
 
 def trapped(model: bytes) -> int:
     """How many DIVs of an int8 .tflite's main subgraph divide by an int8 tensor computed in
     the graph."""
-    graph = _Graph(model)
-    return len(graph.divisions(graph.schema.TensorType.INT8))
+    return len(_Divisions(tflite_graph(model, "tflite")).divisions("INT8"))
 
 
-class _Graph:
-    """The main subgraph of a .tflite, with who writes each tensor."""
+class _Divisions:
+    """A .tflite's main subgraph, with who writes each tensor."""
 
-    def __init__(self, model: bytes) -> None:
-        self.schema = require("ai_edge_litert.schema_py_generated", "tflite")
-        self.root = self.schema.Model.GetRootAs(model, 0)
-        self.graph = self.root.Subgraphs(0)
-        self.ops = [self.graph.Operators(i) for i in range(self.graph.OperatorsLength())]
-        self.writer = {
-            int(t): op for op in self.ops for t in op.OutputsAsNumpy().tolist() if t >= 0
-        }
-        self.inputs = set(self.graph.InputsAsNumpy().tolist())
-        codes = self.schema.BuiltinOperator
-        self.names = {getattr(codes, name): name for name in dir(codes) if name.isupper()}
-
-    def builtin(self, op: Any) -> str:
-        code = self.root.OperatorCodes(op.OpcodeIndex())
-        return self.names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "")
+    def __init__(self, graph: TfliteGraph) -> None:
+        self.graph = graph
+        self.writer = {t: op for op in graph.ops for t in op.outputs if t >= 0}
 
     def computed(self, tensor: int) -> bool:
-        return tensor in self.writer or tensor in self.inputs
+        return tensor in self.writer or tensor in self.graph.inputs
 
-    def divisions(self, dtype: int) -> list[Any]:
+    def divisions(self, dtype: str) -> list[TfliteOp]:
         """The DIVs whose divisor (second input) is computed and of this type."""
         return [
             op
-            for op in self.ops
-            if self.builtin(op) == "DIV"
-            and self.computed(op.Inputs(1))
-            and self.graph.Tensors(op.Inputs(1)).Type() == dtype
+            for op in self.graph.ops
+            if op.name == "DIV"
+            and self.computed(op.inputs[1])
+            and self.graph.types[op.inputs[1]] == dtype
         ]
 
-    def divisor_chain(self, op: Any) -> list[Any]:
+    def chain(self, op: TfliteOp) -> list[TfliteOp]:
         """The operators that compute the DIV's divisor, nearest first (see PASS_THROUGH)."""
-        chain: list[Any] = []
-        tensor = op.Inputs(1)
-        while tensor in self.writer and len(chain) < LONGEST:
+        found: list[TfliteOp] = []
+        tensor = op.inputs[1]
+        while tensor in self.writer and len(found) < LONGEST:
             producer = self.writer[tensor]
-            chain.append(producer)
-            live = [t for t in producer.InputsAsNumpy().tolist() if self.computed(t)]
-            if self.builtin(producer) not in PASS_THROUGH or len(live) != 1:
+            found.append(producer)
+            live = [t for t in producer.inputs if self.computed(t)]
+            if producer.name not in PASS_THROUGH or len(live) != 1:
                 break
             tensor = live[0]
-        return chain
+        return found
 
-    def scaled_by(self, op: Any) -> list[Any]:
+    def scaled(self, op: TfliteOp) -> list[TfliteOp]:
         """Where the DIV is a reciprocal (1 / d: a constant numerator), the MULs that read
         it: 1 / d has no bound where d nears 0, and x * (1 / d) has one again."""
-        if self.computed(op.Inputs(0)):
+        if self.computed(op.inputs[0]):
             return []
-        out = op.Outputs(0)
-        return [o for o in self.ops if self.builtin(o) == "MUL" and out in o.InputsAsNumpy()]
-
-    def output_name(self, op: Any) -> str:
-        return str(self.graph.Tensors(op.Outputs(0)).Name().decode())
+        return [o for o in self.graph.ops if o.name == "MUL" and op.outputs[0] in o.inputs]

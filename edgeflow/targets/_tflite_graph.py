@@ -4,7 +4,7 @@ modules: the diff's taps, the quantizer's output_writers and the fallback read i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from edgeflow.targets import emitted
 from edgeflow.targets._tflite_deps import require
@@ -27,6 +27,7 @@ class TfliteGraph:
     shapes: list[tuple[int, ...]]  # per tensor
     inputs: list[int]
     outputs: list[int]
+    types: list[str] = field(default_factory=list)  # per tensor: FLOAT32, INT8, ...
 
 
 def tflite_graph(model: bytes, target: str) -> TfliteGraph:
@@ -36,6 +37,8 @@ def tflite_graph(model: bytes, target: str) -> TfliteGraph:
     graph = root.Subgraphs(0)
     names: list[str] = []
     shapes: list[tuple[int, ...]] = []
+    types: list[str] = []
+    type_names = {v: k for k, v in vars(schema.TensorType).items() if k.isupper()}
     seen: set[str] = set()
     for i in range(graph.TensorsLength()):
         tensor = graph.Tensors(i)
@@ -43,6 +46,7 @@ def tflite_graph(model: bytes, target: str) -> TfliteGraph:
         names.append(f"{name}#{i}" if name in seen else name)
         seen.add(name)
         shapes.append(tuple(int(d) for d in tensor.ShapeAsNumpy()) if tensor.ShapeLength() else ())
+        types.append(type_names.get(tensor.Type(), str(tensor.Type())))
     ops = []
     for k in range(graph.OperatorsLength()):
         op = graph.Operators(k)
@@ -51,4 +55,4 @@ def tflite_graph(model: bytes, target: str) -> TfliteGraph:
         ops.append(TfliteOp(codes[op.OpcodeIndex()], ins, outs, emitted.option(op, schema)))
     inputs = [int(t) for t in graph.InputsAsNumpy()]
     outputs = [int(t) for t in graph.OutputsAsNumpy()]
-    return TfliteGraph(ops, names, shapes, inputs, outputs)
+    return TfliteGraph(ops, names, shapes, inputs, outputs, types)
