@@ -247,4 +247,8 @@ BUILD_SUFFIXES: dict[str, Any] = {
     "int16act": lambda q: q.activations == "int16",
     "fallback": lambda q: q.fallback == "auto",
     "float_outputs": lambda q: q.float_outputs,
+    # calibration methods other than the default (a sweep over quantization.method)
+    "entropy": lambda q: q.method == "entropy",
+    "percentile": lambda q: q.method == "percentile",
+    "mse": lambda q: q.method == "mse",
 }

@@ -97,6 +97,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         float32 = out / "model_float32.tflite"
         eight = mode == "int8" and q.activations != "int16"  # 16x8 keeps DIV float itself
         divisions = _tflite_div.float_divisions(float32.read_bytes()) if eight else []
+        softmaxes = _float_softmaxes(float32.read_bytes(), target) if eight else []
         kept = job.kept_layout
         layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, kept)
         if mix is not None:
@@ -125,6 +126,12 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
             info["int8"]["scheme"] += (
                 f"; {len(divisions)} operators float: each DIV by a computed divisor and what "
                 "computes it (an int8 divisor at its zero point stops LiteRT's DIV)"
+            )
+        if softmaxes:  # _tflite_quant.quantize keeps them float (TFLite Micro)
+            info["int8"]["float_softmaxes"] = softmaxes
+            info["int8"]["scheme"] += (
+                f"; {len(softmaxes)} SOFTMAX float: over 256 or more values (TFLite Micro's "
+                "int8 SOFTMAX aborts on them)"
             )
         if mixed is not None:
             info["fallback"] = mixed
@@ -242,8 +249,10 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             unclip_sequence_lstm(written)  # the clip TensorFlow adds to a fused LSTM
         if own_calibration:  # calibrated unclipped, as it will run
             produced.write_bytes(quantize(job, work / "out", target, why))
-        elif onnx2tf_int8 and quantize is not None and _trapped(produced, sixteen):
-            produced.write_bytes(quantize(job, work / "out", target, _tflite_div.WHY))
+        elif onnx2tf_int8 and quantize is not None and not sixteen and produced.is_file():
+            trap = _trapped(produced.read_bytes(), target)
+            if trap:  # edgeflow's own quantization keeps the trapped operators float
+                produced.write_bytes(quantize(job, work / "out", target, trap))
         if not produced.is_file():
             raise EdgeflowError(
                 f"onnx2tf wrote no {produced.name} (quantization mode {mode}); "
@@ -253,11 +262,27 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
         yield work / "out", run
 
 
-def _trapped(produced: Path, sixteen: bool) -> bool:
-    """Whether onnx2tf's int8 file divides by an int8 divisor computed in the graph, which
-    LiteRT stops on and TFLite Micro computes wrong (_tflite_div); edgeflow's own
-    quantization keeps such a DIV float. 16x8 files have float DIVs already."""
-    return not sixteen and produced.is_file() and _tflite_div.trapped(produced.read_bytes()) > 0
+def _float_softmaxes(float32: bytes, target: str) -> list[str]:
+    """The SOFTMAXes an int8 build for `target` keeps float (_tflite_softmax)."""
+    from edgeflow.targets import _tflite_softmax
+
+    if target not in _tflite_softmax.TRAPPED:
+        return []
+    return _tflite_softmax.wide_softmaxes(float32, "FLOAT32")
+
+
+def _trapped(model: bytes, target: str) -> str:
+    """What of onnx2tf's int8 file the target's runtime cannot run ("" when nothing): a DIV by
+    an int8 divisor computed in the graph, which LiteRT stops on and TFLite Micro computes
+    wrong (_tflite_div); an int8 SOFTMAX over 256 or more values, which TFLite Micro aborts
+    on (_tflite_softmax). edgeflow's own quantization keeps them float."""
+    from edgeflow.targets import _tflite_softmax
+
+    if _tflite_div.trapped(model) > 0:
+        return _tflite_div.WHY
+    if target in _tflite_softmax.TRAPPED and _tflite_softmax.wide_softmaxes(model, "INT8"):
+        return _tflite_softmax.WHY
+    return ""
 
 
 def _convert_or_retry(

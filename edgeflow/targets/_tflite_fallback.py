@@ -79,7 +79,7 @@ def search(
         if names not in models:
             denied = [*writers, *(e for n in names for e in excludes[n])]
             models[names] = _tflite_quant.quantize(
-                calibrated, q.per_channel, denied, float_io=q.float_outputs
+                calibrated, q.per_channel, denied, q.float_outputs, target
             )
         path = work / f"trial-{len(done)}.tflite"
         path.write_bytes(models[names])
@@ -99,7 +99,7 @@ def search(
         outcome = fallback.Outcome(full, full, [full], time.monotonic() - started)
         return None, fallback.summary(outcome, budget, [], where, ".tflite")
     calibrated = _tflite_quant.calibrate(job, out)
-    int8 = _tflite_quant.quantize(calibrated, q.per_channel, writers, float_io=q.float_outputs)
+    int8 = _tflite_quant.quantize(calibrated, q.per_channel, writers, q.float_outputs, target)
     (work / "int8.tflite").write_bytes(int8)
     layouts["mlir"] = _tflite_layout.io_layout(
         job.onnx, work / "int8.tflite", out / "model_float32.tflite", target, job.kept_layout

@@ -39,7 +39,7 @@ def own_int8(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
     if job.quantization.float_outputs:
         return float_outputs(job, out, target, why)
     if job.quantization.activations != "int16":
-        return quantize(calibrate(job, out, why), job.quantization.per_channel, [])
+        return quantize(calibrate(job, out, why), job.quantization.per_channel, [], target=target)
     tf = require("tensorflow", target)
     float32 = _float32(out)
     return _guarded(
@@ -164,16 +164,25 @@ def whole_batches(calibration: Samples | None, inputs: list[TensorSpec]) -> Iter
 
 
 def quantize(
-    calibrated: bytes, per_channel: bool, float_nodes: list[str], float_io: bool = False
+    calibrated: bytes,
+    per_channel: bool,
+    float_nodes: list[str],
+    float_io: bool = False,
+    target: str = "",
 ) -> bytes:
     """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
-    names) kept float, and every operator inside a loop (`loop_nodes`) and every DIV by a
-    computed divisor with what computes it (_tflite_div.float_divisions); with `float_io`,
-    the inputs and outputs float32 (QUANTIZE and DEQUANTIZE in the model)."""
+    names) kept float, and every operator inside a loop (`loop_nodes`), every DIV by a
+    computed divisor with what computes it (_tflite_div.float_divisions) and, for `target`
+    tflite_micro, every SOFTMAX it aborts on (_tflite_softmax); with `float_io`, the inputs
+    and outputs float32 (QUANTIZE and DEQUANTIZE in the model)."""
     tf = require("tensorflow", "tflite")
     from tensorflow.lite.python import convert
 
+    from edgeflow.targets import _tflite_softmax
+
     float_nodes = [*float_nodes, *loop_nodes(calibrated), *float_divisions(calibrated)]
+    if target in _tflite_softmax.TRAPPED:
+        float_nodes += _tflite_softmax.wide_softmaxes(calibrated, "FLOAT32")
     io = tf.float32 if float_io else tf.int8
     return bytes(
         convert.mlir_quantize(
@@ -273,4 +282,4 @@ def float_outputs(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
     I/O (QUANTIZE after the inputs, int8 inside, DEQUANTIZE before the float operators)."""
     calibrated = calibrate(job, out, why)
     writers = output_writers(_float32(out), target)
-    return quantize(calibrated, job.quantization.per_channel, writers, float_io=True)
+    return quantize(calibrated, job.quantization.per_channel, writers, True, target)

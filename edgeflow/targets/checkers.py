@@ -225,6 +225,21 @@ def constant_divisor(node: Node) -> str | None:
     return f"divides by {divisor}, a tensor computed in the graph"
 
 
+def narrow_softmax(node: Node) -> str | None:
+    """A Softmax over fewer than WIDE_SOFTMAX values (its axis, static): TFLite Micro's int8
+    SOFTMAX aborts on more (edgeflow.targets._tflite_softmax)."""
+    from edgeflow.targets._tflite_softmax import WIDE_SOFTMAX
+
+    shape = node.shapes.get(node.input(0))
+    if not shape:
+        return None
+    axis = node.attribute("axis", -1)
+    size = shape[axis] if -len(shape) <= axis < len(shape) else None
+    if size is None or size < WIDE_SOFTMAX:
+        return None
+    return f"a softmax over {size} values (axis {axis})"
+
+
 def cast_not_to_int64(node: Node) -> str | None:
     return "casts to int64" if node.attribute("to") == 7 else None  # TensorProto.INT64
 
@@ -249,6 +264,7 @@ CHECKERS: dict[str, Callable[[Node], str | None]] = {
     "resize_nearest": resize_nearest,
     "cast_not_to_int64": cast_not_to_int64,
     "constant_divisor": constant_divisor,
+    "narrow_softmax": narrow_softmax,
     "slice_one_axis": slice_one_axis,
     "pad_all_axes": pad_all_axes,
     "no_final_cell_state": no_final_cell_state,
