@@ -119,6 +119,12 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         info["retry"] = run.retry
     if mode == "int8":
         info["int8"] = int8_record(q, _usable(job))
+        if q.per_channel and not job.profile.per_channel_dense:
+            info["int8"]["per_channel_dense"] = False
+            info["int8"]["scheme"] += (
+                f"; fully-connected weights per-tensor ({target}'s int8 fully-connected "
+                "kernels take no per-channel weights), convolutions per-channel"
+            )
         if loops:  # _tflite_quant.loop_nodes (a 16x8 build has none: sequence_layers)
             info["int8"]["scheme"] += _tflite_unroll.int8_note(loops, target)
         if divisions:  # _tflite_quant.quantize keeps them float
@@ -220,6 +226,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             if q.float_outputs
             else f"quantization.method {q.method}"
             if ranged
+            else f"per-tensor fully-connected weights in a per-channel build ({target})"
+            if mode == "int8" and q.per_channel and not job.profile.per_channel_dense
             else ""
         )
         own_calibration = quantize is not None and mode == "int8" and bool(why)

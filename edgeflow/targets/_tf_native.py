@@ -106,7 +106,8 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
     elif q.mode == "int8" and not looped:
-        calibrated_on(converter, tf, lambda: representative(job), q.per_channel)
+        dense = not job.profile.per_channel_dense  # per-tensor fully-connected weights
+        calibrated_on(converter, tf, lambda: representative(job), q.per_channel, dense)
         if q.activations == "int16":
             sixteen_by_eight(converter, tf)
         else:
@@ -117,7 +118,8 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     compared: list[str] = []
     divisions: list[str] = []
     if looped:
-        model, compared = looped_int8(model, _positional(job, model), q.per_channel)
+        dense = not job.profile.per_channel_dense
+        model, compared = looped_int8(model, _positional(job, model), q.per_channel, target, dense)
     elif q.mode == "int8" and q.activations != "int16" and _tflite_div.trapped(model):
         # an int8 DIV by a computed divisor (_tflite_div): quantized again from the float
         # model, as looped_int8 does, each such DIV float with what computes its divisor
@@ -126,7 +128,10 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
         )
         float32 = _run(plain, "none")
         divisions = _tflite_div.float_divisions(float32)
-        model, compared = looped_int8(float32, _positional(job, float32), q.per_channel)
+        dense = not job.profile.per_channel_dense
+        model, compared = looped_int8(
+            float32, _positional(job, float32), q.per_channel, target, dense
+        )
     seconds = time.perf_counter() - start
     artifact = job.out_dir / ARTIFACT
     artifact.write_bytes(model)

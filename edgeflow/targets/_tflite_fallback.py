@@ -67,6 +67,7 @@ def search(
     q = job.quantization
     float32 = (out / "model_float32.tflite").read_bytes()
     writers = _tflite_quant.output_writers(float32, target) if q.float_outputs else []
+    dense = not job.profile.per_channel_dense  # per-tensor fully-connected weights
     layouts: dict[Any, dict[str, Any]] = {(): layout}
     excludes: dict[str, tuple[str, ...]] = {}
     calibrated = b""
@@ -79,7 +80,7 @@ def search(
         if names not in models:
             denied = [*writers, *(e for n in names for e in excludes[n])]
             models[names] = _tflite_quant.quantize(
-                calibrated, q.per_channel, denied, q.float_outputs, target
+                calibrated, q.per_channel, denied, q.float_outputs, target, dense
             )
         path = work / f"trial-{len(done)}.tflite"
         path.write_bytes(models[names])
@@ -99,7 +100,9 @@ def search(
         outcome = fallback.Outcome(full, full, [full], time.monotonic() - started)
         return None, fallback.summary(outcome, budget, [], where, ".tflite")
     calibrated = _tflite_quant.calibrate(job, out)
-    int8 = _tflite_quant.quantize(calibrated, q.per_channel, writers, q.float_outputs, target)
+    int8 = _tflite_quant.quantize(
+        calibrated, q.per_channel, writers, q.float_outputs, target, dense
+    )
     (work / "int8.tflite").write_bytes(int8)
     layouts["mlir"] = _tflite_layout.io_layout(
         job.onnx, work / "int8.tflite", out / "model_float32.tflite", target, job.kept_layout

@@ -39,7 +39,13 @@ def own_int8(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
     if job.quantization.float_outputs:
         return float_outputs(job, out, target, why)
     if job.quantization.activations != "int16":
-        return quantize(calibrate(job, out, why), job.quantization.per_channel, [], target=target)
+        return quantize(
+            calibrate(job, out, why),
+            job.quantization.per_channel,
+            [],
+            target=target,
+            dense_per_tensor=not job.profile.per_channel_dense,
+        )
     tf = require("tensorflow", target)
     float32 = _float32(out)
     return _guarded(
@@ -123,10 +129,15 @@ def _guarded(call: Callable[[], Any], what: str, hint: str) -> bytes:
 
 
 def calibrated_on(
-    converter: Any, tf: Any, batches: Callable[[], Iterator[Feeds]], per_channel: bool
+    converter: Any,
+    tf: Any,
+    batches: Callable[[], Iterator[Feeds]],
+    per_channel: bool,
+    dense_per_tensor: bool = False,
 ) -> None:
     """Set TensorFlow's converter to quantize with these calibration batches (its
-    representative dataset, as tensors), per channel or not."""
+    representative dataset, as tensors), per channel or not (`dense_per_tensor`: not for
+    the fully-connected layers)."""
 
     def dataset() -> Iterator[dict[str, Any]]:
         for batch in batches():
@@ -135,6 +146,7 @@ def calibrated_on(
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = dataset
     converter._experimental_disable_per_channel = not per_channel
+    converter._experimental_disable_per_channel_quantization_for_dense_layers = dense_per_tensor
 
 
 def sixteen_by_eight(converter: Any, tf: Any) -> None:
@@ -169,12 +181,14 @@ def quantize(
     float_nodes: list[str],
     float_io: bool = False,
     target: str = "",
+    dense_per_tensor: bool = False,
 ) -> bytes:
     """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
     names) kept float, and every operator inside a loop (`loop_nodes`), every DIV by a
     computed divisor with what computes it (_tflite_div.float_divisions) and, for `target`
     tflite_micro, every SOFTMAX it aborts on (_tflite_softmax); with `float_io`, the inputs
-    and outputs float32 (QUANTIZE and DEQUANTIZE in the model)."""
+    and outputs float32 (QUANTIZE and DEQUANTIZE in the model); with `dense_per_tensor`,
+    per-tensor weights for the fully-connected layers of a per-channel model."""
     tf = require("tensorflow", "tflite")
     from tensorflow.lite.python import convert
 
@@ -188,6 +202,7 @@ def quantize(
         convert.mlir_quantize(
             calibrated,
             disable_per_channel=not per_channel,
+            disable_per_channel_for_dense_layers=dense_per_tensor,
             fully_quantize=not float_io,
             input_data_type=io,
             output_data_type=io,
@@ -197,7 +212,11 @@ def quantize(
 
 
 def looped_int8(
-    float32: bytes, batches: Iterator[list[np.ndarray]], per_channel: bool
+    float32: bytes,
+    batches: Iterator[list[np.ndarray]],
+    per_channel: bool,
+    target: str = "",
+    dense_per_tensor: bool = False,
 ) -> tuple[bytes, list[str]]:
     """The int8 model of a float .tflite with WHILE loops (the native path's Keras recurrent
     layers), its loops float (`loop_nodes`), calibrated on `batches` (in the file's input
@@ -212,7 +231,8 @@ def looped_int8(
         "",
     )
     compared = compared_inputs(calibrated)
-    return quantize(calibrated, per_channel, compared, float_io=bool(compared)), compared
+    model = quantize(calibrated, per_channel, compared, bool(compared), target, dense_per_tensor)
+    return model, compared
 
 
 def compared_inputs(model: bytes) -> list[str]:
@@ -282,4 +302,5 @@ def float_outputs(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
     I/O (QUANTIZE after the inputs, int8 inside, DEQUANTIZE before the float operators)."""
     calibrated = calibrate(job, out, why)
     writers = output_writers(_float32(out), target)
-    return quantize(calibrated, job.quantization.per_channel, writers, True, target)
+    dense = not job.profile.per_channel_dense
+    return quantize(calibrated, job.quantization.per_channel, writers, True, target, dense)

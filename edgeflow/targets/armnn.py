@@ -149,7 +149,7 @@ class ArmnnRunner(TfliteRunner):
         return ToolCrashed(
             f"Arm NN failed while {doing} ({how}):\n{tail}",
             "Arm NN lacks or mishandles an operator of this graph; see the armnn target in "
-            "docs/targets.md (per-tensor int8, known failures)",
+            "docs/targets.md (its int8 settings, known failures)",
         )
 
     def __del__(self) -> None:

@@ -136,6 +136,9 @@ class TargetProfile(BaseModel):
     # int8 settings the runtime requires, applied over the recipe's (and reported), e.g.
     # {symmetric: true} for TensorRT's zero-point-0 QDQ or {per_channel: false}.
     int8: dict[str, bool] = {}
+    # Whether the runtime's int8 fully-connected kernels take per-channel weights; where not
+    # (Arm NN aborts on them), per-channel builds quantize those per-tensor, the rest per-channel.
+    per_channel_dense: bool = True
     # An input type the runtime computes in another when a kernel lacks it ({float16: float}).
     dtype_fallbacks: dict[str, str] = {}
     max_rank: PositiveInt | None = None  # the largest tensor rank the runtime's kernels take

@@ -41,10 +41,10 @@ def test_digits_demo_is_verified_in_armnn(mode: str, tmp_path: Path, shared_cach
         assert metrics["agreement"]["max_abs_diff"] <= 1e-4
     else:
         report = (out / "report.md").read_text()
-        assert "per_channel=False" in report and "(set by the target: per_channel=False)" in report
-        # the profile equalizes consecutive layers' weight ranges for its per-tensor scales
+        # per-channel convolutions, per-tensor fully-connected layers (Arm NN aborts on others)
+        assert "fully-connected weights per-tensor (armnn's int8 fully-connected" in report
         assert "`onnx.equalize_channels`: changed" in report
-        assert metrics["agreement"]["min_sqnr_db"] >= 34  # measured 35.6 dB (34.0 without)
+        assert metrics["agreement"]["min_sqnr_db"] >= 34  # measured 35.1 dB (35.6 per-tensor)
 
 
 @pytest.mark.slow
