@@ -41,6 +41,9 @@ class QuantizationKeys(BaseModel):
     reduce_range: bool | Literal["auto"] | None = None
     activations: str | None = None
     fallback: str | None = None
+    float_outputs: bool | None = None
+    fallback_max_trials: int | None = None
+    fallback_max_seconds: float | None = None
 
 
 class BuildParams(BaseModel):

@@ -119,7 +119,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         info["retry"] = run.retry
     if mode == "int8":
         info["int8"] = int8_record(q, _usable(job))
-        if q.per_channel and not job.profile.per_channel_dense:
+        if q.per_channel and job.dense_per_tensor:
             info["int8"]["per_channel_dense"] = False
             info["int8"]["scheme"] += (
                 f"; fully-connected weights per-tensor ({target}'s int8 fully-connected "
@@ -227,7 +227,7 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             else f"quantization.method {q.method}"
             if ranged
             else f"per-tensor fully-connected weights in a per-channel build ({target})"
-            if mode == "int8" and q.per_channel and not job.profile.per_channel_dense
+            if mode == "int8" and q.per_channel and job.dense_per_tensor
             else ""
         )
         own_calibration = quantize is not None and mode == "int8" and bool(why)

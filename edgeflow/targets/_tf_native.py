@@ -106,7 +106,9 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
     elif q.mode == "int8" and not looped:
-        dense = not job.profile.per_channel_dense  # per-tensor fully-connected weights
+        dense = (
+            job.profile is not None and not job.profile.per_channel_dense
+        )  # per-tensor fully-connected weights
         calibrated_on(converter, tf, lambda: representative(job), q.per_channel, dense)
         if q.activations == "int16":
             sixteen_by_eight(converter, tf)
@@ -118,7 +120,7 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     compared: list[str] = []
     divisions: list[str] = []
     if looped:
-        dense = not job.profile.per_channel_dense
+        dense = job.profile is not None and not job.profile.per_channel_dense
         model, compared = looped_int8(model, _positional(job, model), q.per_channel, target, dense)
     elif q.mode == "int8" and q.activations != "int16" and _tflite_div.trapped(model):
         # an int8 DIV by a computed divisor (_tflite_div): quantized again from the float
@@ -128,7 +130,7 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
         )
         float32 = _run(plain, "none")
         divisions = _tflite_div.float_divisions(float32)
-        dense = not job.profile.per_channel_dense
+        dense = job.profile is not None and not job.profile.per_channel_dense
         model, compared = looped_int8(
             float32, _positional(job, float32), q.per_channel, target, dense
         )

@@ -44,7 +44,7 @@ def own_int8(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
             job.quantization.per_channel,
             [],
             target=target,
-            dense_per_tensor=not job.profile.per_channel_dense,
+            dense_per_tensor=job.dense_per_tensor,
         )
     tf = require("tensorflow", target)
     float32 = _float32(out)
@@ -302,5 +302,5 @@ def float_outputs(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
     I/O (QUANTIZE after the inputs, int8 inside, DEQUANTIZE before the float operators)."""
     calibrated = calibrate(job, out, why)
     writers = output_writers(_float32(out), target)
-    dense = not job.profile.per_channel_dense
+    dense = job.dense_per_tensor
     return quantize(calibrated, job.quantization.per_channel, writers, True, target, dense)

@@ -46,6 +46,12 @@ class ConvertJob:
     # profile's measured builtins) before any runtime loads it; raises to stop the build
     check: Callable[[Path], None] = lambda artifact: None
 
+    @property
+    def dense_per_tensor(self) -> bool:
+        """Whether the fully-connected layers of a per-channel build get per-tensor weights:
+        the profile's runtime takes no per-channel ones (a probe's job has no profile)."""
+        return self.profile is not None and not self.profile.per_channel_dense
+
     def input_perm(self, spec: TensorSpec) -> tuple[int, ...]:
         """How a recipe tensor of this input is laid out for the .tflite: as declared, or
         channel-last (onnx2tf's default for rank 3-5)."""

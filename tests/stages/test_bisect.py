@@ -65,8 +65,8 @@ def test_the_search_finds_the_first_failing_prefix_in_log2_attempts() -> None:
 PER_CHANNEL_ARMNN = """\
 extends: armnn
 name: armnn_pc
-description: armnn with per-channel int8, which aborts Arm NN on fully-connected layers
-int8: {per_channel: true}
+description: armnn with per-channel int8 fully-connected layers, which abort Arm NN
+per_channel_dense: true
 """
 
 
