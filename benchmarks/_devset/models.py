@@ -51,7 +51,7 @@ class DevModel:
     tolerances: tuple[Tolerance, ...] = field(default=())
 
 
-def _save(work: Path, split: str, arrays: dict[str, np.ndarray]) -> None:
+def _save(work: Path, split: str, arrays: dict[str, Any]) -> None:
     np.savez(work / f"{split}.npz", **arrays)
 
 
@@ -219,8 +219,9 @@ def _wav(rng: np.random.Generator) -> bytes:
 def _zip(rng: np.random.Generator) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for w in _words(rng, 4):
-            z.writestr(f"{w}.py", _python(rng))
+        for w in _words(rng, 4):  # a fixed time stamp: the same bytes on every run
+            info = zipfile.ZipInfo(f"{w}.py", (1980, 1, 1, 0, 0, 0))
+            z.writestr(info, _python(rng), zipfile.ZIP_DEFLATED)
     return out.getvalue()
 
 
@@ -331,7 +332,7 @@ def _tone(rng: np.random.Generator, samples: int, rate: int = 16000) -> np.ndarr
     f0 = np.exp(rng.uniform(np.log(80), np.log(800))) * (1 + 0.01 * np.sin(2 * np.pi * 5 * t))
     phase = 2 * np.pi * np.cumsum(f0) / rate
     harmonics = int(rng.integers(1, 6))
-    wave = sum(np.sin(k * phase) / k for k in range(1, harmonics + 1))
+    wave = np.asarray(sum(np.sin(k * phase) / k for k in range(1, harmonics + 1)))
     gap = int(rng.integers(0, samples // 2))
     start = int(rng.integers(0, samples - gap))
     wave[start : start + gap] = 0.0  # an unvoiced stretch
@@ -484,7 +485,7 @@ def _night(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 def write_sleepecg(folder: Path, work: Path, samples: int) -> dict[str, Any]:
     sys.path.insert(0, str(folder))  # the fetched wheel's own package: its feature extraction
     try:
-        import sleepecg  # type: ignore[import-not-found]
+        import sleepecg
     finally:
         sys.path.remove(str(folder))
     with zipfile.ZipFile(folder / "sleepecg/classifiers/wrn-gru-mesa.zip") as z:
@@ -594,7 +595,7 @@ def write_rxnmapper(folder: Path, work: Path, samples: int) -> dict[str, Any]:
     pattern = re.compile(SMILES_TOKENS)
 
     def make(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
-        rows = []
+        rows: list[np.ndarray] = []
         while len(rows) < n:
             tokens = pattern.findall(_reaction(rng))
             if len(tokens) < RXN_TOKENS - 2 or any(t not in vocab for t in tokens):

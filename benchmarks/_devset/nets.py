@@ -17,7 +17,7 @@ import importlib.util
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -86,8 +86,9 @@ class _Encoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.embedding_hidden_mapping_in(x)
+        layer = cast(_Group, self.albert_layer_groups[0]).albert_layers[0]
         for _ in range(self.repeats):  # ALBERT: one layer's weights, shared by every layer
-            x = self.albert_layer_groups[0].albert_layers[0](x)
+            x = layer(x)
         return x
 
 
@@ -139,7 +140,10 @@ def beatnet(folder: str, dim_in: int = 272, num_cells: int = 150, num_layers: in
     zero state the exported graph starts from."""
     bda: Any = _module(Path(folder) / "BeatNet" / "model.py", "devset_beatnet_model").BDA
 
-    class BeatNetOffline(bda):  # type: ignore[misc, valid-type]
+    class BeatNetOffline(bda):
+        hidden: torch.Tensor
+        cell: torch.Tensor
+
         def forward(self, data: torch.Tensor) -> torch.Tensor:
             self.hidden, self.cell = torch.zeros_like(self.hidden), torch.zeros_like(self.cell)
             return super().forward(data)
