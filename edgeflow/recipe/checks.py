@@ -195,6 +195,29 @@ def _calibration_method(s: dict[str, Any], q: Any, profile: TargetProfile) -> li
     return []
 
 
+def native_quantization(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+    """What TensorFlow's own converter (convert.via: native) does not do: the fallback search
+    and float outputs run on the ONNX path's files; a native build would ignore them."""
+    from edgeflow.core.sources import conversion_path
+
+    source, convert, q = s.get("source"), s.get("convert"), s.get("quantization")
+    if profile is None or source is None or q is None:
+        return []
+    via = convert.via if convert is not None else None
+    if conversion_path(source.kind, via, profile.backend) != "tensorflow_native":
+        return []
+    keys = {"fallback": q.fallback == "auto", "float_outputs": q.float_outputs}
+    return [
+        (
+            f"quantization.{key}",
+            "applies on the ONNX path; TensorFlow's own converter (convert.via: native) has none",
+            "set convert.via: onnx",
+        )
+        for key, on in keys.items()
+        if on
+    ]
+
+
 def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
     """quantization.fallback: auto needs a target that builds mixed files and a threshold
     the search can measure (edgeflow.verify.judge: the int8 thresholds on the outputs)."""
@@ -467,6 +490,7 @@ CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...
     thresholds_fit_the_kinds,
     quantization_fits_the_target,
     fallback_has_a_budget,
+    native_quantization,
     board_of_the_target,
     onnx_source_reads,
     weights_are_a_checkpoint,

@@ -325,3 +325,26 @@ def test_the_search_stops_at_its_bound_of_trials_and_says_so() -> None:
     ranked = [f"l{k}" for k in range(10)]
     outcome = fallback.search(ranked, _evaluate_needing({"l9"}, calls), fallback.Bounds(trials=3))
     assert len(calls) == 3 and outcome.stopped == "trials" and not outcome.met
+
+
+def test_the_native_tensorflow_path_refuses_what_it_would_ignore() -> None:
+    """TensorFlow's own converter has no fallback search and no float outputs: a Keras recipe
+    on the native path is refused with both named, not built as plain int8."""
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "digits_keras.yaml"
+    overrides = {
+        "target": "tflite",
+        "quantization.mode": "int8",
+        "quantization.fallback": "auto",
+        "quantization.float_outputs": True,
+    }
+    with pytest.raises(RecipeError) as info:
+        load_recipe(recipe, overrides)
+    found = [p.render() for p in info.value.problems]
+    assert [f.split(": ", 2)[1] for f in found] == [
+        "quantization.fallback",
+        "quantization.float_outputs",
+    ], found
+    assert all("hint: set convert.via: onnx" in f for f in found)
+    assert load_recipe(recipe, {**overrides, "convert.via": "onnx"}).build_name.endswith(
+        "fallback-float_outputs-via_onnx"
+    )
