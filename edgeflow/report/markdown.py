@@ -499,7 +499,7 @@ def search_line(float_layers: int, search: dict[str, Any]) -> str:
     if not search:
         return f"fallback: {layers}"
     seconds = search.get("seconds")
-    took = f" in {seconds:.0f} s" if seconds is not None else ""
+    took = "" if seconds is None else f" in {seconds:.{1 if seconds < 10 else 0}f} s"
     mixes = search["mixes"]
     line = f"fallback: {mixes} mix{'' if mixes == 1 else 'es'}{took}, {layers}"
     bound = {
