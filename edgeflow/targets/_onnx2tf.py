@@ -222,6 +222,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             if any(s.batch_axis != 0 for s in job.inputs)
             else "a recurrent layer"
             if recurrent
+            else "an integer input (onnx2tf calibrates every input as float32)"
+            if any(not s.dtype.startswith("float") for s in job.inputs)
             else "quantization.float_outputs"
             if q.float_outputs
             else f"quantization.method {q.method}"

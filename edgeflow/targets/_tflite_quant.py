@@ -100,15 +100,16 @@ def _calibrator(model: bytes) -> Any:
 def positional(job: ConvertJob, float32: bytes) -> Iterator[list[np.ndarray]]:
     """Calibration batches as onnx2tf's float32 file takes them: whole batches of the
     model's batch size, each input cut on its own batch axis and laid out as the file has
-    it, in the file's input order."""
+    it, in the file's input order and of its input types (an integer input stays one)."""
     litert = require("ai_edge_litert.interpreter", "tflite")
     details = litert.Interpreter(model_content=float32).get_input_details()
     specs = {s.name: s for s in job.inputs}
     order = input_order(list(specs), details)
+    dtypes = [d["dtype"] for d in details]  # in the order input_order gives the names
     for feeds in whole_batches(job.calibration, job.inputs):
         yield [
-            np.asarray(feeds[name], np.float32).transpose(job.input_perm(specs[name]))
-            for name in order
+            np.asarray(feeds[name], dtype).transpose(job.input_perm(specs[name]))
+            for name, dtype in zip(order, dtypes, strict=True)
         ]
 
 

@@ -293,3 +293,43 @@ def test_float_outputs_keep_a_wide_softmaxs_decision(target: str, tmp_path: Path
     assert probs["top1"] == 1.0 and probs["sqnr_db"] > 40
     with pytest.raises(RecipeError, match="float_outputs keeps the outputs of an int8 model"):
         load_recipe(recipe, {"quantization.mode": "fp16", "quantization.float_outputs": True})
+
+
+@pytest.mark.slow
+def test_an_integer_input_is_calibrated_as_an_integer_on_the_tflite_family(
+    tmp_path: Path,
+) -> None:
+    """onnx2tf calibrates every input as float32, and its int8 run of a model with an int32
+    input failed ("Got value of type FLOAT32 but expected type INT32"); edgeflow calibrates
+    such a model itself, each input of its own type."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["bytes"], ["x"], to=TensorProto.FLOAT),
+            helper.make_node("MatMul", ["x", "w"], ["scores"]),
+        ],
+        "ints",
+        [helper.make_tensor_value_info("bytes", TensorProto.INT32, [1, 16])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 4])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "ints.onnx")
+    np.savez(tmp_path / "data.npz", bytes=rng.integers(0, 256, (32, 16)).astype(np.int32))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "source: {kind: onnx, model: ints.onnx, "
+        "inputs: [{name: bytes, shape: [1, 16], dtype: int32}]}\n"
+        "calibration: {dataset: data.npz}\n"
+        "evaluation: {dataset: data.npz, metric: agreement}\n"
+        "quantization: {mode: int8}\n"
+        "verify: {latency_runs: 5, warmup_runs: 1, max_accuracy_drop: null}\n"
+        "diff: {on_failure: false}\n"
+    )
+    result = _build(recipe, tmp_path / "cache", "tflite")
+    assert result.failed_checks == []
+    assert result.metrics["agreement"]["min_sqnr_db"] > 30
