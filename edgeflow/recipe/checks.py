@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from edgeflow.targets.profile import TargetProfile
+from edgeflow.verify.judge import PER_OUTPUT, thresholds
 
 Found = tuple[str, str, str]
 # Backends whose runtime runs int8-weight, int16-activation ("16x8") models.
@@ -60,12 +61,8 @@ def thresholds_fit_the_metric(s: dict[str, Any], profile: TargetProfile | None) 
 
 
 DEFAULT_NAME = re.compile(r"output(_\d+)?")
-# The per-output thresholds and the declared kinds they need (edgeflow.verify.judge).
-THRESHOLD_KINDS = {
-    "min_top1_agreement": "classes",
-    "min_sequence_agreement": "classes",
-    "min_decision_agreement": "probability",
-}
+# The per-output thresholds and the declared kind each needs: the judge's own table.
+THRESHOLD_KINDS = {key: kinds[0] for key, kinds, _, _ in PER_OUTPUT}
 
 
 def outputs_are_the_models(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
@@ -221,8 +218,6 @@ def native_quantization(s: dict[str, Any], profile: TargetProfile | None) -> lis
 def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
     """quantization.fallback: auto needs a target that builds mixed files and a threshold
     the search can measure (edgeflow.verify.judge: the int8 thresholds on the outputs)."""
-    from edgeflow.verify.judge import thresholds
-
     if "quantization" not in s or s["quantization"].fallback == "none":
         return []
     found = []

@@ -102,13 +102,12 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     )
     # int8 with loops: converted float, then quantized with the loops kept float
     looped = q.mode == "int8" and q.activations != "int16" and has_loops
+    # per-tensor fully-connected weights where the runtime takes no per-channel ones
+    dense = not job.profile.per_channel_dense
     if q.mode == "fp16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
     elif q.mode == "int8" and not looped:
-        dense = (
-            job.profile is not None and not job.profile.per_channel_dense
-        )  # per-tensor fully-connected weights
         calibrated_on(converter, tf, lambda: representative(job), q.per_channel, dense)
         if q.activations == "int16":
             sixteen_by_eight(converter, tf)
@@ -120,7 +119,6 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     compared: list[str] = []
     divisions: list[str] = []
     if looped:
-        dense = job.profile is not None and not job.profile.per_channel_dense
         model, compared = looped_int8(model, _positional(job, model), q.per_channel, target, dense)
     elif q.mode == "int8" and q.activations != "int16" and _tflite_div.trapped(model):
         # an int8 DIV by a computed divisor (_tflite_div): quantized again from the float
@@ -130,7 +128,6 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
         )
         float32 = _run(plain, "none")
         divisions = _tflite_div.float_divisions(float32)
-        dense = job.profile is not None and not job.profile.per_channel_dense
         model, compared = looped_int8(
             float32, _positional(job, float32), q.per_channel, target, dense
         )

@@ -55,7 +55,7 @@ def float_divisions(model: bytes) -> list[str]:
     kept = [
         o for op in graph.divisions("FLOAT32") for o in (op, *graph.chain(op), *graph.scaled(op))
     ]
-    names = [graph.graph.names[o.outputs[0]].split("#")[0] for o in kept]
+    names = [graph.graph.written_name(o.outputs[0]) for o in kept]
     return list(dict.fromkeys(names))
 
 

@@ -29,6 +29,11 @@ class TfliteGraph:
     outputs: list[int]
     types: list[str] = field(default_factory=list)  # per tensor: FLOAT32, INT8, ...
 
+    def written_name(self, tensor: int) -> str:
+        """A tensor's name as the file has it (without the '#index' a repeat gets here): what
+        TensorFlow's quantizer takes as a denylisted node."""
+        return self.names[tensor].removesuffix(f"#{tensor}")
+
 
 def tflite_graph(model: bytes, target: str) -> TfliteGraph:
     schema = require("ai_edge_litert.schema_py_generated", target)

@@ -290,7 +290,7 @@ def output_writers(model: bytes, target: str) -> list[str]:
     for tensor in graph.outputs:
         op = writer.get(tensor)
         while op is not None:
-            found.append(graph.names[op.outputs[0]].split("#")[0])
+            found.append(graph.written_name(op.outputs[0]))
             if op.name not in MOVES or not op.inputs:
                 break
             op = writer.get(op.inputs[0])

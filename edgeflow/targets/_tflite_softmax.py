@@ -25,7 +25,7 @@ def wide_softmaxes(model: bytes, dtype: str) -> list[str]:
     more values (TFLite's softmax is over the last axis) whose input is of `dtype`."""
     graph = tflite_graph(model, "tflite_micro")
     return [
-        graph.names[op.outputs[0]].split("#")[0]
+        graph.written_name(op.outputs[0])
         for op in graph.ops
         if op.name == "SOFTMAX"
         and graph.shapes[op.inputs[0]]

@@ -349,11 +349,16 @@ def blocks(layers: Sequence[Layer], most: int = MAX_BLOCKS) -> list[list[Layer]]
             first.setdefault(name, i)
             last[name] = i
         first.setdefault(layer.output, i)
-    cuts = [
-        i + 1
-        for i in range(len(layers))
-        if sum(1 for t, end in last.items() if first[t] <= i < end) <= 1
-    ]
+    opened, closed = [0] * len(layers), [0] * len(layers)  # tensors carried on from i
+    for tensor, end in last.items():
+        if first[tensor] < end:
+            opened[first[tensor]] += 1
+            closed[end] += 1
+    cuts, live = [], 0
+    for i in range(len(layers)):
+        live += opened[i] - closed[i]  # carried past layer i: from first[t] <= i to end > i
+        if live <= 1:
+            cuts.append(i + 1)
     found, begin = [], 0
     for end in cuts:
         if end > begin:
