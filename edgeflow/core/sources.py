@@ -365,10 +365,34 @@ def kept_layout(source: Any) -> tuple[str, ...]:
 NATIVE_BACKENDS = ("tflite", "tflite_micro", "armnn")
 
 
-def conversion_path(kind: str, via: str | None, backend: str) -> str:
+def onnx_only_settings(quantization: Any) -> list[str]:
+    """The quantization keys set in a recipe that only the ONNX path carries out (TensorFlow's
+    own converter has no fallback search, no float outputs and takes min/max ranges): with
+    any of them a tensorflow source takes tf2onnx unless the recipe says `convert.via`."""
+    if quantization is None or quantization.mode != "int8":
+        return []
+    keys = {
+        "fallback": quantization.fallback == "auto",
+        "float_outputs": quantization.float_outputs,
+        "method": quantization.method in ("percentile", "mse")
+        and quantization.activations == "int8",
+    }
+    return [f"quantization.{key}" for key, on in keys.items() if on]
+
+
+def default_via(backend: str, quantization: Any = None) -> str:
+    """A tensorflow source's path when the recipe names none: TensorFlow's own converter for
+    the TFLite family, unless a quantization setting needs the ONNX path."""
+    if backend in NATIVE_BACKENDS and not onnx_only_settings(quantization):
+        return "native"
+    return "onnx"
+
+
+def conversion_path(kind: str, via: str | None, backend: str, quantization: Any = None) -> str:
     """The pipeline a source of this kind takes to a target of this backend: its kind, or
-    for a tensorflow source `tensorflow` (through ONNX) or `tensorflow_native`."""
+    for a tensorflow source `tensorflow` (through ONNX) or `tensorflow_native`
+    (`convert.via`, else `default_via`)."""
     if kind != "tensorflow":
         return kind
-    native = via == "native" or (via is None and backend in NATIVE_BACKENDS)
+    native = (via or default_via(backend, quantization)) == "native"
     return "tensorflow_native" if native else "tensorflow"

@@ -58,8 +58,11 @@ def load_pipeline(kind: str, cwd: Path | None = None) -> Pipeline:
 
 def pipeline_name(loaded: LoadedRecipe) -> str:
     """The pipeline a loaded recipe's build runs: its source kind's, or for a tensorflow
-    source the native or the ONNX path (convert.via, or the target's default)."""
+    source the native or the ONNX path (convert.via, or the default for the target and the
+    quantization settings)."""
     from edgeflow.core.sources import conversion_path
 
     recipe = loaded.recipe
-    return conversion_path(recipe.source.kind, recipe.convert.via, loaded.profile.backend)
+    return conversion_path(
+        recipe.source.kind, recipe.convert.via, loaded.profile.backend, recipe.quantization
+    )

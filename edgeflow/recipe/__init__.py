@@ -51,11 +51,10 @@ class LoadedRecipe:
         if q.mode == "int8":
             parts += [k for k, on in BUILD_SUFFIXES.items() if on(q)]
         if self.recipe.source.kind == "tensorflow":  # the path, where it is not the default
-            from edgeflow.core.sources import NATIVE_BACKENDS
+            from edgeflow.core.sources import default_via
 
             via = self.recipe.convert.via
-            default = "native" if self.profile.backend in NATIVE_BACKENDS else "onnx"
-            if via is not None and via != default:
+            if via is not None and via != default_via(self.profile.backend, q):
                 parts.append(f"via_{via}")
         return "-".join(parts)
 

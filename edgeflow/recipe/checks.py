@@ -179,7 +179,7 @@ def _calibration_method(s: dict[str, Any], q: Any, profile: TargetProfile) -> li
         return [(key, why, "set quantization.method: percentile")]
     source, convert = s.get("source"), s.get("convert")
     via = convert.via if convert is not None else None
-    native = source is not None and conversion_path(source.kind, via, profile.backend)
+    native = source is not None and conversion_path(source.kind, via, profile.backend, q)
     if method == "entropy":
         why = f"target '{profile.name}' calibrates with minmax, percentile or mse, not entropy"
         return [(key, why, "set quantization.method: percentile")]
@@ -193,25 +193,25 @@ def _calibration_method(s: dict[str, Any], q: Any, profile: TargetProfile) -> li
 
 
 def native_quantization(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
-    """What TensorFlow's own converter (convert.via: native) does not do: the fallback search
-    and float outputs run on the ONNX path's files; a native build would ignore them."""
-    from edgeflow.core.sources import conversion_path
+    """What TensorFlow's own converter does not do, asked of a recipe that names it
+    (convert.via: native): the fallback search and float outputs run on the ONNX path's
+    files; a native build would ignore them. Left unset, such a recipe takes the ONNX path."""
+    from edgeflow.core.sources import conversion_path, onnx_only_settings
 
     source, convert, q = s.get("source"), s.get("convert"), s.get("quantization")
     if profile is None or source is None or q is None:
         return []
     via = convert.via if convert is not None else None
-    if conversion_path(source.kind, via, profile.backend) != "tensorflow_native":
+    if conversion_path(source.kind, via, profile.backend, q) != "tensorflow_native":
         return []
-    keys = {"fallback": q.fallback == "auto", "float_outputs": q.float_outputs}
     return [
         (
-            f"quantization.{key}",
+            key,
             "applies on the ONNX path; TensorFlow's own converter (convert.via: native) has none",
             "set convert.via: onnx",
         )
-        for key, on in keys.items()
-        if on
+        for key in onnx_only_settings(q)
+        if key != "quantization.method"  # method_fits_the_target says why
     ]
 
 
@@ -405,7 +405,9 @@ def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> li
                 "set convert.via: onnx (tf2onnx, then the ONNX pipeline), or leave it unset",
             )
         )
-    native = profile is not None and conversion_path(kind, via, profile.backend).endswith("native")
+    native = profile is not None and conversion_path(
+        kind, via, profile.backend, s.get("quantization")
+    ).endswith("native")
     for i, spec in enumerate(s.get("rewrites") or ()):
         level, name = spec.rule.level, spec.rule.name
         if level in ("ast", "fx") and kind != "pytorch":

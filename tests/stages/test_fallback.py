@@ -17,6 +17,7 @@ import torch
 from edgeflow.core.errors import RecipeError
 from edgeflow.core.specs import Verify
 from edgeflow.engine.cache import Cache
+from edgeflow.engine.pipeline import pipeline_name
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
 from edgeflow.verify import fallback, judge
@@ -329,7 +330,8 @@ def test_the_search_stops_at_its_bound_of_trials_and_says_so() -> None:
 
 def test_the_native_tensorflow_path_refuses_what_it_would_ignore() -> None:
     """TensorFlow's own converter has no fallback search and no float outputs: a Keras recipe
-    on the native path is refused with both named, not built as plain int8."""
+    that names the native path is refused with both named, not built as plain int8; left
+    unset, the path is the ONNX one, where both are carried out."""
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "digits_keras.yaml"
     overrides = {
         "target": "tflite",
@@ -338,13 +340,16 @@ def test_the_native_tensorflow_path_refuses_what_it_would_ignore() -> None:
         "quantization.float_outputs": True,
     }
     with pytest.raises(RecipeError) as info:
-        load_recipe(recipe, overrides)
+        load_recipe(recipe, {**overrides, "convert.via": "native"})
     found = [p.render() for p in info.value.problems]
     assert [f.split(": ", 2)[1] for f in found] == [
         "quantization.fallback",
         "quantization.float_outputs",
     ], found
     assert all("hint: set convert.via: onnx" in f for f in found)
-    assert load_recipe(recipe, {**overrides, "convert.via": "onnx"}).build_name.endswith(
-        "fallback-float_outputs-via_onnx"
-    )
+    for via in ({"convert.via": "onnx"}, {}):
+        loaded = load_recipe(recipe, {**overrides, **via})
+        assert pipeline_name(loaded) == "tensorflow"
+        assert loaded.build_name == "tflite-int8-fallback-float_outputs"
+    plain = load_recipe(recipe, {"target": "tflite", "quantization.mode": "int8"})
+    assert pipeline_name(plain) == "tensorflow_native" and plain.build_name == "tflite-int8"

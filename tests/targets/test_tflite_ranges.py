@@ -77,7 +77,7 @@ def test_the_recipe_refuses_a_method_its_path_cannot_take() -> None:
     )
     assert "mse ranges are set for int8 activations; 16x8 takes min/max" in sixteen
     (native,) = _problems(
-        {"target": "tflite_micro", "quantization.method": "percentile"},
+        {"target": "tflite_micro", "quantization.method": "percentile", "convert.via": "native"},
         find_recipe("digits_keras"),
     )
     assert "TensorFlow's own converter takes min/max" in native
