@@ -10,8 +10,12 @@ Three things go wrong with it on real models, each handled here and recorded in 
   (ReduceMax, ReduceMin, ReduceL2, ... with `axes`) and that it has no handler for get no
   shape, and the next Add/Mul/Div reads the missing shape's length. Pre-processing is then
   retried with onnx's own shape inference only, which reads the initializers.
-- a node the quantizer itself cannot handle (e.g. Gemm with a 2-D bias): a ToolCrashed that
-  names the node, not a traceback. An exception the quantizer raises outside any node, or one
+- a node the quantizer itself cannot handle: it is kept float (`nodes_to_exclude`) and the
+  quantizer runs again, each such node recorded with the error it raised; a node it cannot
+  handle even then is a ToolCrashed that names it, not a traceback. The one such case with an
+  exact fix, a Gemm with a 2-D bias `[1, N]` (quant_pre_process's MatMulAddFusion writes it
+  from a MatMul and an Add of a `[1, N]` constant), is fixed first: the bias becomes `[N]`,
+  which Gemm broadcasts the same. An exception the quantizer raises outside any node, or one
   raised in edgeflow's own code (the calibration reader), stays a bug.
 """
 
@@ -23,6 +27,9 @@ from typing import Any
 
 from edgeflow.core.errors import ToolCrashed, first_line
 from edgeflow.core.onnxgraph import opset_version
+
+# How many nodes the quantizer may fail on, each then kept float, before the build stops.
+MAX_REFUSED_NODES = 8
 
 QDQ_OPSET = 13  # QuantizeLinear/DequantizeLinear gained `axis` (per-channel) in opset 13
 # Entropy calibration searches thresholds between half the histogram and all of it in steps of
@@ -60,7 +67,7 @@ def pre_process(src: Path, dst: Path) -> dict[str, Any]:
 
     try:
         quant_pre_process(str(src), str(dst), skip_symbolic_shape=False)
-        return {"symbolic": True}
+        return {"symbolic": True, "gemm_biases_flattened": flatten_gemm_biases(dst)}
     except Exception as exc:
         frame = _innermost(exc, "symbolic_shape_infer.py")
         if frame is None:
@@ -72,31 +79,80 @@ def pre_process(src: Path, dst: Path) -> dict[str, Any]:
             where += f" (no shape inferred for the output of {', '.join(shapeless)})"
         reason = f"onnxruntime's symbolic shape inference failed{where}: {first_line(exc)}"
     quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)
-    return {"symbolic": False, "symbolic_failed": reason}
+    return {
+        "symbolic": False,
+        "symbolic_failed": reason,
+        "gemm_biases_flattened": flatten_gemm_biases(dst),
+    }
 
 
-def quantize(src: Path, dst: Path, reader: Any, **options: Any) -> None:
-    """quantize_static; a failure inside onnxruntime while it handles a node names the node."""
+def flatten_gemm_biases(path: Path) -> int:
+    """Rewrite in place every Gemm whose bias is a `[1, N]` constant to take it as `[N]`
+    (the same values, broadcast the same way), which onnxruntime's quantizer can quantize;
+    the number of Gemms changed."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    constants = {t.name: t for t in graph.initializer}
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    changed = 0
+    for node in graph.node:
+        if node.op_type != "Gemm" or len(node.input) < 3 or node.input[2] not in constants:
+            continue
+        bias = constants[node.input[2]]
+        if len(bias.dims) != 2 or bias.dims[0] != 1:
+            continue
+        flat = numpy_helper.from_array(
+            numpy_helper.to_array(bias).reshape(-1), f"{node.input[2]}_flat"
+        )
+        if readers[node.input[2]] == 1:  # read by this Gemm alone: replaced
+            graph.initializer.remove(bias)
+        graph.initializer.append(flat)
+        node.input[2] = flat.name
+        changed += 1
+    if changed:
+        onnx.save(model, str(path))
+    return changed
+
+
+def quantize(
+    src: Path, dst: Path, reader: Any, refused: list[dict[str, str]], **options: Any
+) -> None:
+    """quantize_static with `refused` (the nodes it failed on before, appended to here) kept
+    float: a failure inside onnxruntime while it handles a node keeps that node float too
+    and runs it again; a node it fails on while kept float, or more than MAX_REFUSED_NODES,
+    stops the build naming the node."""
     import onnx
     from onnxruntime.quantization import quantize_static
 
-    try:
-        quantize_static(str(src), str(dst), reader, **options)
-    except Exception as exc:
-        frames = _frames(exc)
-        if not frames or not _in_onnxruntime(frames[0]):
-            raise  # edgeflow's code (the calibration reader) failed: a bug, with its traceback
-        node = _failing_node(exc, onnx.load(str(src)))
-        if node is None:
-            raise
-        name, op = node
-        raise ToolCrashed(
-            f"onnxruntime's quantizer cannot quantize node '{name}' ({op}): "
-            f"{type(exc).__name__}: {first_line(exc)}",
-            "build with quantization.mode: fp16 (or none), or rewrite that node into a form "
-            "the quantizer takes (see docs/debugging.md); int8 with that node kept float is "
-            "not offered yet",
-        ) from exc
+    excluded = list(options.pop("nodes_to_exclude", None) or ())
+    while True:
+        try:
+            kept = [*excluded, *(r["node"] for r in refused)]
+            quantize_static(str(src), str(dst), reader(), nodes_to_exclude=kept, **options)
+            return
+        except Exception as exc:
+            frames = _frames(exc)
+            if not frames or not _in_onnxruntime(frames[0]):
+                raise  # edgeflow's code (the calibration reader) failed: a bug, with its traceback
+            node = _failing_node(exc, onnx.load(str(src)))
+            if node is None:
+                raise
+            name, op = node
+            error = f"{type(exc).__name__}: {first_line(exc)}"
+            if name in kept or len(refused) >= MAX_REFUSED_NODES:
+                raise ToolCrashed(
+                    f"onnxruntime's quantizer cannot quantize node '{name}' ({op}): {error}"
+                    + (" (also when it is kept float)" if name in kept else ""),
+                    "build with quantization.mode: fp16 (or none), or rewrite that node into a "
+                    "form the quantizer takes (see docs/debugging.md)",
+                ) from exc
+            refused.append({"node": name, "op": op, "error": error})
 
 
 def entropy_ranges(model: Path, reader: Any, symmetric: bool, work: Path) -> dict[str, Any]:

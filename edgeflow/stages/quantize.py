@@ -96,11 +96,18 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
 
     outputs = _ort_quant.output_writers(onnx.load(str(prepared))) if q.float_outputs else []
 
+    refused: list[dict[str, str]] = []  # nodes the quantizer fails on: kept float in every mix
+
     def quantize(path: Path, float_nodes: list[str]) -> None:
         excluded = [*outputs, *float_nodes]
-        _ort_quant.quantize(prepared, path, Reader(), nodes_to_exclude=excluded, **options)
+        _ort_quant.quantize(prepared, path, Reader, refused, nodes_to_exclude=excluded, **options)
 
     quantize(dst, [])
+    for r in refused:
+        ctx.warn(
+            f"onnxruntime's quantizer cannot quantize node '{r['node']}' ({r['op']}): "
+            f"{r['error']}; it is kept float"
+        )
     mixed = None
     if q.fallback == "auto":
         from edgeflow.stages import _ort_fallback
@@ -119,6 +126,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "reduce_range_auto": why,  # why auto chose as it did (None: set in the recipe)
         "calibration_samples": len(samples),
         "float_outputs": outputs,  # the nodes writing the outputs, kept float
+        "refused_by_quantizer": refused,  # nodes onnxruntime's quantizer failed on, kept float
         "opset_converted": opset,  # {from, to}: the source was below opset 13
         "shape_inference": shapes,
         "fallback": mixed,

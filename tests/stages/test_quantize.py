@@ -12,9 +12,10 @@ import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import QuantFormat
 from torch import nn
 
-from edgeflow.core.errors import StageFailed, ToolCrashed
+from edgeflow.core.errors import ToolCrashed
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import find_recipe, load_recipe
@@ -127,13 +128,14 @@ def test_int8_of_an_lstm_survives_a_symbolic_shape_inference_crash(
 
 
 def _gemm_with_2d_bias(path: Path) -> None:
-    """Flatten -> Gemm whose bias C is [1, 10]: valid ONNX (C broadcasts), which
-    onnxruntime 1.32's quantizer fails on while it quantizes the bias."""
+    """Flatten -> Gemm whose bias C is [1, 10] (valid ONNX: C broadcasts), which
+    onnxruntime 1.32's per-channel quantizer fails on while it quantizes the bias -> MatMul."""
     rng = np.random.default_rng(0)
     graph = helper.make_graph(
         [
             helper.make_node("Flatten", ["image"], ["flat"], name="flatten"),
-            helper.make_node("Gemm", ["flat", "w", "c"], ["logits"], name="classifier", transB=1),
+            helper.make_node("Gemm", ["flat", "w", "c"], ["hidden"], name="classifier", transB=1),
+            helper.make_node("MatMul", ["hidden", "v"], ["logits"], name="head"),
         ],
         "g",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 8, 8])],
@@ -141,20 +143,59 @@ def _gemm_with_2d_bias(path: Path) -> None:
         [
             numpy_helper.from_array(rng.standard_normal((10, 64)).astype(np.float32), "w"),
             numpy_helper.from_array(rng.standard_normal((1, 10)).astype(np.float32), "c"),
+            numpy_helper.from_array(rng.standard_normal((10, 10)).astype(np.float32), "v"),
         ],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
 @pytest.mark.slow
-def test_a_node_the_quantizer_cannot_handle_is_named(tmp_path: Path, write_recipe) -> None:
+def test_a_gemm_with_a_2d_bias_is_quantized(tmp_path: Path, write_recipe) -> None:
+    """The bias becomes [N] before the quantizer sees it (Gemm broadcasts it the same)."""
     _gemm_with_2d_bias(tmp_path / "gemm.onnx")
     recipe = _onnx_recipe(write_recipe, tmp_path, "gemm.onnx")
-    with pytest.raises(StageFailed) as info:
-        run_build(load_recipe(recipe), Cache(tmp_path / "cache"), tmp_path / "build", print)
-    assert info.value.stage == "quantize" and info.value.exit_code == 1
-    assert "cannot quantize node 'classifier' (Gemm): ValueError" in info.value.reason
-    assert "quantization.mode: fp16" in (info.value.hint or "")
+    result = run_build(load_recipe(recipe), Cache(tmp_path / "cache"), tmp_path / "build", print)
+    entry = json.loads(next((tmp_path / "cache" / "quantize").rglob("quantize.json")).read_text())
+    assert entry["shape_inference"]["gemm_biases_flattened"] == 1
+    assert entry["refused_by_quantizer"] == []
+    assert result.metrics["agreement"]["min_sqnr_db"] > 25
+
+
+def test_a_node_the_quantizer_fails_on_is_kept_float(tmp_path: Path) -> None:
+    """Without the bias fix, onnxruntime's quantizer raises on the Gemm (per channel): it is
+    kept float, the error recorded, and the rest quantized; past MAX_REFUSED_NODES such nodes
+    the next one stops the build, named."""
+    _gemm_with_2d_bias(tmp_path / "gemm.onnx")
+    refused: list[dict[str, str]] = []
+    options = {"quant_format": QuantFormat.QDQ, "per_channel": True}
+    _ort_quant.quantize(tmp_path / "gemm.onnx", tmp_path / "q.onnx", _Image, refused, **options)
+    assert [(r["node"], r["op"]) for r in refused] == [("classifier", "Gemm")]
+    assert refused[0]["error"].startswith("ValueError: The truth value")
+    quantized = onnx.load(str(tmp_path / "q.onnx")).graph.node
+    writer = {o: n.op_type for n in quantized for o in n.output}
+    gemm = next(n for n in quantized if n.op_type == "Gemm")
+    matmul = next(n for n in quantized if n.op_type == "MatMul")
+    assert writer.get(gemm.input[1]) is None  # the Gemm float, its weight too
+    assert writer.get(matmul.input[1]) == "DequantizeLinear"  # the MatMul after it int8
+    others = [
+        {"node": f"n{k}", "op": "Op", "error": "E"} for k in range(_ort_quant.MAX_REFUSED_NODES)
+    ]
+    with pytest.raises(ToolCrashed) as info:  # its limit reached: the next one is named
+        _ort_quant.quantize(tmp_path / "gemm.onnx", tmp_path / "q.onnx", _Image, others, **options)
+    assert "cannot quantize node 'classifier' (Gemm): ValueError" in info.value.message
+
+
+class _Image:
+    """Calibration batches for the Gemm model."""
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(1)
+        self.batches = iter(
+            [{"image": rng.standard_normal((1, 1, 8, 8)).astype(np.float32)} for _ in range(4)]
+        )
+
+    def get_next(self) -> dict | None:
+        return next(self.batches, None)
 
 
 class _Boom:
@@ -167,7 +208,7 @@ class _Boom:
 def test_an_error_in_edgeflows_own_reader_stays_a_bug(tmp_path: Path) -> None:
     _gemm_with_2d_bias(tmp_path / "gemm.onnx")
     with pytest.raises(ZeroDivisionError):
-        _ort_quant.quantize(tmp_path / "gemm.onnx", tmp_path / "q.onnx", _Boom())
+        _ort_quant.quantize(tmp_path / "gemm.onnx", tmp_path / "q.onnx", _Boom, [])
 
 
 def test_opset_13_and_above_is_left_as_it_is(tmp_path: Path) -> None:
