@@ -257,3 +257,75 @@ def output_writers(model: Any) -> list[str]:
                 break
             node = writer.get(node.input[0])
     return list(dict.fromkeys(found))
+
+
+# Operators with a pole at 0: their input, a quantized tensor, rounds to 0 below half a step of
+# its grid, and log(0) is -inf, 1 / 0 inf. (operator: the input that must not reach 0)
+POLES = {"Log": 0, "Reciprocal": 0, "Div": 1}
+# Operators through which that input's value passes element by element (or reshaped): the
+# walk up from a pole goes on through them; the first other one computes the value that keeps
+# it off 0 (the Add of an eps, a Max with one, a ReduceMean), and the walk stops there.
+PASS_THROUGH = (*MOVES, "Abs", "Exp", "Mul", "Neg", "Relu", "Sigmoid", "Sqrt", "Tanh")
+LONGEST = 8  # nodes kept float for one pole, at most
+
+
+def float_poles(model: Any) -> list[str]:
+    """The nodes an int8 build keeps float so that no pole reads a value rounded to 0: each
+    Log, Reciprocal and Div by a tensor computed in the graph, and what computes that input,
+    up through PASS_THROUGH operators to the first other one. Measured 2026-12 on swift-f0's
+    log(mel + 1e-8): the Add's int8 output rounds the eps and the quiet bins to 0, the Log
+    gives -inf, and the pitch and confidence outputs are NaN."""
+    constants = {t.name for t in model.graph.initializer}
+    writer = {out: node for node in model.graph.node for out in node.output}
+    kept: list[str] = []
+    for node in model.graph.node:
+        index = POLES.get(node.op_type)
+        if index is None or len(node.input) <= index or node.input[index] in constants:
+            continue
+        chain = [node.name]
+        source = writer.get(node.input[index])
+        while source is not None and len(chain) < LONGEST:
+            chain.append(source.name)
+            if source.op_type not in PASS_THROUGH:
+                break
+            computed = [i for i in source.input if i and i not in constants]
+            source = writer.get(computed[0]) if computed else None
+        kept += chain
+    return list(dict.fromkeys(kept))
+
+
+# Operators that carry a value through unchanged (an -inf mask value stays -inf): the walk
+# down from a non-finite constant goes on through them; the first other reader (a Softmax,
+# an Exp) takes it in float and is kept float, its output finite again.
+CARRIES = (*MOVES, "Concat", "Expand", "Gather", "Max", "Min", "Pad", "Slice", "Tile", "Where")
+
+
+def float_infinities(model: Any) -> list[str]:
+    """The nodes an int8 build keeps float because a tensor they read can hold an infinity:
+    the readers of a constant with a non-finite value (the -inf of a masked softmax's Where
+    and Pad), through CARRIES operators, down to and with the first other one. An int8 grid
+    for such a tensor has an infinite scale, and its DequantizeLinear writes NaN: measured
+    2026-12 on swift-f0, whose pitch output was NaN on every sample."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    infinite = {
+        t.name
+        for t in model.graph.initializer
+        if t.data_type in (1, 10, 11, 16)  # float, float16, double, bfloat16
+        and not np.isfinite(numpy_helper.to_array(t)).all()
+    }
+    readers: dict[str, list[Any]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    kept: list[str] = []
+    tensors = list(infinite)
+    while tensors:
+        for node in readers.get(tensors.pop(), []):
+            if node.name in kept:
+                continue
+            kept.append(node.name)
+            if node.op_type in CARRIES:
+                tensors += list(node.output)
+    return kept

@@ -39,7 +39,7 @@ import numpy as np
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
-from edgeflow.targets import _tflite_div, _tflite_fc, _tflite_ranges, _tflite_unroll
+from edgeflow.targets import _tflite_fc, _tflite_ranges, _tflite_traps, _tflite_unroll
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
 from edgeflow.targets._onnx2tf_recurrent import (
     SEQUENCE_OP,
@@ -96,17 +96,17 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
             shutil.copyfile(run.replacement, job.out_dir / AUTO_JSON)
         float32 = out / "model_float32.tflite"
         eight = mode == "int8" and q.activations != "int16"  # 16x8 keeps DIV float itself
-        divisions = _tflite_div.float_divisions(float32.read_bytes()) if eight else []
-        softmaxes = _float_softmaxes(float32.read_bytes(), target) if eight else []
-        kept = job.kept_layout
-        layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, kept)
+        kept = _tflite_traps.kept_float(float32.read_bytes(), target) if eight else []
+        layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, job.kept_layout)
         if mix is not None:
             model, mixed = mix(out, layout)
             if model is not None:
                 (job.out_dir / ARTIFACT).write_bytes(model)
                 for_runtime(job.out_dir / ARTIFACT, target)
                 job.check(job.out_dir / ARTIFACT)
-                layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, kept)
+                layout = io_layout(
+                    job.onnx, job.out_dir / ARTIFACT, float32, target, job.kept_layout
+                )
     info: dict[str, Any] = {
         "artifact": ARTIFACT,
         "files": [ARTIFACT, *([AUTO_JSON] if run.replacement is not None else [])],
@@ -127,18 +127,9 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
             )
         if loops:  # _tflite_quant.loop_nodes (a 16x8 build has none: sequence_layers)
             info["int8"]["scheme"] += _tflite_unroll.int8_note(loops, target)
-        if divisions:  # _tflite_quant.quantize keeps them float
-            info["int8"]["float_divisions"] = divisions
-            info["int8"]["scheme"] += (
-                f"; {len(divisions)} operators float: each DIV by a computed divisor and what "
-                "computes it (an int8 divisor at its zero point stops LiteRT's DIV)"
-            )
-        if softmaxes:  # _tflite_quant.quantize keeps them float (TFLite Micro)
-            info["int8"]["float_softmaxes"] = softmaxes
-            info["int8"]["scheme"] += (
-                f"; {len(softmaxes)} SOFTMAX float: over 256 or more values (TFLite Micro's "
-                "int8 SOFTMAX aborts on them)"
-            )
+        for trap in kept:  # _tflite_quant.quantize keeps them float
+            info["int8"][trap.key] = trap.names
+            info["int8"]["scheme"] += f"; {trap.note}"
         if mixed is not None:
             info["fallback"] = mixed
             if mixed["float_layers"]:
@@ -195,7 +186,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
     float model only and `quantize(job, out folder, target, why) -> bytes`
     (edgeflow.targets._tflite_quant.own_int8) makes the int8 file from its float32 file; so
     too for quantization.method percentile or mse (ranges edgeflow sets, _tflite_ranges),
-    and where onnx2tf's int8 file divides by a computed int8 divisor (_tflite_div)."""
+    and where onnx2tf's int8 file fell into a trap of the target's int8 kernels
+    (_tflite_traps)."""
     mode, q = job.quantization.mode, job.quantization
     ranged = mode == "int8" and q.method in _tflite_ranges.METHODS  # edgeflow's own ranges
     if mode == "int8" and q.method != "minmax" and not (ranged and q.activations == "int8"):
@@ -260,7 +252,7 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
         if own_calibration:  # calibrated unclipped, as it will run
             produced.write_bytes(quantize(job, work / "out", target, why))
         elif onnx2tf_int8 and quantize is not None and not sixteen and produced.is_file():
-            trap = _trapped(produced.read_bytes(), target)
+            trap = _tflite_traps.trapped(produced.read_bytes(), target)
             if trap:  # edgeflow's own quantization keeps the trapped operators float
                 produced.write_bytes(quantize(job, work / "out", target, trap))
         if not produced.is_file():
@@ -270,29 +262,6 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 "int8 fails when an operator has no int8 kernel; see docs/debugging.md",
             )
         yield work / "out", run
-
-
-def _float_softmaxes(float32: bytes, target: str) -> list[str]:
-    """The SOFTMAXes an int8 build for `target` keeps float (_tflite_softmax)."""
-    from edgeflow.targets import _tflite_softmax
-
-    if target not in _tflite_softmax.TRAPPED:
-        return []
-    return _tflite_softmax.wide_softmaxes(float32, "FLOAT32")
-
-
-def _trapped(model: bytes, target: str) -> str:
-    """What of onnx2tf's int8 file the target's runtime cannot run ("" when nothing): a DIV by
-    an int8 divisor computed in the graph, which LiteRT stops on and TFLite Micro computes
-    wrong (_tflite_div); an int8 SOFTMAX over 256 or more values, which TFLite Micro aborts
-    on (_tflite_softmax). edgeflow's own quantization keeps them float."""
-    from edgeflow.targets import _tflite_softmax
-
-    if _tflite_div.trapped(model) > 0:
-        return _tflite_div.WHY
-    if target in _tflite_softmax.TRAPPED and _tflite_softmax.wide_softmaxes(model, "INT8"):
-        return _tflite_softmax.WHY
-    return ""
 
 
 def _convert_or_retry(

@@ -22,7 +22,7 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.frameworks import tensorflow as tfw
-from edgeflow.targets import _onnx2tf, _tflite_div, _tflite_layout, _tflite_unroll, emitted
+from edgeflow.targets import _onnx2tf, _tflite_layout, _tflite_traps, _tflite_unroll, emitted
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_quant import (
     calibrated_on,
@@ -117,17 +117,18 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     start = time.perf_counter()
     model = _run(converter, q.mode)
     compared: list[str] = []
-    divisions: list[str] = []
+    kept: list[_tflite_traps.Kept] = []
     if looped:
+        kept = _tflite_traps.kept_float(model, target)
         model, compared = looped_int8(model, _positional(job, model), q.per_channel, target, dense)
-    elif q.mode == "int8" and q.activations != "int16" and _tflite_div.trapped(model):
-        # an int8 DIV by a computed divisor (_tflite_div): quantized again from the float
-        # model, as looped_int8 does, each such DIV float with what computes its divisor
+    elif q.mode == "int8" and q.activations != "int16" and _tflite_traps.trapped(model, target):
+        # a trap of the target's int8 kernels (_tflite_traps): quantized again from the float
+        # model, as looped_int8 does, the trapped operators float
         plain = tf.lite.TFLiteConverter.from_saved_model(
             str(job.saved_model), signature_keys=[signature]
         )
         float32 = _run(plain, "none")
-        divisions = _tflite_div.float_divisions(float32)
+        kept = _tflite_traps.kept_float(float32, target)
         model, compared = looped_int8(
             float32, _positional(job, float32), q.per_channel, target, dense
         )
@@ -149,12 +150,9 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
         info["int8"] = _onnx2tf.int8_record(q, _onnx2tf.usable(job.calibration, job.inputs))
         if looped:
             info["int8"]["scheme"] += _tflite_unroll.int8_note(loops, target)
-        if divisions:
-            info["int8"]["float_divisions"] = divisions
-            info["int8"]["scheme"] += (
-                f"; {len(divisions)} operators float: each DIV by a computed divisor and what "
-                "computes it (an int8 divisor at its zero point stops LiteRT's DIV)"
-            )
+        for trap in kept:  # _tflite_quant.quantize keeps them float
+            info["int8"][trap.key] = trap.names
+            info["int8"]["scheme"] += f"; {trap.note}"
         if compared:  # _tflite_quant.looped_int8
             info["int8"]["scheme"] += (
                 "; float32 I/O, an input compared for equality (a mask value) and the "

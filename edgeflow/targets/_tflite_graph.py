@@ -5,6 +5,7 @@ modules: the diff's taps, the quantizer's output_writers and the fallback read i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from edgeflow.targets import emitted
 from edgeflow.targets._tflite_deps import require
@@ -28,6 +29,8 @@ class TfliteGraph:
     inputs: list[int]
     outputs: list[int]
     types: list[str] = field(default_factory=list)  # per tensor: FLOAT32, INT8, ...
+    # per tensor: (scale, zero point) of a per-tensor quantized tensor, else None
+    grids: list[tuple[float, int] | None] = field(default_factory=list)
 
     def written_name(self, tensor: int) -> str:
         """A tensor's name as the file has it (without the '#index' a repeat gets here): what
@@ -43,6 +46,7 @@ def tflite_graph(model: bytes, target: str) -> TfliteGraph:
     names: list[str] = []
     shapes: list[tuple[int, ...]] = []
     types: list[str] = []
+    grids: list[tuple[float, int] | None] = []
     type_names = {v: k for k, v in vars(schema.TensorType).items() if k.isupper()}
     seen: set[str] = set()
     for i in range(graph.TensorsLength()):
@@ -52,6 +56,7 @@ def tflite_graph(model: bytes, target: str) -> TfliteGraph:
         seen.add(name)
         shapes.append(tuple(int(d) for d in tensor.ShapeAsNumpy()) if tensor.ShapeLength() else ())
         types.append(type_names.get(tensor.Type(), str(tensor.Type())))
+        grids.append(_grid(tensor.Quantization()))
     ops = []
     for k in range(graph.OperatorsLength()):
         op = graph.Operators(k)
@@ -60,4 +65,13 @@ def tflite_graph(model: bytes, target: str) -> TfliteGraph:
         ops.append(TfliteOp(codes[op.OpcodeIndex()], ins, outs, emitted.option(op, schema)))
     inputs = [int(t) for t in graph.InputsAsNumpy()]
     outputs = [int(t) for t in graph.OutputsAsNumpy()]
-    return TfliteGraph(ops, names, shapes, inputs, outputs, types)
+    return TfliteGraph(ops, names, shapes, inputs, outputs, types, grids)
+
+
+def _grid(quantization: Any) -> tuple[float, int] | None:
+    """(scale, zero point) of a tensor quantized per tensor; None for float or per channel."""
+    if quantization is None or quantization.ScaleLength() != 1:
+        return None
+    scale = float(quantization.Scale(0))
+    zero = int(quantization.ZeroPoint(0)) if quantization.ZeroPointLength() else 0
+    return scale, zero

@@ -18,9 +18,8 @@ import numpy as np
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
-from edgeflow.targets import _onnx2tf, _tflite_ranges
+from edgeflow.targets import _onnx2tf, _tflite_ranges, _tflite_traps
 from edgeflow.targets._tflite_deps import require
-from edgeflow.targets._tflite_div import float_divisions
 from edgeflow.targets._tflite_layout import input_order
 from edgeflow.targets.base import ConvertJob
 
@@ -193,11 +192,8 @@ def quantize(
     tf = require("tensorflow", "tflite")
     from tensorflow.lite.python import convert
 
-    from edgeflow.targets import _tflite_softmax
-
-    float_nodes = [*float_nodes, *loop_nodes(calibrated), *float_divisions(calibrated)]
-    if target in _tflite_softmax.TRAPPED:
-        float_nodes += _tflite_softmax.wide_softmaxes(calibrated, "FLOAT32")
+    trapped = _tflite_traps.float_nodes(calibrated, target)
+    float_nodes = [*float_nodes, *loop_nodes(calibrated), *trapped]
     io = tf.float32 if float_io else tf.int8
     return bytes(
         convert.mlir_quantize(

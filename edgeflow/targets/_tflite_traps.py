@@ -1,0 +1,96 @@
+"""The traps of the TFLite runtimes' int8 kernels, in one place: what an int8 build keeps
+float, and whether a converter's int8 file fell into one (then edgeflow quantizes the float
+model again itself, `_tflite_quant.quantize`, with those operators float). Used by the ONNX
+path (onnx2tf's int8 file, edgeflow's own calibration) and the native one alike.
+
+- a DIV by a divisor computed in the graph (`_tflite_div`): LiteRT stops the run where the
+  int8 divisor rounds to its zero point, TFLite Micro computes it wrong, Arm NN aborts;
+- a SOFTMAX over 256 or more values on tflite_micro (`_tflite_softmax`): its reference
+  kernel aborts;
+- an operator whose int8 kernel writes a constant input's values into its output as they
+  are stored, without moving them to the output's grid (`COPIES`): ONE_HOT's on and off
+  values. TensorFlow's quantizer gives each constant a grid of its own: measured 2026-12 on
+  magika's one-hot of its bytes, on value 1.0 on the output's grid (scale 1/255, zero point
+  -128) but off value 0.0 at scale 3.9e-9, zero point 0, so LiteRT wrote every off entry as
+  int8 0, which the output's grid reads as 0.502: the one-hot at -18 dB, the model's top-1
+  agreement 0.062 where onnxruntime's int8 keeps 1.0. Kept float, it verifies (docs/int8.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgeflow.targets import _tflite_div, _tflite_softmax
+from edgeflow.targets._tflite_graph import TfliteGraph, tflite_graph
+
+# operator: the inputs whose stored values its int8 kernel copies into the output
+COPIES = {"ONE_HOT": (2, 3)}
+COPIES_WHY = "an int8 ONE_HOT (its kernel copies on/off values stored on grids of their own)"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Operators an int8 build keeps float for one trap."""
+
+    key: str  # the convert record's key (int8.float_divisions, ...)
+    names: list[str]  # their output tensor names, as TensorFlow's quantizer denylists them
+    note: str  # what the int8 scheme says of them
+
+
+def kept_float(float_model: bytes, target: str) -> list[Kept]:
+    """What an int8 build of this float .tflite for `target` keeps float, per trap (those
+    with nothing to keep left out)."""
+    graph = tflite_graph(float_model, "tflite")
+    divisions = _tflite_div.float_divisions(float_model)
+    softmaxes = (
+        _tflite_softmax.wide_softmaxes(float_model, "FLOAT32")
+        if target in _tflite_softmax.TRAPPED
+        else []
+    )
+    copies = _copies(graph, "FLOAT32")
+    kept = [
+        Kept(
+            "float_divisions",
+            divisions,
+            f"{len(divisions)} operators float: each DIV by a computed divisor and what "
+            "computes it (an int8 divisor at its zero point stops LiteRT's DIV)",
+        ),
+        Kept(
+            "float_softmaxes",
+            softmaxes,
+            f"{len(softmaxes)} SOFTMAX float: over 256 or more values (TFLite Micro's int8 "
+            "SOFTMAX aborts on them)",
+        ),
+        Kept(
+            "float_copies",
+            copies,
+            f"{len(copies)} ONE_HOT float: its int8 kernel writes the on/off values as stored, "
+            "on grids TensorFlow's quantizer sets apart from the output's",
+        ),
+    ]
+    return [k for k in kept if k.names]
+
+
+def float_nodes(float_model: bytes, target: str) -> list[str]:
+    """The output tensor names `kept_float` keeps float, in one list."""
+    return [name for kept in kept_float(float_model, target) for name in kept.names]
+
+
+def trapped(model: bytes, target: str) -> str:
+    """What of an int8 .tflite the target's runtime cannot run right ("" when nothing)."""
+    if _tflite_div.trapped(model) > 0:
+        return _tflite_div.WHY
+    if target in _tflite_softmax.TRAPPED and _tflite_softmax.wide_softmaxes(model, "INT8"):
+        return _tflite_softmax.WHY
+    if _copies(tflite_graph(model, "tflite"), "INT8"):
+        return COPIES_WHY
+    return ""
+
+
+def _copies(graph: TfliteGraph, dtype: str) -> list[str]:
+    """The output names of the COPIES operators whose output is of `dtype`."""
+    return [
+        graph.written_name(op.outputs[0])
+        for op in graph.ops
+        if op.name in COPIES and graph.types[op.outputs[0]] == dtype
+    ]
