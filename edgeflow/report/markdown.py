@@ -428,15 +428,9 @@ def _quantize_lines(q: dict[str, Any] | None) -> list[str]:
         lines.append(f"  - reduce_range auto: {q['reduce_range_auto']}")
     if q.get("shape_inference", {}).get("symbolic") is False:
         lines.append(f"  - {q['shape_inference']['symbolic_failed']}; onnx's shape inference used")
-    traps = q.get("float_traps") or {}
-    if traps.get("poles"):
+    if q.get("float_infinities"):
         lines.append(
-            f"  - {len(traps['poles'])} nodes float: each Log or 1 / x of a computed x, and "
-            "what computes x (an int8 x rounds to 0)"
-        )
-    if traps.get("infinities"):
-        lines.append(
-            f"  - {len(traps['infinities'])} nodes float: they read an infinite constant (a "
+            f"  - {len(q['float_infinities'])} nodes float: they read an infinite constant (a "
             "mask value), which no int8 grid holds"
         )
     for refused in q.get("refused_by_quantizer") or []:

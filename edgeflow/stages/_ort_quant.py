@@ -259,41 +259,6 @@ def output_writers(model: Any) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-# Operators with a pole at 0: their input, a quantized tensor, rounds to 0 below half a step of
-# its grid, and log(0) is -inf, 1 / 0 inf. (operator: the input that must not reach 0)
-POLES = {"Log": 0, "Reciprocal": 0, "Div": 1}
-# Operators through which that input's value passes element by element (or reshaped): the
-# walk up from a pole goes on through them; the first other one computes the value that keeps
-# it off 0 (the Add of an eps, a Max with one, a ReduceMean), and the walk stops there.
-PASS_THROUGH = (*MOVES, "Abs", "Exp", "Mul", "Neg", "Relu", "Sigmoid", "Sqrt", "Tanh")
-LONGEST = 8  # nodes kept float for one pole, at most
-
-
-def float_poles(model: Any) -> list[str]:
-    """The nodes an int8 build keeps float so that no pole reads a value rounded to 0: each
-    Log, Reciprocal and Div by a tensor computed in the graph, and what computes that input,
-    up through PASS_THROUGH operators to the first other one. Measured 2026-12 on swift-f0's
-    log(mel + 1e-8): the Add's int8 output rounds the eps and the quiet bins to 0, the Log
-    gives -inf, and the pitch and confidence outputs are NaN."""
-    constants = {t.name for t in model.graph.initializer}
-    writer = {out: node for node in model.graph.node for out in node.output}
-    kept: list[str] = []
-    for node in model.graph.node:
-        index = POLES.get(node.op_type)
-        if index is None or len(node.input) <= index or node.input[index] in constants:
-            continue
-        chain = [node.name]
-        source = writer.get(node.input[index])
-        while source is not None and len(chain) < LONGEST:
-            chain.append(source.name)
-            if source.op_type not in PASS_THROUGH:
-                break
-            computed = [i for i in source.input if i and i not in constants]
-            source = writer.get(computed[0]) if computed else None
-        kept += chain
-    return list(dict.fromkeys(kept))
-
-
 # Operators that carry a value through unchanged (an -inf mask value stays -inf): the walk
 # down from a non-finite constant goes on through them; the first other reader (a Softmax,
 # an Exp) takes it in float and is kept float, its output finite again.

@@ -96,16 +96,12 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
 
     graph = onnx.load(str(prepared))
     outputs = _ort_quant.output_writers(graph) if q.float_outputs else []
-    traps = {  # what int8 breaks in onnxruntime: kept float
-        "poles": _ort_quant.float_poles(graph),  # Log, 1 / x and what computes x
-        "infinities": _ort_quant.float_infinities(graph),  # what reads an -inf mask value
-    }
-    trapped = [name for names in traps.values() for name in names]
+    infinite = _ort_quant.float_infinities(graph)  # what reads an -inf mask value: float
 
     refused: list[dict[str, str]] = []  # nodes the quantizer fails on: kept float in every mix
 
     def quantize(path: Path, float_nodes: list[str]) -> None:
-        excluded = [*outputs, *trapped, *float_nodes]
+        excluded = [*outputs, *infinite, *float_nodes]
         _ort_quant.quantize(prepared, path, Reader, refused, nodes_to_exclude=excluded, **options)
 
     quantize(dst, [])
@@ -132,7 +128,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "reduce_range_auto": why,  # why auto chose as it did (None: set in the recipe)
         "calibration_samples": len(samples),
         "float_outputs": outputs,  # the nodes writing the outputs, kept float
-        "float_traps": traps,  # nodes kept float where int8 would give inf or NaN
+        "float_infinities": infinite,  # nodes reading an infinite constant, kept float
         "refused_by_quantizer": refused,  # nodes onnxruntime's quantizer failed on, kept float
         "opset_converted": opset,  # {from, to}: the source was below opset 13
         "shape_inference": shapes,

@@ -1,6 +1,5 @@
-"""What onnxruntime's int8 turns into inf or NaN, kept float (edgeflow/stages/_ort_quant.py
-float_poles, float_infinities): a Log of a computed tensor whose int8 grid rounds it to 0,
-and a masked softmax's -inf mask value, which no int8 grid holds.
+"""What onnxruntime's int8 turns into NaN, kept float (edgeflow/stages/_ort_quant.py
+float_infinities): a masked softmax's -inf mask value, which no int8 grid holds.
 
 The model, a spectrum classifier as pitch and audio models are built: x[1, 16] spectra
 spanning four decades -> MatMul -> + 1e-8 -> Log -> MatMul -> Where(mask, ., -inf) ->
@@ -65,7 +64,6 @@ def spectra() -> np.ndarray:
 
 def test_the_trapped_nodes_are_found_from_the_graph() -> None:
     model = spectrum_classifier()
-    assert _ort_quant.float_poles(model) == ["log", "floor"]
     assert _ort_quant.float_infinities(model) == ["mask_out", "pad", "softmax"]
 
 
@@ -83,10 +81,12 @@ RECIPE = """
 
 
 @pytest.mark.slow
-def test_an_int8_build_with_a_log_and_an_infinite_mask_stays_finite(
+def test_an_int8_build_with_an_infinite_mask_value_stays_finite(
     tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Measured 2026-12: with the traps kept float, 36.4 dB; without, 0 dB."""
+    """Measured 2026-12: with the mask's readers kept float, 36.4 dB; without, 0 dB (the Where's
+    int8 grid has an infinite scale, and its DequantizeLinear writes NaN). The Log of the
+    spectrum needs nothing: its eps Add stays float in onnxruntime's Q/DQ model."""
     from edgeflow.cli import main
 
     onnx.save(spectrum_classifier(), str(tmp_path / "model.onnx"))
@@ -100,5 +100,4 @@ def test_an_int8_build_with_a_log_and_an_infinite_mask_stays_finite(
     assert code == 0, capsys.readouterr().err
     assert metrics["verified"] and metrics["agreement"]["min_sqnr_db"] > 20
     report = (build / "report.md").read_text()
-    assert "2 nodes float: each Log or 1 / x of a computed x" in report
     assert "3 nodes float: they read an infinite constant" in report
