@@ -84,6 +84,7 @@ def search(
             )
         path = work / f"trial-{len(done)}.tflite"
         path.write_bytes(models[names])
+        _onnx2tf.for_runtime(path, target)  # as the build hands it over: loops unrolled for Arm NN
         runner = open_runner(path, layouts["mlir" if names else ()])
         outputs = run_all(runner, samples, batch, True, axes=axes)
         cost = fallback.cost(runner, feeds, path)

@@ -19,6 +19,7 @@ from edgeflow.core.errors import EdgeflowError, RecipeError
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
+from tests import needs
 
 MODELS = '''
 import numpy as np
@@ -93,6 +94,21 @@ class StreamingCell(nn.Module):
         return self.head(torch.relu(self.mix(new_state))), new_state
 
 
+class SequenceTagger(nn.Module):
+    """[B, 12, 8] frames -> an LSTM of 16 -> [B, 12, 4] class scores per frame."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.lstm = nn.LSTM(8, 16, batch_first=True)
+        self.mix = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 4)
+        _dead_channel(self.mix, self.head)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.mix(self.lstm(x)[0])))
+
+
 def sequences_decoded(reference, outputs):
     """The recipe's own task metric: the share of samples whose greedy CTC decode agrees."""
 
@@ -135,6 +151,13 @@ CASES = {
         "evaluation: {outputs: {candidates: {kind: detections, box_format: cxcywh, "
         "scores: [4, 7], score_threshold: 0.6}}}",
         ", detections: {box_atol: 0.05, score_atol: 0.05, min_match_rate: 0.95}",
+    ),
+    "sequence": (
+        "models.py:SequenceTagger",
+        [("frames", [1, 12, 8])],
+        ["scores"],
+        "evaluation: {outputs: {scores: {kind: classes}}}",
+        ", min_top1_agreement: 0.95, min_sqnr_db: 40",
     ),
     "state_pair": (
         "models.py:StreamingCell",
@@ -193,7 +216,7 @@ def _fallback_record(result) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["onnxruntime_micro", "tflite_micro"])
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [c for c in CASES if c != "sequence"])
 def test_fallback_keeps_the_broken_head_float_for_every_output_kind(
     case: str, target: str, tmp_path: Path
 ) -> None:
@@ -333,3 +356,19 @@ def test_an_integer_input_is_calibrated_as_an_integer_on_the_tflite_family(
     result = _build(recipe, tmp_path / "cache", "tflite")
     assert result.failed_checks == []
     assert result.metrics["agreement"]["min_sqnr_db"] > 30
+
+
+@pytest.mark.slow
+@needs.mark("armnn")
+def test_fallback_on_arm_nn_runs_each_mix_as_the_build_hands_it_over(tmp_path: Path) -> None:
+    """An LSTM's int8 file for Arm NN has WHILE loops (its loops float), and Arm NN's parser
+    takes one subgraph: each mix is unrolled before Arm NN runs it, as the build's file is
+    (before, every mix failed to load: "Current TfLite parser only supports 1 subgraph")."""
+    recipe = _write(tmp_path, "sequence")
+    cache = tmp_path / "cache"
+    assert _build(recipe, cache, "armnn").failed_checks, "the all-int8 build must miss"
+    mixed = _build(recipe, cache, "armnn", **{"quantization.fallback": "auto"})
+    record = _fallback_record(mixed)
+    assert record["met"], record["chosen"]
+    assert 1 <= len(record["float_layers"]) <= 3 and mixed.failed_checks == []
+    assert mixed.metrics["agreement"]["outputs"]["scores"]["top1"] >= 0.95
