@@ -328,21 +328,39 @@ def _opsets_of(op: str) -> range:
 
 def family_builtins(target: str, verdicts: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per measured mode, the TFLite builtins of the probe artifacts that ran, and those that
-    failed: a builtin of a probe that failed to load or run which no running probe has (the
-    only such builtin of that probe, so the failure is its own), with the runtime's words.
-    The native path's precheck (TensorFlow's own converter) reads these."""
+    failed: a builtin of a probe that failed to load or run, or in float32 computed a wrong
+    result where another runtime of the family computed the same builtins right (so the
+    runtime, not the converter, is wrong), which no running probe has (the only such builtin
+    of that probe, so the failure is its own), with the runtime's words. (In int8 a wrong
+    result is a tolerance the ONNX operators' `inaccurate` keeps.) The native path's precheck
+    (TensorFlow's own converter) reads these: measured 2026-12, Arm NN's float
+    RESIZE_BILINEAR, right in LiteRT, computed a Keras VGG16 edge detector's upsampling at
+    11 dB."""
     found: dict[str, dict[str, Any]] = {}
     for mode in MEASURED_MODES:
         taken = [v.get(f"{target}/{mode}") for v in verdicts.values()]
         results = [v for v in taken if v is not None]
         runs = sorted({b for v in results if v.runs for b in v.builtins})
         fails: dict[str, str] = {}
-        for v in results:
+        for probe in verdicts.values():
+            v = probe.get(f"{target}/{mode}")
+            if v is None or v.runs:
+                continue
             unexplained = set(v.builtins) - set(runs)
-            if not v.runs and v.stage in ("load", "run") and len(unexplained) == 1:
+            wrong = v.stage == "compare" and mode == "none" and _right_elsewhere(probe, v, mode)
+            if (v.stage in ("load", "run") or wrong) and len(unexplained) == 1:
                 fails.setdefault(unexplained.pop(), _why(v))
         found[mode] = {"runs": runs, "fails": dict(sorted(fails.items()))}
     return found
+
+
+def _right_elsewhere(probe: dict[str, Any], verdict: Any, mode: str) -> bool:
+    """Whether another target's runtime ran this probe's builtins in this mode right."""
+    return any(
+        other.runs and other.builtins == verdict.builtins
+        for key, other in probe.items()
+        if key.endswith(f"/{mode}") and other is not verdict
+    )
 
 
 def _why(verdict: Any) -> str:

@@ -14,6 +14,7 @@ from edgeflow.targets import load_profile
 from edgeflow.targets.derive import (
     FAMILY,
     MARKER,
+    family_builtins,
     family_operators,
     family_versions,
     onnxruntime_kernels,
@@ -104,6 +105,32 @@ def test_measured_operator_lists_come_from_verdicts() -> None:
         "int8": "compare [RELU6]: relative error 0.5 (tolerance 0.1)"
     }
     assert missing == {"Gelu": "load [GELU]: nope"}
+
+
+def test_native_builtins_fail_where_they_load_run_or_compute_wrong_in_float() -> None:
+    """A builtin no running probe has fails where its probe did not load or run, and in
+    float32 also where it computed a wrong result that another runtime of the family got
+    right with the same builtins (Arm NN's RESIZE_BILINEAR); a wrong result every runtime
+    shares may be the converter's (CUMSUM), and in int8 a wrong result is a tolerance."""
+    from edgeflow.targets.trial import Verdict
+
+    wrong = Verdict(False, "compare", "relative error 0.577", ["RESIZE_BILINEAR"])
+    right = Verdict(True, builtins=["RESIZE_BILINEAR"])
+    shared = Verdict(False, "compare", "relative error 0.93", ["CUMSUM"])
+    verdicts = {
+        "Conv": {"t/none": Verdict(True, builtins=["CONV_2D"])},
+        "Resize": {"t/none": wrong, "t/int8": wrong, "u/none": right, "u/int8": right},
+        "CumSum": {"t/none": shared, "u/none": shared},
+        "Gelu": {"t/none": Verdict(False, "load", "nope", ["GELU"])},
+        "Pad": {"t/none": Verdict(False, "load", "off", ["CONV_2D", "PAD", "SUB"])},
+    }
+    found = family_builtins("t", verdicts)
+    assert found["none"]["runs"] == ["CONV_2D"]
+    assert found["none"]["fails"] == {  # Pad's probe has two unexplained builtins: no name
+        "GELU": "load [GELU]: nope",
+        "RESIZE_BILINEAR": "compare [RESIZE_BILINEAR]: relative error 0.577",
+    }
+    assert found["int8"]["fails"] == {}
 
 
 def test_an_op_without_int8_kernels_fails_the_int8_precheck() -> None:
