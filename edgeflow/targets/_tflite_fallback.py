@@ -65,6 +65,7 @@ def search(
     feeds, _ = next(samples.batches(batch, fixed=True))
     models: dict[tuple[str, ...], bytes] = {(): (job.out_dir / _onnx2tf.ARTIFACT).read_bytes()}
     q = job.quantization
+    int8_io = not q.float_outputs  # the TFLite family's int8 I/O, unless float outputs
     float32 = (out / "model_float32.tflite").read_bytes()
     writers = _tflite_quant.output_writers(float32, target) if q.float_outputs else []
     dense = not job.profile.per_channel_dense  # per-tensor fully-connected weights
@@ -99,7 +100,7 @@ def search(
     )
     if full.passed:
         outcome = fallback.Outcome(full, full, [full], time.monotonic() - started)
-        return None, fallback.summary(outcome, budget, [], where, ".tflite")
+        return None, fallback.summary(outcome, budget, [], where, ".tflite", int8_io)
     calibrated = _tflite_quant.calibrate(job, out)
     int8 = _tflite_quant.quantize(
         calibrated, q.per_channel, writers, q.float_outputs, target, dense
@@ -115,7 +116,7 @@ def search(
     outcome = fallback.search([s.layer.name for s in ranking], evaluate, bounds, blocks)
     outcome.seconds = time.monotonic() - started  # calibration and sensitivity included
     chosen = models[outcome.chosen.float_layers] if outcome.chosen.float_layers else None
-    return chosen, fallback.summary(outcome, budget, ranking, where, ".tflite")
+    return chosen, fallback.summary(outcome, budget, ranking, where, ".tflite", int8_io)
 
 
 def sensitivity(

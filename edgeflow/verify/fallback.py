@@ -420,11 +420,14 @@ def summary(
     ranking: Sequence[Sensitivity],
     measured_on: str,
     size_of: str,
+    int8_io: bool = False,
 ) -> dict[str, Any]:
     """quantize.json's / convert.json's `fallback` record; `size_of` names the file whose
-    size the trials' size_bytes are."""
+    size the trials' size_bytes are; `int8_io`: every mix has int8 inputs and outputs."""
     ops = {s.layer.name: s.layer.op for s in ranking}
     return {
+        "int8_io": int8_io,
+        "candidates": len(ranking),
         "budget": budget.limits.record(),
         "measured_on": measured_on,
         "size_of": size_of,

@@ -419,10 +419,23 @@ def fallback_checks(record: dict[str, Any]) -> list[dict[str, Any]]:
     if record["met"]:
         return []
     chosen = record["chosen"]
+    floated = len(chosen["float_layers"])
     message = (
         f"quantization.fallback: no mix of int8 and float layers met the budget on the "
         f"{record['measured_on']} (missed {', '.join(chosen['missed'])} with "
-        f"{len(chosen['float_layers'])} layers float, the closest of {len(record['trials'])} "
-        "tried); that build is kept"
+        f"{floated} layers float, the closest of {len(record['trials'])} tried); that build "
+        "is kept"
     )
+    if record.get("int8_io"):  # the TFLite family: every mix reads and writes int8
+        every = record.get("candidates")
+        left = (
+            f"with every layer float ({floated} of {every}) what is left is the int8 input "
+            "and output"
+            if every and floated >= every
+            else "every mix keeps the int8 input and output"
+        )
+        message += (
+            f"; {left}: set quantization.float_outputs: true for float32 I/O, which the "
+            "search can then keep float"
+        )
     return [_check("fallback", len(chosen["missed"]), 0, False, message, prefix="quantization.")]

@@ -253,8 +253,10 @@ def test_no_mix_within_the_budget_fails_and_keeps_the_closest(tmp_path: Path, wr
         "quantization.fallback: no mix of int8 and float layers met the budget on the "
         "calibration samples (180)"
     )
+    assert "set quantization.float_outputs: true for float32 I/O" in result.failed_checks[-1]
     record = _record(result)
     assert not record["met"] and record["chosen"]["missed"] == ["verify.max_abs_diff"]
+    assert record["int8_io"]
     assert len(record["trials"]) >= 4  # the all-int8 file, then 1, 2, 4, ... layers float
     assert "**misses the budget**" in (result.build_dir / "report.md").read_text()
     shutil.rmtree(tmp_path / "cache")
