@@ -1,7 +1,7 @@
 """Trained models from PyPI wheels on every target: float32, int8, and int8 with fallback.
 
     python benchmarks/devset.py [--models magika,sleepecg] [--targets tflite,armnn]
-        [--modes float,int8,fallback] [--samples 16] [--jobs 1] [--timeout 1200]
+        [--modes float,int8,fallback[,fallback_float]] [--samples 16] [--jobs 1] [--timeout 1200]
         [--rewrites none|auto] [--work .edgeflow/devset] [--out docs/devset.json]
 
 The development set (benchmarks/_devset/models.py): magika (a file-type
@@ -16,8 +16,10 @@ for each); --samples of them calibrate and as many others evaluate.
 Per model, target and mode one `edgeflow run` of a generated recipe, in a process of its
 own on one stage cache per model (`precheck.continue_on_failure`: a row is what the
 converter and the runtime do). Modes: `float` (quantization none, verify
-`max_relative_diff: 1e-4`), `int8`, and `fallback` (int8 with `quantization.fallback:
-auto`); both int8 modes have the goal as thresholds (`min_top1_agreement` /
+`max_relative_diff: 1e-4`), `int8`, `fallback` (int8 with `quantization.fallback:
+auto`) and, asked for, `fallback_float` (the same with `quantization.float_outputs: true`:
+float32 I/O, which the TFLite family's search cannot make itself); the int8 modes have the
+goal as thresholds (`min_top1_agreement` /
 `min_decision_agreement: 0.99` per output kind, and verify's int8 SQNR default). Each recipe
 is built as generated or, with `--rewrites auto`, with the rules edgeflow picks for each
 target (`rewrites: auto`, as `edgeflow fix` does). Printed per row: float verified (max
@@ -56,7 +58,8 @@ from _devset.models import MODELS, DevModel
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
-MODES = ("float", "int8", "fallback")
+MODES = ("float", "int8", "fallback", "fallback_float")
+DEFAULT_MODES = MODES[:3]  # fallback_float (float32 I/O) where fallback alone misses on int8 I/O
 GOAL = 0.99
 FLOAT_TOLERANCE = 1e-4
 EXCEPTION_LINE = re.compile(r"^[\w.]+(Error|Exception): ")
@@ -84,8 +87,10 @@ def recipe(
         if "probability" in kinds:
             verify["min_decision_agreement"] = GOAL
     quantization: dict[str, Any] = {"mode": "none" if mode == "float" else "int8"}
-    if mode == "fallback":
+    if mode.startswith("fallback"):
         quantization["fallback"] = "auto"
+    if mode == "fallback_float":  # float32 I/O, which the TFLite family's search cannot make
+        quantization["float_outputs"] = True
     text = {
         "name": f"devset_{model.name}",
         "source": keys["source"],
@@ -147,7 +152,7 @@ def build(
     lines = [m for ln in stdout.splitlines() if (m := STAGE_LINE.match(ln))]
     stages = {m[1]: float(m[3]) for m in lines if m[2] != "cached"}  # time spent here
     found = [p for p in (builds / path.stem).glob("*/metrics.json")]
-    if mode == "fallback":  # the search's record, also where a later stage failed
+    if mode.startswith("fallback"):  # the search's record, also where a later stage failed
         record = search(cache, process.pid)
         row["searched"] = record is not None
         row.update(record or {})
@@ -172,7 +177,7 @@ def build(
         row["decisions"].update(within(path, cache, process.pid, tolerances))
     shares = [d["agreement"] for d in row["decisions"].values() if d["agreement"] is not None]
     row["decision_agreement"] = min(shares) if shares else None
-    if mode == "fallback" and not row["searched"]:  # say by which path int8 was made
+    if mode.startswith("fallback") and not row["searched"]:  # by which path int8 was made
         row["path"] = metrics.get("conversion", {}).get("path")
     return row
 
@@ -254,14 +259,17 @@ def render(rows: list[dict[str, Any]]) -> str:
         "float32: max rel. diff",
         "int8: SQNR dB, decisions",
         "fallback: decisions, layers float, mixes, search s",
+        "fallback, float32 I/O: the same",
     ]
+    modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
+    columns = columns[:2] + [columns[2 + MODES.index(m)] for m in modes]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     cells: dict[tuple[str, str], dict[str, str]] = {}
     reasons: list[str] = []
     for r in rows:
         cells.setdefault((r["model"], r["target"]), {})[r["mode"]] = cell(r, reasons)
     for (model, target), by_mode in cells.items():
-        row = [model, target, *(by_mode.get(m, "") for m in MODES)]
+        row = [model, target, *(by_mode.get(m, "") for m in modes)]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", *(f"{i}. {why}" for i, why in enumerate(reasons, 1))]
     return "\n".join(lines)
@@ -300,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--targets", default=",".join(TARGETS))
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES))
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1200)
