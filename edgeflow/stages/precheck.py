@@ -63,6 +63,7 @@ def run(ctx: StageContext) -> None:
     summary = f"the model does not pass the {ctx.profile.name} precheck:\n{render_table(findings)}"
     if ctx.recipe.rewrites_auto:
         summary += f"\nafter the auto rewrites: {chosen or 'none (no rule removes a finding)'}"
+    summary += _why_onnx(ctx)
     if ctx.recipe.precheck.continue_on_failure:
         ctx.warn(f"{summary}\ncontinuing because the recipe sets precheck.continue_on_failure")
         return
@@ -73,6 +74,24 @@ def run(ctx: StageContext) -> None:
         "or set "
         "precheck.continue_on_failure: true in the recipe (precheck.continue_on_failure=true "
         "on the command line) to let the converter try",
+    )
+
+
+def _why_onnx(ctx: StageContext) -> str:
+    """For a TensorFlow source on the ONNX path because its int8 settings need it (convert.via
+    unset): which settings, and what TensorFlow's own converter would build instead."""
+    from edgeflow.core.sources import NATIVE_BACKENDS, onnx_only_settings
+
+    recipe = ctx.recipe
+    if recipe.source.kind != "tensorflow" or recipe.convert.via is not None:
+        return ""
+    needs = onnx_only_settings(recipe.quantization)
+    if not needs or ctx.profile.backend not in NATIVE_BACKENDS:
+        return ""
+    return (
+        f"\nthis TensorFlow model takes the ONNX path (tf2onnx) because {' and '.join(needs)} "
+        f"{'runs' if len(needs) == 1 else 'run'} only there; TensorFlow's own converter "
+        "(convert.via: native) builds it without them"
     )
 
 

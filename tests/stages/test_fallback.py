@@ -355,3 +355,13 @@ def test_the_native_tensorflow_path_refuses_what_it_would_ignore() -> None:
         assert loaded.build_name == "tflite-int8-fallback-float_outputs"
     plain = load_recipe(recipe, {"target": "tflite", "quantization.mode": "int8"})
     assert pipeline_name(plain) == "tensorflow_native" and plain.build_name == "tflite-int8"
+    # a failed precheck on the ONNX path says why the model took it
+    from edgeflow.stages.precheck import _why_onnx
+
+    said = _why_onnx(load_recipe(recipe, overrides))  # type: ignore[arg-type]
+    assert said.endswith(
+        "takes the ONNX path (tf2onnx) because quantization.fallback and "
+        "quantization.float_outputs run only there; TensorFlow's own converter (convert.via: "
+        "native) builds it without them"
+    )
+    assert _why_onnx(load_recipe(recipe, {**overrides, "convert.via": "onnx"})) == ""  # type: ignore[arg-type]
