@@ -1,18 +1,22 @@
 """quantization.fallback: auto with onnxruntime's quantizer: quantize_static's nodes_to_exclude.
 
 Each candidate mix is quantized again with its layers excluded (a Conv with the Relu that
-onnxruntime folds into it) and run in onnxruntime on the calibration samples; the search and
-the sensitivity are edgeflow.verify.fallback's.
+onnxruntime folds into it) and run in onnxruntime on the calibration samples; a mix
+onnxruntime does not load is a trial that misses, named (seen on rxnmapper's ALBERT:
+"Attempt to replace the existing tensor" from its graph optimizer, which loads with the
+optimizations off). The search and the sensitivity are edgeflow.verify.fallback's.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edgeflow.core.errors import first_line
 from edgeflow.stages.base import StageContext
 from edgeflow.verify import fallback
 
@@ -60,7 +64,15 @@ def search(
         if names not in files:
             files[names] = work / f"trial-{len(files)}.onnx"
             quantize(files[names], [node for n in names for node in by_name[n].excludes])
-        runner = OnnxRunner.from_file(str(files[names]))
+        try:
+            runner = OnnxRunner.from_file(str(files[names]))
+        except Exception as exc:  # onnxruntime refuses the quantizer's mix: a failed trial
+            if not names:
+                raise  # the build's own int8 file
+            done[names] = fallback.Trial(
+                names, {}, (f"the mix does not load in onnxruntime: {first_line(exc)}",), math.inf
+            )
+            return done[names]
         outputs = run_all(runner, samples, batch, fixed, axes=axes)
         cost = fallback.cost(runner, feeds, files[names])
         done[names] = budget.judge(names, reference, outputs, samples.labels, cost)

@@ -6,8 +6,11 @@ of the classifier to zero)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -240,6 +243,45 @@ def test_fallback_keeps_exactly_the_broken_layer_float(
             *("CONV_2D", "MAX_POOL_2D", "MEAN"),
             *("DEQUANTIZE", "FULLY_CONNECTED", "QUANTIZE"),
         ]
+
+
+@pytest.mark.slow
+def test_a_mix_onnxruntime_does_not_load_is_a_trial_that_misses(
+    tmp_path: Path, write_recipe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime's graph optimizer can refuse a mix the quantizer wrote (rxnmapper's
+    ALBERT: "Attempt to replace the existing tensor"): that mix misses, named, and the search
+    goes on; it was an internal error of the quantize stage. Here onnxruntime is made to
+    refuse the first mix, in the worker process that runs the stage (a sitecustomize)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        textwrap.dedent(
+            """
+            from pathlib import Path
+
+            from edgeflow.verify.runners import OnnxRunner
+
+            opened = OnnxRunner.from_file.__func__
+
+            def refusing(cls, path, *args, **kwargs):
+                if Path(path).name == "trial-1.onnx":
+                    raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Attempt to replace")
+                return opened(cls, path, *args, **kwargs)
+
+            OnnxRunner.from_file = classmethod(refusing)
+            """
+        )
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hook), *sys.path]))
+    recipe = _recipe(write_recipe, tmp_path, "onnxruntime_micro", ", fallback: auto", THRESHOLDS)
+    mixed = _build(recipe, tmp_path)
+    record = _record(mixed)
+    refused = [t for t in record["trials"] if t["missed"][:1] and "does not load" in t["missed"][0]]
+    assert len(refused) == 1 and refused[0]["missed"] == [
+        "the mix does not load in onnxruntime: [ONNXRuntimeError] : 1 : FAIL : Attempt to replace"
+    ]
+    assert record["met"] and len(record["trials"]) > 2
 
 
 @pytest.mark.slow
