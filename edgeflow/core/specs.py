@@ -95,9 +95,46 @@ class ProbabilityOutput(Batched):
 
 
 class ValuesOutput(Batched):
-    """Regression outputs, embeddings, feature maps: compared by SQNR and relative error only."""
+    """Regression outputs, feature maps: compared by SQNR and relative error only."""
 
     kind: Literal["values"]
+
+
+def _pair(value: Any) -> Any:
+    """A pair as YAML writes it: [query, match]."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+class EmbeddingOutput(Batched):
+    """Embeddings (a sentence encoder's pooled vector, an image embedding): compared by the
+    cosine similarity of the artifact's vector with the source's, per sample (over `axis`;
+    the lowest and the mean), and with `pairs` by retrieval: for each (query, match) pair of
+    evaluation samples, the rank of the match among all samples by cosine similarity to the
+    query, from the source's embeddings and from the artifact's."""
+
+    kind: Literal["embedding"]
+    axis: int = Field(-1, ge=-8, le=7)  # the embedding's axis (others: positions)
+    pairs: list[Annotated[tuple[int, int], BeforeValidator(_pair)]] = Field(
+        default_factory=list, max_length=100_000
+    )
+
+    @model_validator(mode="after")
+    def _not_the_batch(self) -> EmbeddingOutput:
+        for i, (query, match) in enumerate(self.pairs):
+            if query < 0 or match < 0 or query == match:
+                raise user_error(
+                    f"pair {i} ({query}, {match}): a pair is two different evaluation samples, "
+                    "counted from 0",
+                    "give [query, its true match] as sample indices of the evaluation dataset",
+                    at=f"pairs.{i}",
+                )
+        if self.axis == self.batch_axis:
+            raise user_error(
+                f"axis {self.axis} is the batch axis (batch_axis: {self.batch_axis})",
+                "name the embedding's axis: -1 (last, the default)",
+                at="axis",
+            )
+        return self
 
 
 class Span(Strict):
@@ -169,10 +206,10 @@ class DetectionsOutput(Batched):
 
 
 OutputSpec = Annotated[
-    ClassesOutput | ProbabilityOutput | ValuesOutput | DetectionsOutput,
+    ClassesOutput | ProbabilityOutput | ValuesOutput | EmbeddingOutput | DetectionsOutput,
     Field(discriminator="kind"),
 ]
-OUTPUT_KINDS = ("classes", "probability", "values", "detections")
+OUTPUT_KINDS = ("classes", "probability", "values", "embedding", "detections")
 
 
 def default_output_names(count: int) -> list[str]:
@@ -400,6 +437,7 @@ class ModeThresholds(Strict):
     min_sqnr_db: Annotated[float | Inherit | None, BeforeValidator(_mode_sqnr_floor)] = INHERIT
     min_decision_agreement: Annotated[float | Inherit | None, _limit(0, 1)] = INHERIT
     min_sequence_agreement: Annotated[float | Inherit | None, _limit(0, 1)] = INHERIT
+    min_cosine_similarity: Annotated[float | Inherit | None, _limit(-1, 1)] = INHERIT
     max_latency_ms: Annotated[float | Inherit | None, _limit(0, above=True)] = INHERIT
     max_size_bytes: Annotated[int | Inherit | None, _limit(0, above=True)] = INHERIT
     task_metric: Annotated[float | Inherit | None, _limit()] = INHERIT  # verify.task_metric's
@@ -453,6 +491,7 @@ class Verify(Strict):
     min_sqnr_db: Annotated[float | Literal["auto"] | None, BeforeValidator(_sqnr_floor)] = "auto"
     min_decision_agreement: float | None = Field(None, ge=0, le=1)  # probability outputs
     min_sequence_agreement: float | None = Field(None, ge=0, le=1)  # classes, one per position
+    min_cosine_similarity: float | None = Field(None, ge=-1, le=1)  # embeddings, per sample
     max_latency_ms: float | None = Field(None, gt=0)
     max_size_bytes: PositiveInt | None = None
     task_metric: TaskMetric | None = None  # the recipe's own figure (edgeflow.verify.judge)
@@ -489,6 +528,7 @@ QUALITY_THRESHOLDS = (
     "min_sqnr_db",
     "min_decision_agreement",
     "min_sequence_agreement",
+    "min_cosine_similarity",
 )
 FALLBACK_READS = (
     *(f"verify.{key}" for key in QUALITY_THRESHOLDS),

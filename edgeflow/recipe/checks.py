@@ -45,7 +45,7 @@ def thresholds_fit_the_metric(s: dict[str, Any], profile: TargetProfile | None) 
     refused = ["max_accuracy_drop"]  # needs labels
     if metric == "detections":
         refused += ["max_abs_diff", "max_relative_diff", "min_top1_agreement", "min_sqnr_db"]
-        refused += ["min_decision_agreement", "min_sequence_agreement"]
+        refused += ["min_decision_agreement", "min_sequence_agreement", "min_cosine_similarity"]
     hint = (
         "detections are checked by verify.detections (box_atol, score_atol, min_match_rate); "
         "remove this key"
@@ -238,7 +238,7 @@ def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> l
                 "fallback needs a budget: no threshold on the outputs is set for int8 builds "
                 "(verify.min_sqnr_db is null, and none of max_relative_diff, max_abs_diff, "
                 "min_top1_agreement, min_decision_agreement, min_sequence_agreement, "
-                "task_metric is set)",
+                "min_cosine_similarity, task_metric is set)",
                 "set verify.by_mode.int8.min_sqnr_db or verify.min_top1_agreement",
             )
         )

@@ -134,7 +134,24 @@ def kind_figures(o: dict[str, Any]) -> list[str]:
         found.append(f"decision agreement {o['decision']:.4f}")
     if o.get("match_rate") is not None:
         found.append(f"detections matched {o['match_rate']:.4f}")
+    if o.get("cosine_min") is not None:
+        found.append(
+            f"cosine similarity {o['cosine_min']:.4f} (lowest), {o['cosine_mean']:.4f} (mean)"
+        )
+    found += retrieval_words(o.get("retrieval"))
     return found
+
+
+def retrieval_words(found: dict[str, Any] | None) -> list[str]:
+    """An embedding's retrieval over its declared pairs, source against artifact."""
+    if not found:
+        return []
+    return [
+        f"match retrieved first {found['recall_at_1_artifact']:.4f} (source "
+        f"{found['recall_at_1_source']:.4f}), mean rank {found['mean_rank_artifact']:.2f} (source "
+        f"{found['mean_rank_source']:.2f}) among {found['candidates']}, rank kept for "
+        f"{found['rank_kept']:.4f} of {found['pairs']} pairs"
+    ]
 
 
 def db(value: float | None) -> str:

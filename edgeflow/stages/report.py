@@ -119,6 +119,9 @@ OUTPUT_FIGURES = (
     "sequence",
     "sequences",
     "decision",
+    "cosine_min",
+    "cosine_mean",
+    "retrieval",
     "batch_axis",
 )
 

@@ -41,6 +41,7 @@ KINDS = {
     "min_sqnr_db": "min",
     "min_decision_agreement": "min",
     "min_sequence_agreement": "min",
+    "min_cosine_similarity": "min",
     "max_latency_ms": "max",
     "max_size_bytes": "max",
 }
@@ -49,6 +50,7 @@ PER_OUTPUT = (
     ("min_top1_agreement", ("classes",), "top1", "a class vector"),
     ("min_sequence_agreement", ("classes",), "sequence", "a class vector per position"),
     ("min_decision_agreement", ("probability",), "decision", "a probability"),
+    ("min_cosine_similarity", ("embedding",), "cosine_min", "an embedding"),
 )
 
 

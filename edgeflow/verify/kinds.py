@@ -21,6 +21,7 @@ from edgeflow.core.specs import (
     ClassesOutput,
     DetectionChecks,
     DetectionsOutput,
+    EmbeddingOutput,
     OutputSpec,
     ProbabilityOutput,
     ValuesOutput,
@@ -61,6 +62,8 @@ def agreement(
         return _classes(name, spec, ref, out)
     if isinstance(spec, ProbabilityOutput):
         return _probability(spec, ref, out)
+    if isinstance(spec, EmbeddingOutput):
+        return _embedding(name, spec, ref, out)
     if isinstance(spec, DetectionsOutput):
         if boxes is None:
             raise ValueError("a detections output needs the image size and tolerances")
@@ -173,6 +176,84 @@ def _ctc(path: np.ndarray, blank: int) -> tuple[int, ...]:
     """A greedy CTC decode: repeats collapsed, then the blank removed."""
     kept = [int(c) for i, c in enumerate(path) if i == 0 or c != path[i - 1]]
     return tuple(c for c in kept if c != blank)
+
+
+def _embedding(
+    name: str, spec: EmbeddingOutput, ref: np.ndarray, out: np.ndarray
+) -> dict[str, Any]:
+    """Cosine similarity of the artifact's vectors with the source's (per sample: the mean
+    over its positions, for a [batch, T, D] output); with `pairs`, retrieval among the
+    samples by each side's own embeddings."""
+    native = spec.axis if spec.axis >= 0 else ref.ndim + spec.axis
+    moved = spec.batch_first(spec.axis, ref.ndim) if 0 <= native < ref.ndim else None
+    if moved is None or not 0 < moved < ref.ndim:
+        raise EdgeflowError(
+            f"{_where(name, 'axis')}: an embedding over axis {spec.axis}, but output '{name}' "
+            f"has shape {list(ref.shape[1:])} per sample",
+            "set axis to the embedding's axis (-1, the last, is the default)",
+        )
+    source = _unit(np.moveaxis(ref, moved, -1).reshape(len(ref), -1, ref.shape[moved]))
+    artifact = _unit(np.moveaxis(out, moved, -1).reshape(len(out), -1, out.shape[moved]))
+    cosine = np.sum(source * artifact, axis=-1)  # [N, positions]
+    both_zero = ~source.any(-1) & ~artifact.any(-1)
+    per_sample = np.where(both_zero, 1.0, cosine).mean(axis=1)
+    found: dict[str, Any] = {
+        "cosine_min": float(per_sample.min()) if per_sample.size else None,
+        "cosine_mean": float(per_sample.mean()) if per_sample.size else None,
+        "positions": int(cosine.shape[1]),
+    }
+    if spec.pairs:
+        found["retrieval"] = _retrieval(name, spec.pairs, source, artifact)
+    return found
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    """Each vector over the last axis scaled to length 1 (a zero vector stays zero)."""
+    vectors = vectors.astype(np.float64)
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+def _retrieval(
+    name: str, pairs: list[tuple[int, int]], source: np.ndarray, artifact: np.ndarray
+) -> dict[str, Any]:
+    """For each (query, match) pair, the match's rank among every other sample by cosine
+    similarity to the query (1: retrieved first), from the source's and from the artifact's
+    own embeddings; one vector per sample."""
+    count = len(source)
+    if source.shape[1] != 1:
+        raise EdgeflowError(
+            f"{_where(name, 'pairs')}: retrieval compares one embedding per sample; output "
+            f"'{name}' has {source.shape[1]} per sample",
+            "pool the embeddings in the model (a mean over the tokens), or remove pairs",
+        )
+    outside = [(q, m) for q, m in pairs if q >= count or m >= count]
+    if outside:
+        raise EdgeflowError(
+            f"{_where(name, 'pairs')}: pair {list(outside[0])} names a sample past the "
+            f"{count} evaluated",
+            f"give sample indices below {count}, or evaluate more samples",
+        )
+
+    def ranks(vectors: np.ndarray) -> np.ndarray:
+        flat = vectors[:, 0, :]
+        found = []
+        for query, match in pairs:
+            similar = flat @ flat[query]
+            similar[query] = -np.inf  # the query is not its own candidate
+            found.append(1 + int(np.sum(similar > similar[match])))
+        return np.array(found)
+
+    by_source, by_artifact = ranks(source), ranks(artifact)
+    return {
+        "pairs": len(pairs),
+        "candidates": count - 1,
+        "recall_at_1_source": float(np.mean(by_source == 1)),
+        "recall_at_1_artifact": float(np.mean(by_artifact == 1)),
+        "mean_rank_source": float(by_source.mean()),
+        "mean_rank_artifact": float(by_artifact.mean()),
+        "rank_kept": float(np.mean(by_source == by_artifact)),
+    }
 
 
 def _probability(spec: ProbabilityOutput, ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:

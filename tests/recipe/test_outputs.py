@@ -41,8 +41,9 @@ def test_an_unknown_kind_is_located_at_its_value(write_recipe) -> None:
     path = write_recipe(with_outputs("{logits: {kind: clases}}"))
     assert problems(path) == [
         f"{path}:10:97: evaluation.outputs.logits.kind: must be one of classes, probability, "
-        "values, detections (got clases)\n"
-        "  hint: did you mean 'classes'? (valid: classes, probability, values, detections)"
+        "values, embedding, detections (got clases)\n"
+        "  hint: did you mean 'classes'? (valid: classes, probability, values, embedding, "
+        "detections)"
     ]
 
 
