@@ -209,7 +209,6 @@ OutputSpec = Annotated[
     ClassesOutput | ProbabilityOutput | ValuesOutput | EmbeddingOutput | DetectionsOutput,
     Field(discriminator="kind"),
 ]
-OUTPUT_KINDS = ("classes", "probability", "values", "embedding", "detections")
 
 
 def default_output_names(count: int) -> list[str]:
