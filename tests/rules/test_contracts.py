@@ -181,3 +181,25 @@ def test_a_torch_rule_that_rebinds_its_inputs_forward_is_refused() -> None:
 
     with pytest.raises(EdgeflowError, match="changed its input model in place"):
         run(Tiny(), spec(Rebind, "rules.py:Rebind"))
+
+
+def test_a_rule_that_narrows_an_integer_input_is_fed_the_same_values_narrowed() -> None:
+    """onnx.int64_to_int32 with io: int32 makes an int64 input int32, as its option says; its
+    contract is checked on the same token ids as int32 (it was an internal error: onnxruntime
+    refused the int64 feed of the int32 input)."""
+    from edgeflow.rules.onnx.casts import Int64ToInt32
+
+    table = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)],
+        "lookup",
+        [helper.make_tensor_value_info("ids", T.INT64, [1, 3])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 3, 4])],
+        [table],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    ids = [TensorSpec(name="ids", shape=[1, 3], dtype="int64")]
+    narrowing = RuleSpec(Int64ToInt32, Int64ToInt32.Options(io="int32"), "rewrites[0]")
+    out, [record], _ = apply_rules(model, [narrowing], ("onnx",), RewriteContext(ids))
+    assert out.graph.input[0].type.tensor_type.elem_type == T.INT32
+    assert "outputs within tolerance 0 on random and all-zero inputs" in record["contract"]
