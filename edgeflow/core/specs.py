@@ -119,7 +119,7 @@ class EmbeddingOutput(Batched):
     )
 
     @model_validator(mode="after")
-    def _not_the_batch(self) -> EmbeddingOutput:
+    def _two_samples_each(self) -> EmbeddingOutput:
         for i, (query, match) in enumerate(self.pairs):
             if query < 0 or match < 0 or query == match:
                 raise user_error(
@@ -128,6 +128,10 @@ class EmbeddingOutput(Batched):
                     "give [query, its true match] as sample indices of the evaluation dataset",
                     at=f"pairs.{i}",
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _not_the_batch(self) -> EmbeddingOutput:
         if self.axis == self.batch_axis:
             raise user_error(
                 f"axis {self.axis} is the batch axis (batch_axis: {self.batch_axis})",

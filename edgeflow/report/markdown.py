@@ -139,6 +139,8 @@ def kind_figures(o: dict[str, Any]) -> list[str]:
             f"cosine similarity {o['cosine_min']:.4f} (lowest), {o['cosine_mean']:.4f} (mean)"
         )
     found += retrieval_words(o.get("retrieval"))
+    if o.get("retrieval_skipped"):
+        found.append(f"retrieval {o['retrieval_skipped']}")
     return found
 
 

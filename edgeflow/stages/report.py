@@ -122,6 +122,7 @@ OUTPUT_FIGURES = (
     "cosine_min",
     "cosine_mean",
     "retrieval",
+    "retrieval_skipped",
     "batch_axis",
 )
 

@@ -39,8 +39,13 @@ def compare_outputs(
         scale = float(np.max(np.abs(ref))) or 1.0
         measured = diff.size > 0
         spec, decided = judged(ref, declared.get(names[i]))
+        skipped = {}
         if bad.any() and getattr(spec, "pairs", None):  # sample indices no longer hold
             spec = spec.model_copy(update={"pairs": []})
+            skipped["retrieval_skipped"] = (
+                f"not measured: the artifact outputs NaN or Inf on {int(bad.sum())} samples, "
+                "so the pairs' sample indices do not hold"
+            )
         per_output.append(
             {
                 "index": i,
@@ -56,6 +61,7 @@ def compare_outputs(
                 "sqnr_db": sqnr_db(ref[finite], out[finite]) if measured else None,
                 "non_finite_samples": int(bad.sum()),
                 **(agreement(names[i], spec, ref[finite], out[finite], boxes) if measured else {}),
+                **skipped,
             }
         )
     diffs = [o["max_abs_diff"] for o in per_output]

@@ -1,5 +1,5 @@
-"""What each output is (class scores, probabilities, values, a raw detector head) and the
-agreement figure that means something for it.
+"""What each output is (class scores, probabilities, values, an embedding, a raw detector
+head) and the agreement figure that means something for it.
 
 An output not declared in `evaluation.outputs` is judged by its shape: [batch, C > 1] is a
 class vector; one value per sample within [0, 1] (in the source) is a probability, decided at

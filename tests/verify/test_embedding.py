@@ -71,6 +71,17 @@ def test_pairs_that_do_not_fit_the_output_are_clear_errors() -> None:
         _compared(tokens, tokens, EmbeddingOutput(kind="embedding", pairs=[(0, 1)]))
 
 
+def test_retrieval_is_not_measured_where_the_artifact_gives_nan_and_says_so() -> None:
+    ref = np.eye(4, dtype=np.float32)
+    out = ref.copy()
+    out[2, 0] = np.nan
+    spec = EmbeddingOutput(kind="embedding", pairs=[(0, 1)])
+    found = _compared(ref, out, spec)["outputs"][0]
+    assert "retrieval" not in found and found["non_finite_samples"] == 1
+    assert found["retrieval_skipped"].startswith("not measured: the artifact outputs NaN or Inf")
+    assert kind_figures(found)[-1].startswith("retrieval not measured")
+
+
 def test_min_cosine_similarity_holds_per_embedding_output() -> None:
     ref = np.eye(4, dtype=np.float32)
     out = ref + 0.5 * np.roll(ref, 1, axis=1)  # cosine 1 / sqrt(1.25) = 0.894 everywhere
