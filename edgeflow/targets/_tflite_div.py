@@ -51,18 +51,28 @@ def float_divisions(model: bytes) -> list[str]:
     float32 file, or it calibrated): every DIV of the main subgraph whose divisor is a float32
     tensor computed in the graph, the operators computing that divisor (up through
     PASS_THROUGH operators to the first other one) and, for a reciprocal, the MULs by it."""
-    graph = _Divisions(tflite_graph(model, "tflite"))
+    return divisions_kept(tflite_graph(model, "tflite"))
+
+
+def divisions_kept(graph: TfliteGraph) -> list[str]:
+    """float_divisions of a .tflite already read."""
+    found = _Divisions(graph)
     kept = [
-        o for op in graph.divisions("FLOAT32") for o in (op, *graph.chain(op), *graph.scaled(op))
+        o for op in found.divisions("FLOAT32") for o in (op, *found.chain(op), *found.scaled(op))
     ]
-    names = [graph.graph.written_name(o.outputs[0]) for o in kept]
+    names = [graph.written_name(o.outputs[0]) for o in kept]
     return list(dict.fromkeys(names))
 
 
 def trapped(model: bytes) -> int:
     """How many DIVs of an int8 .tflite's main subgraph divide by an int8 tensor computed in
     the graph."""
-    return len(_Divisions(tflite_graph(model, "tflite")).divisions("INT8"))
+    return trapped_in(tflite_graph(model, "tflite"))
+
+
+def trapped_in(graph: TfliteGraph) -> int:
+    """trapped, of a .tflite already read."""
+    return len(_Divisions(graph).divisions("INT8"))
 
 
 class _Divisions:

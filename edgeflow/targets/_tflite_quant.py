@@ -184,11 +184,12 @@ def quantize(
     dense_per_tensor: bool = False,
 ) -> bytes:
     """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
-    names) kept float, and every operator inside a loop (`loop_nodes`), every DIV by a
-    computed divisor with what computes it (_tflite_div.float_divisions) and, for `target`
-    tflite_micro, every SOFTMAX it aborts on (_tflite_softmax); with `float_io`, the inputs
-    and outputs float32 (QUANTIZE and DEQUANTIZE in the model); with `dense_per_tensor`,
-    per-tensor weights for the fully-connected layers of a per-channel model."""
+    names) kept float, and every operator inside a loop (`loop_nodes`) and every operator an
+    int8 kernel of `target` has a trap for (_tflite_traps: a DIV by a computed divisor with
+    what computes it, a SOFTMAX TFLite Micro aborts on, a ONE_HOT); with `float_io`, the
+    inputs and outputs float32 (QUANTIZE and DEQUANTIZE in the model); with
+    `dense_per_tensor`, per-tensor weights for the fully-connected layers of a per-channel
+    model."""
     tf = require("tensorflow", "tflite")
     from tensorflow.lite.python import convert
 

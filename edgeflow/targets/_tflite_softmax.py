@@ -13,7 +13,7 @@ int8_warnings).
 
 from __future__ import annotations
 
-from edgeflow.targets._tflite_graph import tflite_graph
+from edgeflow.targets._tflite_graph import TfliteGraph, tflite_graph
 
 WIDE_SOFTMAX = 256  # values on the axis from which the sum can need 9 integer bits
 TRAPPED = ("tflite_micro",)  # the targets whose int8 SOFTMAX is the reference kernel
@@ -23,7 +23,11 @@ WHY = "an int8 SOFTMAX over 256 or more values, which TFLite Micro aborts on"
 def wide_softmaxes(model: bytes, dtype: str) -> list[str]:
     """The output tensor names of the SOFTMAXes of the main subgraph over WIDE_SOFTMAX or
     more values (TFLite's softmax is over the last axis) whose input is of `dtype`."""
-    graph = tflite_graph(model, "tflite_micro")
+    return wide_in(tflite_graph(model, "tflite_micro"), dtype)
+
+
+def wide_in(graph: TfliteGraph, dtype: str) -> list[str]:
+    """wide_softmaxes, of a .tflite already read."""
     return [
         graph.written_name(op.outputs[0])
         for op in graph.ops

@@ -41,11 +41,9 @@ def kept_float(float_model: bytes, target: str) -> list[Kept]:
     """What an int8 build of this float .tflite for `target` keeps float, per trap (those
     with nothing to keep left out)."""
     graph = tflite_graph(float_model, "tflite")
-    divisions = _tflite_div.float_divisions(float_model)
+    divisions = _tflite_div.divisions_kept(graph)
     softmaxes = (
-        _tflite_softmax.wide_softmaxes(float_model, "FLOAT32")
-        if target in _tflite_softmax.TRAPPED
-        else []
+        _tflite_softmax.wide_in(graph, "FLOAT32") if target in _tflite_softmax.TRAPPED else []
     )
     copies = _copies(graph, "FLOAT32")
     kept = [
@@ -78,11 +76,12 @@ def float_nodes(float_model: bytes, target: str) -> list[str]:
 
 def trapped(model: bytes, target: str) -> str:
     """What of an int8 .tflite the target's runtime cannot run right ("" when nothing)."""
-    if _tflite_div.trapped(model) > 0:
+    graph = tflite_graph(model, "tflite")
+    if _tflite_div.trapped_in(graph) > 0:
         return _tflite_div.WHY
-    if target in _tflite_softmax.TRAPPED and _tflite_softmax.wide_softmaxes(model, "INT8"):
+    if target in _tflite_softmax.TRAPPED and _tflite_softmax.wide_in(graph, "INT8"):
         return _tflite_softmax.WHY
-    if _copies(tflite_graph(model, "tflite"), "INT8"):
+    if _copies(graph, "INT8"):
         return COPIES_WHY
     return ""
 
