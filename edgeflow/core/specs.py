@@ -65,6 +65,13 @@ class Batched(Strict):
             return None
         return native + 1 if native < self.batch_axis else native
 
+    def _off_the_batch(self, axis: int, what: str, hint: str) -> None:
+        """A kind's own axis (`what`, for the message) must not be the batch axis."""
+        if axis == self.batch_axis:
+            raise user_error(
+                f"{what} {axis} is the batch axis (batch_axis: {self.batch_axis})", hint, at="axis"
+            )
+
 
 class ClassesOutput(Batched):
     """Class scores: top-1 agreement of the argmax over `axis`; [B, C] is one decision per
@@ -78,12 +85,8 @@ class ClassesOutput(Batched):
 
     @model_validator(mode="after")
     def _not_the_batch(self) -> ClassesOutput:
-        if self.axis == self.batch_axis:
-            raise user_error(
-                f"axis {self.axis} is the batch axis (batch_axis: {self.batch_axis})",
-                "name the class axis: -1 (last, the default), or the axis the classes are on",
-                at="axis",
-            )
+        hint = "name the class axis: -1 (last, the default), or the axis the classes are on"
+        self._off_the_batch(self.axis, "axis", hint)
         return self
 
 
@@ -132,12 +135,7 @@ class EmbeddingOutput(Batched):
 
     @model_validator(mode="after")
     def _not_the_batch(self) -> EmbeddingOutput:
-        if self.axis == self.batch_axis:
-            raise user_error(
-                f"axis {self.axis} is the batch axis (batch_axis: {self.batch_axis})",
-                "name the embedding's axis: -1 (last, the default)",
-                at="axis",
-            )
+        self._off_the_batch(self.axis, "axis", "name the embedding's axis: -1 (last, the default)")
         return self
 
 
@@ -200,12 +198,8 @@ class DetectionsOutput(Batched):
                 "give boxes, scores and objectness separate positions of the layout axis",
                 at="boxes",
             )
-        if self.axis == self.batch_axis:
-            raise user_error(
-                f"the layout axis {self.axis} is the batch axis (batch_axis: {self.batch_axis})",
-                "set axis to the axis of 4 + classes features, batch_axis to the samples' axis",
-                at="axis",
-            )
+        hint = "set axis to the axis of 4 + classes features, batch_axis to the samples' axis"
+        self._off_the_batch(self.axis, "the layout axis", hint)
         return self
 
 
