@@ -64,7 +64,7 @@ def run(ctx: StageContext) -> None:
                     rule="(convert.via: onnx)",
                 )
             )
-        findings += check_builtins(counts, profile, q.mode, q.activations)
+        findings += check_builtins(counts, profile, q.mode, q.activations, "(convert.via: onnx)")
         table = to_json(findings)
         passed = not errors(table)
         ctx.write_json(

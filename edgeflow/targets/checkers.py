@@ -23,6 +23,7 @@ class Node:
     ranks: dict[str, int]  # tensor -> rank, where shape inference knows it
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # where static
     read: frozenset[str] = frozenset()  # the tensors a node or the graph's outputs read
+    types: dict[str, int] = field(default_factory=dict)  # tensor -> ONNX element type, if known
 
     def attribute(self, name: str, default: Any = None) -> Any:
         import onnx
@@ -244,6 +245,34 @@ def cast_not_to_int64(node: Node) -> str | None:
     return "casts to int64" if node.attribute("to") == 7 else None  # TensorProto.INT64
 
 
+def computed_int32_indices(node: Node) -> str | None:
+    """A Gather whose indices the graph computes as int32 (token ids fed as int32): TFLite
+    Micro's GATHER takes no int64 positions, and onnx2tf 1.28.8 fails on int32 constant ones
+    (tf.gather: TypeError; measured 2026-12 on the probes)."""
+    import onnx
+
+    indices = node.input(1)
+    if indices in node.constants:
+        return "constant indices (onnx.gather_to_slice makes them slices)"
+    if node.types.get(indices) == onnx.TensorProto.INT64:
+        return "int64 indices (TFLite Micro's GATHER takes int32 ones)"
+    return None
+
+
+def rank_at_least_3(node: Node) -> str | None:
+    """An input of 3 or more dimensions: onnx2tf 1.28.8 converts a ReduceL2 of a 2-D tensor
+    (F.normalize of an embedding) to tf.norm, which fails ("'axis' must be None, an integer,
+    or a tuple of 2 unique integers")."""
+    rank = node.ranks.get(node.input(0))
+    return None if rank is None or rank >= 3 else f"a {rank}-D input"
+
+
+def constant_weights(node: Node) -> str | None:
+    """A MatMul whose second operand is a constant (a layer's weights), not a computed tensor
+    (attention's query-key scores: a batch matmul)."""
+    return None if node.input(1) in node.constants else "a MatMul of two computed tensors"
+
+
 CHECKERS: dict[str, Callable[[Node], str | None]] = {
     "dilations_one": dilations_one,
     "groups_one": groups_one,
@@ -263,6 +292,9 @@ CHECKERS: dict[str, Callable[[Node], str | None]] = {
     "no_partial_window": no_partial_window,
     "resize_nearest": resize_nearest,
     "cast_not_to_int64": cast_not_to_int64,
+    "computed_int32_indices": computed_int32_indices,
+    "rank_at_least_3": rank_at_least_3,
+    "constant_weights": constant_weights,
     "constant_divisor": constant_divisor,
     "narrow_softmax": narrow_softmax,
     "slice_one_axis": slice_one_axis,

@@ -241,8 +241,9 @@ def family_operators(
         """The type of the first input of the probe's `op` node, as the precheck sees it."""
         graph = onnx.shape_inference.infer_shapes(case.model).graph
         node = next(n for n in graph.node if n.op_type == case.op)
-        values = (*graph.input, *graph.value_info)
-        first = next(v for v in values if v.name == node.input[0]).type.tensor_type.elem_type
+        constants = {t.name: t.data_type for t in graph.initializer}
+        values = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info)}
+        first = {**values, **constants}[node.input[0]]
         return str(onnx.TensorProto.DataType.Name(first).lower())
 
     by_op: dict[str, list[Any]] = {}
@@ -546,11 +547,18 @@ def _derive_family(write: bool, saved: Path | None, remeasure: set[str] | None =
         cases = probes()
         raw = json.loads(saved.read_text(encoding="utf-8"))
         verdicts = {n: {k: Verdict(**v) for k, v in found.items()} for n, found in raw.items()}
-        if set(verdicts) != {c.name for c in cases}:
-            raise SystemExit(f"{saved} holds verdicts for other probes: delete it to measure")
         unknown = sorted((remeasure or set()) - {c.op for c in cases})
         if unknown:
             raise SystemExit(f"--remeasure: no probe of {', '.join(unknown)}")
+        # probes added or renamed since the saved run are measured with their operator's
+        op_of = {c.name: c.op for c in cases}
+        unmeasured = {op_of[n] for n in op_of if n not in verdicts} - (remeasure or set())
+        if unmeasured:
+            raise SystemExit(
+                f"{saved} has no verdicts for probes of {', '.join(sorted(unmeasured))}: "
+                "--remeasure them, or delete the file to measure every probe"
+            )
+        verdicts = {n: v for n, v in verdicts.items() if n in op_of}
         if remeasure:
             verdicts |= measure_probes(progress, remeasure)[1]
             found = {n: {k: v.to_json() for k, v in f.items()} for n, f in verdicts.items()}

@@ -397,13 +397,13 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
                 typed = DTYPE_FINDINGS.get(type_name)
                 add(op, f"dtype {type_name}", why, name, Fix.finding(typed) if typed else None)
         for check in spec.checks:
-            problem = CHECKERS[check](Node(node, constants, ranks, shapes, read))
+            problem = CHECKERS[check](Node(node, constants, ranks, shapes, read, types))
             if problem is not None:
                 add(op, check, f"{check}: {problem}", name, Fix.check(op, check))
         # an int8 kernel's trap that the build avoids, where the node's float tensors are int8
         traps = profile.int8_warnings.get(op, {}) if quantization == "int8" else {}
         for check, why in traps.items() if dtype in (None, FLOAT) else ():
-            problem = CHECKERS[check](Node(node, constants, ranks, shapes, read))
+            problem = CHECKERS[check](Node(node, constants, ranks, shapes, read, types))
             if problem is not None:
                 add(op, check, f"int8: {problem}: {why}", name, severity="warning")
     return list(groups.values())
@@ -546,13 +546,19 @@ def render_table(findings: list[dict[str, Any]]) -> str:
 
 
 def check_builtins(
-    counts: dict[str, int], profile: TargetProfile, mode: str, activations: str = "int8"
+    counts: dict[str, int],
+    profile: TargetProfile,
+    mode: str,
+    activations: str = "int8",
+    remedy: str = "",
 ) -> list[Finding]:
     """A .tflite's operators (targets/emitted.py: a builtin, with an option where it has one
     that matters) against those the profile measured in this mode: one measured to fail is
     an error, one no probe had is a warning (verify runs it). An operator whose option no
     probe had is judged by its builtin. fp16 runs the float kernels (weights dequantized);
-    16x8 was not measured, so nothing in it is more than a warning."""
+    16x8 was not measured, so nothing in it is more than a warning. `remedy`: the table's
+    suggestion for an operator measured to fail (the native path's "(convert.via: onnx)";
+    none on the ONNX path, whose rules the precheck of the ONNX graph suggested)."""
     from edgeflow.targets.emitted import base
 
     if not profile.builtins:
@@ -583,7 +589,7 @@ def check_builtins(
                     else f"not measured on {where}: no probe artifact had it"
                 ),
                 count=count,
-                rule="(convert.via: onnx)" if why is not None else "",
+                rule=remedy if why is not None else "",
                 severity="error" if why is not None and not sixteen else "warning",
                 fixes=[Fix.op(name)],
             )

@@ -133,6 +133,24 @@ def _if_probe() -> Case:
     return Case("If", model, feeds, "If")
 
 
+def _embedding_probe() -> Case:
+    """Gather as an embedding lookup: a constant table [20, 8] read at int32 ids the graph is
+    given [1, 5] (a token model's first node; constant indices become slices,
+    onnx.gather_to_slice)."""
+    table = np.random.default_rng(0).standard_normal((20, 8)).astype(np.float32)
+    node = helper.make_node("Gather", ["table", "ids"], ["y0"], axis=0)
+    graph = helper.make_graph(
+        [node],
+        "Gather",
+        [helper.make_tensor_value_info("ids", T.INT32, [1, 5])],
+        [helper.make_tensor_value_info("y0", T.FLOAT, [1, 5, 8])],
+        [numpy_helper.from_array(table, "table")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"ids": np.array([[3, 0, 19, 7, 3]], np.int32)}
+    return Case("Gather", model, feeds, "Gather")
+
+
 def _fused(name: str, op: str, inputs: list[Any], consts: dict[str, Any], low: float) -> Case:
     """`op` then Clip(low, 1): onnx2tf fuses the Clip into the op as an activation option
     (RELU_N1_TO_1 for low -1), which some runtimes refuse though they take the op."""
@@ -277,7 +295,7 @@ def probes() -> list[Case]:
             x,
             {"s": const("s", [2], i64), "e": const("e", [9], i64), "a": const("a", [3], i64)},
         ),
-        single("Gather", "Gather", x, {"i": const("i", [0, 3, 5], i64)}, attrs={"axis": 1}),
+        _embedding_probe(),
         single(
             "GatherElements",
             "GatherElements",
@@ -342,6 +360,16 @@ def probes() -> list[Case]:
         found.append(
             single(f"Cast {name}", "Cast", ints[:1], attrs={"to": T.FLOAT}, out_type=T.FLOAT)
         )
+        # what a token model does to its int64 ids and attention mask before they meet floats
+        axis, rows = const("a", [1], i64), const("s", [4, 16], i64)
+        found += [
+            single(f"Unsqueeze {name}", "Unsqueeze", ints[:1], {"a": axis}),
+            single(f"Squeeze {name}", "Squeeze", [("x", dtype, [2, 1, 16])], {"a": axis}),
+            single(f"Reshape {name}", "Reshape", ints[:1], {"shape": const("shape", [4, 8], i64)}),
+            single(f"Transpose {name}", "Transpose", ints[:1], attrs={"perm": [1, 0]}),
+            single(f"Expand {name}", "Expand", [("x", dtype, [1, 16])], {"s": rows}),
+            single(f"Equal {name}", "Equal", ints, out_type=T.BOOL),
+        ]
     found.append(
         single(
             "MaxPool int8",
@@ -464,6 +492,29 @@ def probes() -> list[Case]:
             checker="cast_not_to_int64",
         ),
         single("Softmax axis 1", "Softmax", seq, attrs={"axis": 1}, checker="axis_last"),
+        single(
+            "Gather int64 constant indices",
+            "Gather",
+            x,
+            {"i": const("i", [0, 3, 5], i64)},
+            attrs={"axis": 1},
+            checker="computed_int32_indices",
+        ),
+        single(
+            "ReduceL2 2-D",
+            "ReduceL2",
+            [("x", T.FLOAT, [4, 16])],
+            {"axes": const("axes", [1], i64)},
+            opset=18,
+            checker="rank_at_least_3",
+        ),
+        # attention's scores and weighted values: a MatMul of two computed tensors (batched)
+        single(
+            "MatMul batched",
+            "MatMul",
+            [("x", T.FLOAT, [1, 4, 8, 16]), ("x2", T.FLOAT, [1, 4, 16, 8])],
+            checker="constant_weights",
+        ),
         # a constant below the other input's rank ([C, H, W] against [N, C, H, W]), and a
         # Sum or Mean over inputs of different shapes
         *(

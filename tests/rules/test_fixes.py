@@ -88,6 +88,10 @@ CHECK_CASES: dict[tuple[str, str], onnx.ModelProto] = {
         {"hidden_size": 16},
         outputs=3,
     ).model,
+    # an embedding lookup at int64 ids the graph is given (TFLite Micro takes int32 ones)
+    ("Gather", "computed_int32_indices"): single(
+        "g", "Gather", [("table", T.FLOAT, [20, 8]), ("ids", T.INT64, [1, 5])]
+    ).model,
     ("Pad", "pad_value_zero"): single(
         "p", "Pad", X, {"pads": np.array([0, 0, 1, 1] * 2, np.int64), "v": 1.5}
     ).model,

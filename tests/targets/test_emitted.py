@@ -102,6 +102,11 @@ def test_an_option_no_probe_measured_is_judged_by_its_builtin() -> None:
     )
     [padv2] = check_builtins({"PADV2": 1}, armnn, "none")
     assert padv2.severity == "error" and "PADV2" in padv2.reason
+    # after an ONNX conversion nothing is suggested (the precheck of the ONNX graph suggested
+    # the rules); the native path names the ONNX path
+    assert padv2.rule == ""
+    [native] = check_builtins({"PADV2": 1}, armnn, "none", remedy="(convert.via: onnx)")
+    assert native.rule == "(convert.via: onnx)"
 
 
 @needs_tflite

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -278,3 +279,40 @@ def test_conv_transpose_passes_the_tflite_family_precheck_measured() -> None:
     assert check(plain, load_profile("armnn"), "none") == []
     [finding] = check(biased, load_profile("armnn"), "none")
     assert finding.reason == "no_bias: a bias input (B)"
+
+
+def test_a_token_models_int_tensors_and_l2_norm_are_judged_as_measured() -> None:
+    """Re-measured (derive tflite_family) with the int probes of the ops a token model applies
+    to its ids and mask, the embedding lookup and a 2-D ReduceL2: the precheck says what
+    onnx2tf and each runtime do, and the targets' default rewrites clear what they can."""
+    from onnx import TensorProto as T
+
+    from edgeflow.targets import load_profile
+    from edgeflow.targets.precheck import check
+    from edgeflow.targets.probes import const, single
+
+    mask = [("m", T.INT64, [1, 32])]
+    unsqueeze = single("u", "Unsqueeze", mask, {"a": const("a", [1], np.int64)}).model
+    lookup = single("g", "Gather", [("table", T.FLOAT, [20, 8]), ("ids", T.INT64, [1, 5])])
+    ids32 = single("g", "Gather", [("table", T.FLOAT, [20, 8]), ("ids", T.INT32, [1, 5])])
+    axes = {"axes": const("axes", [1], np.int64)}
+    norm2d = single("n", "ReduceL2", [("x", T.FLOAT, [1, 64])], axes, opset=18).model
+    norm3d = single("n", "ReduceL2", [("x", T.FLOAT, [1, 8, 64])], axes, opset=18).model
+    tflite, micro, armnn = (load_profile(t) for t in ("tflite", "tflite_micro", "armnn"))
+    # int64 ids and masks reshape on LiteRT and TFLite Micro; Arm NN has no int64 tensors
+    assert check(unsqueeze, tflite, "none") == check(unsqueeze, micro, "none") == []
+    [no_int64] = check(unsqueeze, armnn, "none")
+    assert no_int64.reason == "no kernel for int64 inputs (takes float, int32)"
+    # TFLite Micro's GATHER takes int32 positions: narrowing the ids removes the finding
+    assert check(lookup.model, tflite, "none") == check(ids32.model, micro, "none") == []
+    [positions] = check(lookup.model, micro, "none")
+    assert positions.reason.startswith("computed_int32_indices: int64 indices")
+    assert (positions.rule, positions.options) == ("onnx.int64_to_int32", {"io": "int32"})
+    assert {"rule": "onnx.int64_to_int32", "io": "int32"} in micro.rewrites
+    # onnx2tf fails on a 2-D ReduceL2, which tflite's and tflite_micro's defaults decompose
+    for profile in (tflite, micro):
+        [l2] = check(norm2d, profile, "none")
+        assert l2.reason == "rank_at_least_3: a 2-D input" and l2.rule == "onnx.decompose"
+        assert check(norm3d, profile, "none") == []
+        [decompose] = [e for e in profile.rewrites if e["rule"] == "onnx.decompose"]
+        assert "ReduceL2" in decompose["ops"]

@@ -219,7 +219,11 @@ def _is_double(type_proto: Any) -> bool:
 class Int64ToInt32(OnnxRule):
     name = "onnx.int64_to_int32"
     description = "Narrow int64 tensors to int32 where the ops allow it and the values fit."
-    fixes = (Fix.finding("int64"),)
+    fixes = (Fix.finding("int64"), Fix.check("Gather", "computed_int32_indices"))
+    # token ids are the model's input: the Gather reads int32 ones only if the input narrows
+    fix_options: ClassVar[dict[Fix, dict[str, Any]]] = {
+        Fix.check("Gather", "computed_int32_indices"): {"io": "int32"}
+    }
 
     class Options(RuleOptions):
         """io: int64 graph inputs/outputs stay int64 ('keep') or become int32 ('int32': the
