@@ -14,14 +14,23 @@ path (onnx2tf's int8 file, edgeflow's own calibration) and the native one alike.
   -128) but off value 0.0 at scale 3.9e-9, zero point 0, so LiteRT wrote every off entry as
   int8 0, which the output's grid reads as 0.502: the one-hot at -18 dB, the model's top-1
   agreement 0.062 where onnxruntime's int8 keeps 1.0. Kept float, it verifies (docs/int8.md).
+- an operator the target runs in float32 but has no int8 kernel for (`float_kernels`, from
+  the profile's measured builtins: those that ran in float32 and failed alone in int8):
+  TFLite Micro's SQRT, EXP and LOG (an L2 normalisation's SQRT, measured 2026-12: "Node SQRT
+  failed to invoke"), and GATHER at int64 positions. The int8 build runs them float between
+  DEQUANTIZE and QUANTIZE; the profile's operators say so (`kept_float`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from edgeflow.targets import _tflite_div, _tflite_softmax
 from edgeflow.targets._tflite_graph import TfliteGraph, tflite_graph
+
+if TYPE_CHECKING:
+    from edgeflow.targets.profile import TargetProfile
 
 # operator: the inputs whose stored values its int8 kernel copies into the output
 COPIES = {"ONE_HOT": (2, 3)}
@@ -46,6 +55,9 @@ def kept_float(float_model: bytes, target: str) -> list[Kept]:
         _tflite_softmax.wide_in(graph, "FLOAT32") if target in _tflite_softmax.TRAPPED else []
     )
     copies = _copies(graph, "FLOAT32")
+    kernels = float_kernels(target)
+    lacking = _of(graph, kernels, "FLOAT32")
+    lacked = sorted({op.name for op in graph.ops if op.name in kernels})
     kept = [
         Kept(
             "float_divisions",
@@ -65,6 +77,11 @@ def kept_float(float_model: bytes, target: str) -> list[Kept]:
             f"{len(copies)} ONE_HOT float: its int8 kernel writes the on/off values as stored, "
             "on grids TensorFlow's quantizer sets apart from the output's",
         ),
+        Kept(
+            "float_kernels",
+            lacking,
+            f"{len(lacking)} operators float: {target} has no int8 kernel for {', '.join(lacked)}",
+        ),
     ]
     return [k for k in kept if k.names]
 
@@ -83,13 +100,33 @@ def trapped(model: bytes, target: str) -> str:
         return _tflite_softmax.WHY
     if _copies(graph, "INT8"):
         return COPIES_WHY
+    lacking = _of(graph, float_kernels(target), "INT8")
+    if lacking:
+        return f"int8 operators {target} has no int8 kernel for ({', '.join(lacking)})"
     return ""
+
+
+def float_kernels(target: str | TargetProfile) -> frozenset[str]:
+    """The builtins the target's profile measured to run in float32 and to fail, alone, in
+    int8 (derive.float_kernels): no int8 kernel, so an int8 build runs them float."""
+    from edgeflow.targets import load_profile
+
+    profile = load_profile(target) if isinstance(target, str) else target
+    builtins = profile.builtins
+    if not builtins or "none" not in builtins or "int8" not in builtins:
+        return frozenset()
+    return frozenset(builtins["none"].runs) & frozenset(builtins["int8"].fails)
+
+
+def _of(graph: TfliteGraph, builtins: frozenset[str], dtype: str) -> list[str]:
+    """The output names of the operators among `builtins` whose output is of `dtype`."""
+    return [
+        graph.written_name(op.outputs[0])
+        for op in graph.ops
+        if op.name in builtins and graph.types[op.outputs[0]] == dtype
+    ]
 
 
 def _copies(graph: TfliteGraph, dtype: str) -> list[str]:
     """The output names of the COPIES operators whose output is of `dtype`."""
-    return [
-        graph.written_name(op.outputs[0])
-        for op in graph.ops
-        if op.name in COPIES and graph.types[op.outputs[0]] == dtype
-    ]
+    return _of(graph, frozenset(COPIES), dtype)

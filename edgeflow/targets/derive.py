@@ -196,6 +196,8 @@ def render_tensorrt(header: str, ops: dict[str, dict[str, Any]], source: str) ->
             parts.append(f"dtypes: [{', '.join(spec['dtypes'])}]")
         if spec["checks"]:
             parts.append(f"checks: [{', '.join(spec['checks'])}]")
+        if spec.get("kept_float"):
+            parts.append(f"kept_float: {json.dumps(spec['kept_float'])}")
         if spec["note"]:
             parts.append(f"note: {json.dumps(spec['note'])}")
         lines.append(f"  {op}: {{{', '.join(parts)}}}")
@@ -221,7 +223,11 @@ def measure_probes(
 
 
 def family_operators(
-    target: str, cases: list[Any], verdicts: dict[str, Any], offered: list[str]
+    target: str,
+    cases: list[Any],
+    verdicts: dict[str, Any],
+    offered: list[str],
+    builtins: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """({op: {dtypes, quantization, checks, inaccurate, note}} for the ops whose probes ran,
     {op: why not} for the others.
@@ -230,7 +236,10 @@ def family_operators(
     probes without a checker try other input types (dtypes: those that ran, float32 included);
     its probes with a checker are variants, whose failure adds the checker. An int8 result
     that runs but is off (stage compare) is recorded as `inaccurate`. Modes not measured
-    (fp16 on tflite: float16 weights, float32 kernels) follow float32.
+    (fp16 on tflite: float16 weights, float32 kernels) follow float32. With `builtins`
+    (family_builtins'), an op whose int8 probe failed only on builtins that run in float32
+    but have no int8 kernel (`float_kernels`) keeps int8: the int8 build runs those float
+    (targets/_tflite_traps.py), and the op says so (`kept_float`).
     """
     import onnx
 
@@ -264,9 +273,15 @@ def family_operators(
         runs = {m: verdict(main, m).runs for m in MEASURED_MODES if verdict(main, m)}
         if numeric:
             runs["int8"] = True
+        kept = ""
+        if first.runs and "int8" in offered and not runs.get("int8", True) and builtins:
+            lacking = set(verdict(main, "int8").builtins) - set(builtins["int8"]["runs"])
+            if lacking and lacking <= float_kernels(builtins):
+                runs["int8"] = True
+                kept = f"no int8 {', '.join(sorted(lacking))} kernel: the int8 build runs it float"
         modes = [m for m in offered if runs.get(m, runs["none"])] if first.runs else offered
         notes = [" ".join(first.builtins)]
-        if first.runs and "int8" in offered and not runs.get("int8", True):
+        if first.runs and "int8" in offered and (kept or not runs.get("int8", True)):
             notes.append(f"int8: {_why(verdict(main, 'int8'))}")
         inaccurate = {"int8": _why(verdict(main, "int8"))} if numeric and first.runs else {}
         notes += [
@@ -288,9 +303,15 @@ def family_operators(
             "quantization": modes if modes != offered else None,
             "checks": sorted(set(checks)),
             "inaccurate": inaccurate,
+            "kept_float": kept,
             "note": "; ".join(n for n in notes if n),
         }
     return ops, missing
+
+
+def float_kernels(builtins: dict[str, dict[str, Any]]) -> set[str]:
+    """The builtins that ran in float32 and failed, alone, in int8: no int8 kernel."""
+    return set(builtins["none"]["runs"]) & set(builtins["int8"]["fails"])
 
 
 def measured_versions(op: str, plain: list[Any], runs: Any) -> list[dict[str, int]] | None:
@@ -462,6 +483,8 @@ def render_family(
         if spec["inaccurate"]:
             pairs = ", ".join(f"{m}: {json.dumps(t)}" for m, t in spec["inaccurate"].items())
             parts.append(f"inaccurate: {{{pairs}}}")
+        if spec.get("kept_float"):
+            parts.append(f"kept_float: {json.dumps(spec['kept_float'])}")
         if spec["note"]:
             parts.append(f"note: {json.dumps(spec['note'])}")
         lines.append(f"  {op}: {{{', '.join(parts)}}}")
@@ -570,8 +593,8 @@ def _derive_family(write: bool, saved: Path | None, remeasure: set[str] | None =
             saved.write_text(json.dumps(found, indent=1), encoding="utf-8")
     for target in FAMILY:
         offered = [str(m) for m in load_profile(target).quantization]
-        ops, missing = family_operators(target, cases, verdicts, offered)
         builtins = family_builtins(target, verdicts)
+        ops, missing = family_operators(target, cases, verdicts, offered, builtins)
         section = render_family(target, ops, missing, len(cases), builtins)
         if not write:
             sys.stdout.write(section)

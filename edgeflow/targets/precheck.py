@@ -333,14 +333,18 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
         fix: Fix | None = None,
         severity: str = "error",
         options: dict[str, Any] | None = None,
+        fixes: list[Fix] | None = None,
     ) -> None:
         finding = groups.get((op, key))
         if finding is None:
             # the rule that removes this finding, else one that removes the operator
-            fixes = [*([fix] if fix else []), Fix.op(op)]
+            if fixes is None:
+                fixes = [*([fix] if fix else []), Fix.op(op)]
             finding = groups[op, key] = Finding(
                 op, reason, severity=severity, fixes=fixes, options=options or {}
             )
+            if not fixes:  # nothing to fix: what the build itself does
+                finding.rule, finding.options = "", {}
         finding.nodes.append(at)
         finding.count = len(finding.nodes)
 
@@ -366,6 +370,9 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
             modes = ", ".join(spec.quantization)
             why = f"not supported in quantization mode {quantization} (only {modes})"
             add(op, "quantization", why, name)
+        if quantization == "int8" and spec.kept_float:  # what the build does: no rule
+            why = f"int8: {spec.kept_float}"
+            add(op, "kept float", why, name, severity="warning", fixes=[])
         if quantization in spec.inaccurate:
             why = f"{quantization} may be inaccurate: {spec.inaccurate[quantization]}"
             add(op, "inaccurate", why, name, severity="warning")
@@ -559,6 +566,7 @@ def check_builtins(
     16x8 was not measured, so nothing in it is more than a warning. `remedy`: the table's
     suggestion for an operator measured to fail (the native path's "(convert.via: onnx)";
     none on the ONNX path, whose rules the precheck of the ONNX graph suggested)."""
+    from edgeflow.targets._tflite_traps import float_kernels
     from edgeflow.targets.emitted import base
 
     if not profile.builtins:
@@ -566,6 +574,8 @@ def check_builtins(
     measured = profile.builtins.get("int8" if mode == "int8" else "none")
     if measured is None:
         return []
+    # an int8 build runs the builtins without an int8 kernel float (_tflite_traps)
+    floats = float_kernels(profile) if mode == "int8" else frozenset()
     judged: dict[str, int] = {}
     for name, count in counts.items():
         if name not in measured.runs and name not in measured.fails:
@@ -574,7 +584,7 @@ def check_builtins(
     sixteen = mode == "int8" and activations == "int16"
     findings = []
     for name, count in sorted(judged.items()):
-        if name in measured.runs or (mode == "fp16" and name == "DEQUANTIZE"):
+        if name in measured.runs or name in floats or (mode == "fp16" and name == "DEQUANTIZE"):
             continue
         why = measured.fails.get(name)
         if name.startswith("CUSTOM:") and why is None:

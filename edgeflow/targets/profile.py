@@ -54,6 +54,9 @@ class OperatorSpec(BaseModel):
     # Modes in which the op runs but was measured inaccurate (on a probe): mode -> what was
     # seen. A warning in the precheck, not a failure: it depends on the graph around the op.
     inaccurate: dict[Literal["none", "fp16", "int8"], str] = {}
+    # Why an int8 build runs this op float (the runtime has no int8 kernel for a builtin it
+    # becomes; targets/_tflite_traps.py keeps it float): a precheck warning in int8 builds.
+    kept_float: str = ""
     note: str = ""  # restrictions the source states that no checker encodes (not checked)
 
     @field_validator("dtypes")

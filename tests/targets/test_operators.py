@@ -94,6 +94,7 @@ def test_measured_operator_lists_come_from_verdicts() -> None:
         "quantization": None,
         "checks": ["groups_one"],
         "inaccurate": {},
+        "kept_float": "",
         "note": "CONV_2D; Conv grouped: load [GELU]: nope",
     }
     assert ops["Erf"]["quantization"] == ["none"] and ops["Erf"]["dtypes"] == ["float", "int64"]
@@ -105,6 +106,16 @@ def test_measured_operator_lists_come_from_verdicts() -> None:
         "int8": "compare [RELU6]: relative error 0.5 (tolerance 0.1)"
     }
     assert missing == {"Gelu": "load [GELU]: nope"}
+    # an int8 probe that failed only on a builtin that runs in float32 and has no int8 kernel
+    # (it ran in float32 and failed alone in int8): the build keeps it float, int8 stays
+    verdicts["Erf"]["t/int8"] = Verdict(False, "run", "Node ERF failed", ["ERF"])
+    builtins = family_builtins("t", verdicts)
+    assert builtins["int8"]["fails"]["ERF"] == "run [ERF]: Node ERF failed"
+    ops, _ = family_operators("t", cases, verdicts, ["none", "int8"], builtins)
+    assert ops["Erf"]["quantization"] is None
+    assert ops["Erf"]["kept_float"] == "no int8 ERF kernel: the int8 build runs it float"
+    ops, _ = family_operators("t", cases, verdicts, ["none", "int8"])  # builtins not given
+    assert ops["Erf"]["quantization"] == ["none"] and not ops["Erf"]["kept_float"]
 
 
 def test_native_builtins_fail_where_they_load_run_or_compute_wrong_in_float() -> None:

@@ -138,3 +138,82 @@ def test_an_int8_build_keeps_its_one_hot_float_and_verifies(
     assert metrics["agreement"]["min_sqnr_db"] > 30
     report = (build / "report.md").read_text()
     assert "1 ONE_HOT float" in report
+
+
+def scaled_by_norm() -> object:
+    """x [1, 8, 16] -> MatMul -> Tanh -> t * Sqrt(ReduceSum(t * t, last axis)): a square
+    root TFLite Micro runs in float32 only (onnx2tf makes t / ReduceL2(t) an RSQRT, which has
+    an int8 kernel)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(16, 16)).astype(np.float32) * 0.5, "w"),
+        numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+    ]
+    node = helper.make_node
+    nodes = [
+        node("MatMul", ["x", "w"], ["h"]),
+        node("Tanh", ["h"], ["t"]),
+        node("Mul", ["t", "t"], ["squares"]),
+        node("ReduceSum", ["squares", "axes"], ["total"], keepdims=1),
+        node("Sqrt", ["total"], ["norm"]),
+        node("Mul", ["t", "norm"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "scaled",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@needs_tflite
+def test_tflite_micro_runs_the_ops_it_has_no_int8_kernel_for_float(
+    tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TFLite Micro has float32 SQRT, EXP and LOG but no int8 ones (measured: its builtins
+    lists); the int8 build keeps them float and the precheck says so (a warning, where it
+    refused the model before)."""
+    import onnx
+
+    from edgeflow.cli import main
+    from edgeflow.targets import load_profile
+
+    assert {"SQRT", "EXP", "LOG"} <= _tflite_traps.float_kernels("tflite_micro")
+    assert _tflite_traps.float_kernels("tflite") == frozenset()
+    assert load_profile("tflite_micro").operators["Sqrt"].kept_float
+    onnx.save(scaled_by_norm(), str(tmp_path / "model.onnx"))
+    x = np.random.default_rng(1).normal(size=(SAMPLES, 8, 16)).astype(np.float32)
+    np.savez(tmp_path / "data.npz", x=x)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        textwrap.dedent(
+            """
+            source: {kind: onnx, model: model.onnx, inputs: [{name: x, shape: [1, 8, 16]}]}
+            evaluation: {dataset: data.npz, metric: agreement, outputs: {y: {kind: embedding}}}
+            calibration: {dataset: data.npz}
+            quantization: {mode: int8}
+            target: tflite_micro
+            verify: {min_sqnr_db: 25, latency_runs: 1, warmup_runs: 0}
+            """
+        )
+    )
+    args = ["run", f"recipe={recipe}", f"cache_dir={shared_cache}", f"build_dir={tmp_path}/b"]
+    code = main(args)
+    out = capsys.readouterr()
+    build = tmp_path / "b" / "recipe" / "tflite_micro-int8"
+    assert code == 0, out.err
+    assert "no int8 SQRT kernel: the int8 build runs it float" in out.out + out.err
+    metrics = json.loads((build / "metrics.json").read_text())
+    assert metrics["verified"] and metrics["agreement"]["min_sqnr_db"] > 30  # 34.4 measured
+    assert metrics["agreement"]["outputs"]["y"]["cosine_min"] > 0.999
+    graph = tflite_graph((build / "model.tflite").read_bytes(), "tflite")
+    (sqrt,) = [op for op in graph.ops if op.name == "SQRT"]
+    assert graph.types[sqrt.outputs[0]] == "FLOAT32"
+    assert "has no int8 kernel for SQRT" in (build / "report.md").read_text()

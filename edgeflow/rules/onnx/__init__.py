@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from edgeflow.rules.base import OnnxRule
+from edgeflow.rules.onnx.attention import MultiplicativeMask
 from edgeflow.rules.onnx.broadcast import ExplicitBroadcast
 from edgeflow.rules.onnx.casts import CastFloat64ToFloat32, Int64ToInt32
 from edgeflow.rules.onnx.conv_pool import (
@@ -11,6 +12,7 @@ from edgeflow.rules.onnx.conv_pool import (
     PadWithConcat,
     ReduceMaxAsPool,
     ShuffleToConv,
+    SumAsMean,
     SplitGroups,
 )
 from edgeflow.rules.onnx.cut import Cut
@@ -42,9 +44,11 @@ RULES: tuple[type[OnnxRule], ...] = (
     UnrollLoop,
     UnrollRecurrent,
     SqrtNewton,
+    MultiplicativeMask,
     MaxPoolEdgePad,
     PadWithConcat,
     ReduceMaxAsPool,
+    SumAsMean,
     PadAllAxes,
     SplitGroups,
     ShuffleToConv,

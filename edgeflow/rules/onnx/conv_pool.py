@@ -481,6 +481,58 @@ class ReduceMaxAsPool(NodeRule):
         return None
 
 
+class SumAsMean(NodeRule):
+    """Arm NN 22's parser has no SUM (measured: "Operator not supported ... SUM") but runs
+    MEAN: a float ReduceSum over axes of static size n becomes ReduceMean times n, within
+    float32 rounding. A transformer's masked mean pooling (the sum of the kept tokens over
+    their count) and a sum over a spectrum's bins are such sums. Needs a static input shape
+    and constant axes. A default rewrite of armnn."""
+
+    name = "onnx.sum_as_mean"
+    description = "Write a float ReduceSum as ReduceMean times the number of values it sums."
+    fixes = (Fix.op("ReduceSum"),)
+
+    class Options(RuleOptions):
+        pass
+
+    example: ClassVar[tuple[str, str] | None] = (
+        "y = ReduceSum(x[1, 32, 64], axes=[1], keepdims=0)",
+        "y = ReduceMean(x, axes=[1], keepdims=0) * 32",
+    )
+
+    op_types = frozenset({"ReduceSum"})
+    what = "ReduceSum"
+
+    def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
+        import math
+
+        import numpy as np
+
+        if e.dtypes.get(node.input[0]) not in (1, 11):  # float, double
+            return "not float32/float64"
+        shape = e.shape(node.input[0])
+        if shape is None:
+            return "the input shape is not static"
+        axes = list(range(len(shape)))
+        if len(node.input) > 1 and node.input[1]:  # opset 13 on: the axes an input
+            given = e.constants.get(node.input[1])
+            if given is None:
+                return "the axes are not a constant"
+            axes = [int(a) for a in given.reshape(-1)] or axes
+            if not given.size and attr(node, "noop_with_empty_axes", 0):
+                return "no axes (noop_with_empty_axes)"
+        axes = sorted(a % len(shape) for a in axes)
+        keep = attr(node, "keepdims", 1)
+        if e.opset >= 18:
+            listed = e.array(np.array(axes, np.int64), "axes")
+            mean = e.op("ReduceMean", node.input[0], listed, keepdims=keep)
+        else:
+            mean = e.op("ReduceMean", node.input[0], axes=axes, keepdims=keep)
+        count = math.prod(shape[a] for a in axes)
+        e.op("Mul", mean, e.scalar(float(count), node.input[0]), out=node.output[0])
+        return None
+
+
 class PadAllAxes(NodeRule):
     """Exact. Opset 18 lets a Pad name the axes it pads (an `axes` input, pads for those
     axes only); onnx2tf 1.28.8 reads the pads as if for every axis and fails ("cannot reshape

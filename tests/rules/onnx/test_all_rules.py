@@ -29,9 +29,11 @@ def test_catalogue_entries_are_complete() -> None:
         "onnx.unroll_loop",
         "onnx.unroll_recurrent",
         "onnx.sqrt_newton",
+        "onnx.multiplicative_mask",
         "onnx.maxpool_edge_pad",
         "onnx.pad_with_concat",
         "onnx.reduce_max_as_pool",
+        "onnx.sum_as_mean",
         "onnx.pad_all_axes",
         "onnx.split_groups",
         "onnx.shuffle_to_conv",
@@ -61,6 +63,8 @@ def test_rule_on_an_exported_block(rule: type, block: onnx.ModelProto) -> None:
         assert [o.name for o in result.model.graph.output] == options["outputs"]
         return
     tolerance = rule().tolerance(rule.Options.model_validate(options))
+    if tolerance is None:  # verify judges the rule's numbers; on this block, float rounding
+        tolerance = 1e-5
     want, got = run(block, feeds)[0], run(result.model, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
     assert specs(result.model)[0].dtype == "int64"  # the interface stays what the recipe feeds

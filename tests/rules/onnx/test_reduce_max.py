@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-from edgeflow.rules.onnx.conv_pool import ReduceMaxAsPool
+from edgeflow.rules.onnx.conv_pool import ReduceMaxAsPool, SumAsMean
 from edgeflow.targets import load_profile
 from edgeflow.targets.precheck import check
 from tests.rules.onnx.helpers import apply, feeds, model, ops, run, specs
@@ -101,3 +101,68 @@ def test_a_reduce_max_builds_and_verifies_on_armnn(
         assert metrics["agreement"]["max_relative_diff"] == 0.0
     else:
         assert metrics["agreement"]["outputs"]["y"]["sqnr_db"] > 30
+
+
+def sums(opset: int, axes: list[int], keepdims: int) -> onnx.ModelProto:
+    """y = ReduceSum(Relu(x) * 2 - 1, axes) for x [1, 3, 6, 5]."""
+    inputs, extra = ["h"], {}
+    if axes:
+        extra["axes"] = np.array(axes, np.int64)
+        inputs.append("axes")
+    nodes = [
+        helper.make_node("Relu", ["x"], ["h"]),
+        helper.make_node("ReduceSum", inputs, ["y"], name="sum", keepdims=keepdims),
+    ]
+    return model(nodes, [("x", F, [1, 3, 6, 5])], [("y", F, None)], extra, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize(("axes", "keepdims"), [([1], 0), ([2, 3], 1), ([-1], 1), ([], 0)])
+def test_a_reduce_sum_is_a_mean_times_its_count(opset: int, axes: list[int], keepdims: int) -> None:
+    m = sums(opset, axes, keepdims)
+    result = apply(SumAsMean, m)
+    assert outcomes(result) == [("changed", "sum")]
+    assert "ReduceSum" not in ops(result.model) and ops(result.model)["ReduceMean"] == 1
+    x = feeds(specs(m))
+    for got, want in zip(run(result.model, x), run(m, x), strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+def test_an_integer_sum_is_kept() -> None:
+    m = model(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+        [("x", T.INT64, [2, 4])],
+        [("y", T.INT64, [2])],
+        {"axes": np.array([1], np.int64)},
+    )
+    assert outcomes(apply(SumAsMean, m)) == [("kept", "y")]
+
+
+@pytest.mark.slow
+@needs_tflite
+@needs_armnn
+def test_a_masked_mean_builds_and_verifies_on_armnn(
+    tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A transformer's masked mean pooling, sum(x * m) / sum(m): before the rule Arm NN failed
+    at load ("Operator not supported ... SUM")."""
+    n = helper.make_node
+    axes = {"axes": np.array([1], np.int64), "m": (np.arange(6) < 4).astype(np.float32)}
+    axes["m"] = axes["m"].reshape(1, 6, 1)
+    m = model(
+        [
+            n("Mul", ["x", "m"], ["kept"]),
+            n("ReduceSum", ["kept", "axes"], ["total"], keepdims=0),
+            n("ReduceSum", ["m", "axes"], ["count"], keepdims=0),
+            n("Div", ["total", "count"], ["y"]),
+        ],
+        [("x", F, [1, 6, 8])],
+        [("y", F, [1, 8])],
+        axes,
+    )
+    data = np.random.default_rng(1).standard_normal((16, 6, 8)).astype(np.float32)
+    out = build_on_armnn(m, data, "none", tmp_path, shared_cache, lambda: capsys.readouterr().err)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["verified"] is True
+    assert metrics["agreement"]["max_relative_diff"] < 1e-5
