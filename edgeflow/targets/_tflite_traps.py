@@ -23,14 +23,14 @@ path (onnx2tf's int8 file, edgeflow's own calibration) and the native one alike.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
+from edgeflow.core import resources
 from edgeflow.targets import _tflite_div, _tflite_softmax
 from edgeflow.targets._tflite_graph import TfliteGraph, tflite_graph
-
-if TYPE_CHECKING:
-    from edgeflow.targets.profile import TargetProfile
 
 # operator: the inputs whose stored values its int8 kernel copies into the output
 COPIES = {"ONE_HOT": (2, 3)}
@@ -55,7 +55,7 @@ def kept_float(float_model: bytes, target: str) -> list[Kept]:
         _tflite_softmax.wide_in(graph, "FLOAT32") if target in _tflite_softmax.TRAPPED else []
     )
     copies = _copies(graph, "FLOAT32")
-    kernels = float_kernels(target)
+    kernels = runtime_float_kernels(target)
     lacking = _of(graph, kernels, "FLOAT32")
     lacked = sorted({op.name for op in graph.ops if op.name in kernels})
     kept = [
@@ -100,22 +100,39 @@ def trapped(model: bytes, target: str) -> str:
         return _tflite_softmax.WHY
     if _copies(graph, "INT8"):
         return COPIES_WHY
-    lacking = _of(graph, float_kernels(target), "INT8")
+    lacking = _of(graph, runtime_float_kernels(target), "INT8")
     if lacking:
         return f"int8 operators {target} has no int8 kernel for ({', '.join(lacking)})"
     return ""
 
 
-def float_kernels(target: str | TargetProfile) -> frozenset[str]:
-    """The builtins the target's profile measured to run in float32 and to fail, alone, in
-    int8 (derive.float_kernels): no int8 kernel, so an int8 build runs them float."""
-    from edgeflow.targets import load_profile
-
-    profile = load_profile(target) if isinstance(target, str) else target
-    builtins = profile.builtins
+def float_kernels(builtins: Mapping[str, Any] | None) -> frozenset[str]:
+    """The builtins a profile's `builtins:` (per mode: runs, fails) measured to run in float32
+    and to fail, alone, in int8: no int8 kernel, so an int8 build runs them float."""
     if not builtins or "none" not in builtins or "int8" not in builtins:
         return frozenset()
-    return frozenset(builtins["none"].runs) & frozenset(builtins["int8"].fails)
+    runs, fails = (_listed(builtins[mode]) for mode in ("none", "int8"))
+    return frozenset(runs[0]) & frozenset(fails[1])
+
+
+def _listed(measured: Any) -> tuple[list[str], dict[str, str]]:
+    """(runs, fails) of one mode, from the profile model or its YAML data."""
+    if isinstance(measured, Mapping):
+        return list(measured.get("runs", [])), dict(measured.get("fails", {}))
+    return list(measured.runs), dict(measured.fails)
+
+
+@functools.cache
+def runtime_float_kernels(backend: str) -> frozenset[str]:
+    """float_kernels of the runtime of a TFLite-family backend, from its built-in profile (the
+    runtime's measured builtins: a user's profile of that backend runs the same kernels)."""
+    import yaml
+
+    path = resources.builtin_dir("targets") / f"{backend}.yaml"
+    if not path.is_file():
+        return frozenset()
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return float_kernels(data.get("builtins"))
 
 
 def _of(graph: TfliteGraph, builtins: frozenset[str], dtype: str) -> list[str]:

@@ -575,7 +575,7 @@ def check_builtins(
     if measured is None:
         return []
     # an int8 build runs the builtins without an int8 kernel float (_tflite_traps)
-    floats = float_kernels(profile) if mode == "int8" else frozenset()
+    floats = float_kernels(profile.builtins) if mode == "int8" else frozenset()
     judged: dict[str, int] = {}
     for name, count in counts.items():
         if name not in measured.runs and name not in measured.fails:

@@ -185,8 +185,8 @@ def test_tflite_micro_runs_the_ops_it_has_no_int8_kernel_for_float(
     from edgeflow.cli import main
     from edgeflow.targets import load_profile
 
-    assert {"SQRT", "EXP", "LOG"} <= _tflite_traps.float_kernels("tflite_micro")
-    assert _tflite_traps.float_kernels("tflite") == frozenset()
+    assert {"SQRT", "EXP", "LOG"} <= _tflite_traps.runtime_float_kernels("tflite_micro")
+    assert _tflite_traps.runtime_float_kernels("tflite") == frozenset()
     assert load_profile("tflite_micro").operators["Sqrt"].kept_float
     onnx.save(scaled_by_norm(), str(tmp_path / "model.onnx"))
     x = np.random.default_rng(1).normal(size=(SAMPLES, 8, 16)).astype(np.float32)

@@ -12,8 +12,8 @@ from edgeflow.rules.onnx.conv_pool import (
     PadWithConcat,
     ReduceMaxAsPool,
     ShuffleToConv,
-    SumAsMean,
     SplitGroups,
+    SumAsMean,
 )
 from edgeflow.rules.onnx.cut import Cut
 from edgeflow.rules.onnx.decompose import Decompose
