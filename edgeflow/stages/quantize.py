@@ -182,7 +182,7 @@ def _int8_weights(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
             f"onnxruntime's quantizer cannot quantize node '{r['node']}' ({r['op']}): "
             f"{r['error'].rstrip('.')}; it is kept float"
         )
-    weights = weight_bytes(prepared, dst)
+    weights, int8_tensors = weight_bytes(prepared, dst)
     prepared.unlink()
     upgraded.unlink(missing_ok=True)
     return {
@@ -196,6 +196,7 @@ def _int8_weights(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
             "integer kernels; nothing calibrated"
         ),
         "weights": weights,
+        "int8_tensors": int8_tensors,
         "float_infinities": infinite,
         "refused_by_quantizer": refused,
         "opset_converted": opset,
@@ -203,9 +204,9 @@ def _int8_weights(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     }
 
 
-def weight_bytes(before: Path, after: Path) -> dict[str, int]:
+def weight_bytes(before: Path, after: Path) -> tuple[dict[str, int], int]:
     """The bytes of the initializers before and after weight quantization, and how many
-    int8 tensors the quantized model stores."""
+    int8 weights (or tables) the quantized model stores."""
     import onnx
     from onnx import numpy_helper
 
@@ -219,11 +220,8 @@ def weight_bytes(before: Path, after: Path) -> dict[str, int]:
         for node in quantized.graph.node
         if node.op_type in WEIGHT_INPUT
     }
-    return {
-        "float_bytes": total(onnx.load(str(before))),
-        "bytes": total(quantized),
-        "int8_tensors": len(int8 & stored),
-    }
+    weights = {"float_bytes": total(onnx.load(str(before))), "bytes": total(quantized)}
+    return weights, len(int8 & stored)
 
 
 def _reduce_range(setting: bool | str, backend: str) -> tuple[bool, str | None]:
