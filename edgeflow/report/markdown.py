@@ -468,10 +468,18 @@ def _quantize_lines(q: dict[str, Any] | None) -> list[str]:
 def weight_lines(record: dict[str, Any], by: str) -> list[str]:
     """An int8_weights build's weights, their bytes against the float32 model's."""
     before, after = record["weights"]["float_bytes"], record["weights"]["bytes"]
-    return [
+    lines = [
         f"  - int8 weights {by}: {record['int8_tensors']} int8 tensors, constants {before:,} -> "
         f"{after:,} bytes ({after / max(before, 1):.0%}); {record['scheme']}"
     ]
+    kept = record.get("kept_float") or {}  # onnxruntime's (stages/quantize.py)
+    if kept.get("small") or kept.get("grouped"):
+        lines.append(
+            f"  - float: {len(kept['small'])} operators with weights under 1,024 elements, "
+            f"{len(kept['grouped'])} grouped convolutions (onnxruntime's int8 Conv weight is "
+            "per tensor)"
+        )
+    return lines
 
 
 def load_lines(source: dict[str, Any]) -> list[str]:
