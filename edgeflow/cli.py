@@ -61,7 +61,7 @@ recipe's rewrites, in onnxruntime float32) on the first diff.samples evaluation 
 Writes layers_diff.csv (tensor, op, node, shape, max abs diff, error relative to the tensor's
 range, SQNR in dB, how it was paired) and diff.json into the build folder, and prints the
 first tensor whose SQNR falls below diff.min_sqnr_db (default by mode: none 60, fp16 40,
-int8 15, int8_weights 25 dB):
+int8 15, int8_weights 20 dB):
   first divergence: <tensor> (<op>, node <name>), SQNR 41 dB -> 7 dB
 Where no tensor inside the model pairs with one of the artifact's, it bisects (below).
 --bisect instead cuts the model at its tensors and converts and runs each prefix in a child

@@ -105,6 +105,21 @@ def test_targets_without_its_kernels_refuse_it_with_the_reason(
     assert why in found and f"hint: choose one of {offered}" in found
 
 
+def test_its_verify_and_diff_defaults() -> None:
+    """25 dB on the outputs and 20 dB per tensor unless the recipe says (docs/recipe.md: its
+    healthy builds measured 34.8-51.4 dB at the output, 26.9-42.9 dB at their lowest tensor);
+    verify.by_mode takes the mode."""
+    from edgeflow.core.specs import Verify
+    from edgeflow.verify.judge import thresholds
+    from edgeflow.verify.layers import DIVERGENCE_DB
+
+    limit = thresholds(Verify(), "int8_weights").limits["min_sqnr_db"]
+    assert (limit.value, limit.origin) == (25.0, "default")
+    assert DIVERGENCE_DB["int8_weights"] == 20.0
+    own = Verify.model_validate({"by_mode": {"int8_weights": {"min_sqnr_db": 30}}})
+    assert thresholds(own, "int8_weights").limits["min_sqnr_db"].value == 30.0
+
+
 def test_seven_bit_weights_are_onnxruntimes_only() -> None:
     overrides = {"quantization.mode": "int8_weights", "quantization.reduce_range": True}
     (found,) = _problems({**overrides, "target": "tflite"})
@@ -273,6 +288,9 @@ def test_onnxruntime_micro_stores_int8_weights_and_stays_close(builds: dict[str,
     config = (weights["out"] / "required_operators_and_types.config").read_text()
     assert "DynamicQuantizeLinear" in config and "ConvInteger" in config
     assert "com.microsoft;1;DynamicQuantizeMatMul" in config
+    checks = json.loads((weights["out"] / "checks.json").read_text())
+    floor = next(c for c in checks if c["metric"] == "verify.min_sqnr_db")
+    assert (floor["threshold"], floor["origin"], floor["passed"]) == (25.0, "default", True)
     report = (weights["out"] / "report.md").read_text()
     assert "quantization `int8_weights`" in report
     # measured: 607,544 -> 155,919 bytes (26%)
