@@ -13,8 +13,12 @@ through an embedding of 1,000, LayerNorm, GELU, mean pooling; onnxruntime_micro 
 TFLite family refuses it at the precheck, issue 35).
 
 Printed per build: the artifact's bytes (and against the float32 build's), p50 latency in the
-target's runtime on this machine (200 runs), the lowest output SQNR against the source (dB),
-top-1 agreement and accuracy drop where the recipe has labels. With --diff, for int8_weights
+target's runtime on this machine (verify's, 200 runs), the lowest output SQNR against the
+source (dB), top-1 agreement and accuracy drop where the recipe has labels. Latency against
+float ("x float") is measured apart, interleaved: the three builds' runners open side by side,
+ROUNDS rounds of RUNS inferences of the first evaluation sample each, in turn; the ratio of
+the medians of each build's round medians. On a shared machine one build's p50 moves by up to
+2x between runs; the interleaved ratio holds to a few percent. With --diff, for int8_weights
 builds also the lowest SQNR of any tensor of the per-layer diff (`edgeflow diff`), which
 DIVERGENCE_DB's default for the mode comes from. Thresholds are switched off: every build is
 measured, none judged. Takes about a minute per model and target.
@@ -36,6 +40,7 @@ MODELS = (*RECIPES, "conv_mlp", "encoder")
 TARGETS = ("onnxruntime_micro", "tflite")
 MODES = ("none", "int8", "int8_weights")
 ONLY_ON = {"encoder": ("onnxruntime_micro",)}
+ROUNDS, RUNS = 9, 50  # interleaved latency: rounds of single inferences per build
 
 MODELS_PY = """
 import torch
@@ -118,10 +123,10 @@ def main() -> int:
                     _build(model, recipe, target, mode, cache, work, args.diff)
                     for mode in args.modes.split(",")
                 ]
-                _against_float(found)
+                _against_float(found, cache)
                 _print(found, header=not rows)
                 rows.extend(found)
-    print(json.dumps(rows, indent=1))
+    print(json.dumps(rows, indent=1, default=str))
     return 0
 
 
@@ -183,6 +188,7 @@ def _build(
     }
     if diff and mode == "int8_weights":
         row["diff_min_db"] = _diff(recipe, target, mode, cache, work)
+    row["_built"] = (loaded, result)  # for the interleaved latency; not printed
     return row
 
 
@@ -198,21 +204,56 @@ def _diff(recipe: Path, target: str, mode: str, cache: Path, work: Path) -> floa
     args = ["diff", str(recipe), f"target={target}", f"quantization.mode={mode}"]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         cli([*args, f"cache_dir={cache}", f"build_dir={out}", "--quiet"])
-    found = list(out.glob(f"*/{target}-{mode}/layers_diff.csv"))
-    if not found:
+    found = out / recipe.stem / f"{target}-{mode}" / "layers_diff.csv"
+    if not found.is_file():
         return None
-    with found[0].open() as f:
+    with found.open() as f:
         values = [float(r["sqnr_db"]) for r in csv.DictReader(f) if r["sqnr_db"] not in ("", "inf")]
     return round(min(values), 1) if values else None
 
 
-def _against_float(rows: list[dict[str, Any]]) -> None:
-    """Each build's size and latency as a share of the float32 build's."""
+def _against_float(rows: list[dict[str, Any]], cache: Path) -> None:
+    """Each build's size and latency as a share of the float32 build's (latency interleaved:
+    see the module docstring)."""
     base = next((r for r in rows if r["mode"] == "none" and "bytes" in r), None)
-    for row in rows:
-        if base is not None and "bytes" in row:
+    built = [r for r in rows if "bytes" in r]
+    medians = _interleaved([r.pop("_built") for r in built], cache)
+    for row, median in zip(built, medians, strict=True):
+        if base is not None:
             row["size_vs_float"] = round(row["bytes"] / base["bytes"], 3)
-            row["latency_vs_float"] = round(row["p50_ms"] / base["p50_ms"], 2)
+            row["latency_vs_float"] = round(median / medians[built.index(base)], 2)
+
+
+def _interleaved(builds: list[tuple[Any, Any]], cache: Path) -> list[float]:
+    """Per build, the median over ROUNDS of its median single-inference milliseconds, the
+    builds timed in turn within each round."""
+    import time
+
+    from edgeflow.data import load_samples
+    from edgeflow.engine.cache import Cache
+    from edgeflow.targets import backend
+
+    runners, feeds = [], None
+    for loaded, result in builds:
+        outcome = next(o for o in result.outcomes if o.stage in ("convert", "tf_convert"))
+        entry = Cache(cache).entry(outcome.stage, outcome.key)
+        info = json.loads((entry / "convert.json").read_text())
+        runners.append(backend(loaded.profile).open_runner(entry / "artifact", info))
+        if feeds is None:
+            recipe = loaded.recipe
+            samples = load_samples(recipe.evaluation, recipe.source.inputs, "evaluation")
+            feeds = {name: array[:1] for name, array in samples.inputs.items()}
+    rounds: list[list[float]] = [[] for _ in runners]
+    for _ in range(ROUNDS):
+        for runner, times in zip(runners, rounds, strict=True):
+            runner.run(feeds)  # warm
+            taken = []
+            for _ in range(RUNS):
+                start = time.perf_counter()
+                runner.run(feeds)
+                taken.append(time.perf_counter() - start)
+            times.append(float(np.median(taken)) * 1e3)
+    return [float(np.median(times)) for times in rounds]
 
 
 def _print(rows: list[dict[str, Any]], header: bool) -> None:
