@@ -25,7 +25,7 @@ Build, verify and report a recipe. Arguments are Hydra overrides:
   recipe=digits_cnn                a recipe from ./recipes/ or the built-ins, or a YAML path
   target=onnxruntime_micro         a target profile from ./targets/ or the built-ins
   quantization=int8                a preset (none, fp16, int8, int8_per_tensor, int8_symmetric,
-                                   int16_act, int8_fallback, int8_float_outputs)
+                                   int16_act, int8_fallback, int8_float_outputs, int8_weights)
   quantization.mode=fp16           or any single quantization key
   verify.max_abs_diff=1e-4         any key of the recipe's other sections (source, export,
                                    convert, optimize, calibration, evaluation, precheck, verify)
@@ -61,7 +61,7 @@ recipe's rewrites, in onnxruntime float32) on the first diff.samples evaluation 
 Writes layers_diff.csv (tensor, op, node, shape, max abs diff, error relative to the tensor's
 range, SQNR in dB, how it was paired) and diff.json into the build folder, and prints the
 first tensor whose SQNR falls below diff.min_sqnr_db (default by mode: none 60, fp16 40,
-int8 15 dB):
+int8 15, int8_weights 20 dB):
   first divergence: <tensor> (<op>, node <name>), SQNR 41 dB -> 7 dB
 Where no tensor inside the model pairs with one of the artifact's, it bisects (below).
 --bisect instead cuts the model at its tensors and converts and runs each prefix in a child
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("--board", help="a memory preset of the target (default: its default)")
     pre.add_argument(
         "--quantization",
-        choices=("none", "fp16", "int8"),
+        choices=("none", "fp16", "int8", "int8_weights"),
         default="none",
         help="the mode the memory estimate assumes (default: none)",
     )

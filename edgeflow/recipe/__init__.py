@@ -45,10 +45,11 @@ class LoadedRecipe:
     @property
     def build_name(self) -> str:
         """target-mode, plus the int8 settings the quantization presets change (so that a
-        sweep over presets does not write two builds into one folder)."""
+        sweep over presets does not write two builds into one folder; int8_weights takes
+        per_channel alone of them)."""
         q = self.recipe.quantization
         parts = [self.profile.name, q.mode]
-        if q.mode == "int8":
+        if q.mode in ("int8", "int8_weights"):
             parts += [k for k, on in BUILD_SUFFIXES.items() if on(q)]
         if self.recipe.source.kind == "tensorflow":  # the path, where it is not the default
             from edgeflow.core.sources import default_via

@@ -19,6 +19,14 @@ Found = tuple[str, str, str]
 INT16_ACT = ("tflite", "tflite_micro")
 # Backends that build a mixed int8/float artifact (quantization.fallback: auto).
 FALLBACK = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
+# Why a backend's profile does not offer int8_weights (measured 2026-12, docs/targets.md).
+NO_INT8_WEIGHTS = {
+    "tflite_micro": "TFLite Micro has no hybrid kernels (int8 weights with float activations)",
+    "armnn": "Arm NN 22's CpuRef refuses TFLite's dynamic-range files (\"input and weights "
+    'types mismatched"; a per-channel FULLY_CONNECTED aborts the process)',
+    "tensorrt": "TensorRT's parser has no DynamicQuantizeLinear, MatMulInteger or ConvInteger "
+    "(onnxruntime's weight-only form)",
+}
 
 
 def calibration_for_int8(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
@@ -133,11 +141,23 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
         return []
     q, found = s["quantization"], []
     if q.mode not in profile.quantization:
+        why = NO_INT8_WEIGHTS.get(profile.backend) if q.mode == "int8_weights" else None
         found.append(
             (
                 "quantization.mode",
-                f"target '{profile.name}' does not support mode '{q.mode}'",
+                f"target '{profile.name}' does not support mode '{q.mode}'"
+                + (f": {why}" if why else ""),
                 f"choose one of {', '.join(profile.quantization)}",
+            )
+        )
+    tflite = profile.backend in ("tflite", "tflite_micro", "armnn")
+    if q.mode == "int8_weights" and q.reduce_range is True and tflite:
+        found.append(
+            (
+                "quantization.reduce_range",
+                "7-bit weights are onnxruntime's; TensorFlow's dynamic-range converter stores "
+                f"8-bit ones for target '{profile.name}'",
+                "remove quantization.reduce_range (or set it to auto)",
             )
         )
     if q.method == "qat" and profile.backend in ("tflite", "tflite_micro", "armnn"):

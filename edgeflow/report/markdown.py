@@ -405,6 +405,8 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
         by_target = f" (set by the target: {imposed})" if imposed else ""
         scheme = f"; {conv['int8']['scheme']}" if conv["int8"].get("scheme") else ""
         lines.append(f"  - int8 by the converter: {settings}{by_target}{scheme}")
+    if conv.get("int8_weights"):  # a converter that stores int8 weights itself (TFLite)
+        lines += weight_lines(conv["int8_weights"], "by the converter")
     lines += retry_lines(conv.get("retry"))
     if conv.get("operators"):
         lines.append(f"  - operators in the artifact: {', '.join(conv['operators'])}")
@@ -440,9 +442,12 @@ def _quantize_lines(q: dict[str, Any] | None) -> list[str]:
     imposed = ", ".join(f"{k}={v}" for k, v in q.get("imposed_by_target", {}).items())
     by_target = f" (set by the target: {imposed})" if imposed else ""
     lines.append(f"- quantize: mode {q['mode']}{', ' + extra if extra else ''}{calib}{by_target}")
+    if q.get("weights"):  # int8_weights
+        lines += weight_lines(q, "by onnxruntime")
     if q.get("opset_converted"):
         was = q["opset_converted"]
-        lines.append(f"  - converted from opset {was['from']} to {was['to']} for int8 Q/DQ")
+        why = "DynamicQuantizeLinear" if q.get("weights") else "int8 Q/DQ"
+        lines.append(f"  - converted from opset {was['from']} to {was['to']} for {why}")
     if q.get("reduce_range_auto"):
         lines.append(f"  - reduce_range auto: {q['reduce_range_auto']}")
     if q.get("shape_inference", {}).get("symbolic") is False:
@@ -456,6 +461,23 @@ def _quantize_lines(q: dict[str, Any] | None) -> list[str]:
         lines.append(
             f"  - node '{refused['node']}' ({refused['op']}) float: onnxruntime's quantizer "
             f"fails on it ({refused['error'].rstrip('.')})"
+        )
+    return lines
+
+
+def weight_lines(record: dict[str, Any], by: str) -> list[str]:
+    """An int8_weights build's weights, their bytes against the float32 model's."""
+    before, after = record["weights"]["float_bytes"], record["weights"]["bytes"]
+    lines = [
+        f"  - int8 weights {by}: {record['int8_tensors']} int8 tensors, constants {before:,} -> "
+        f"{after:,} bytes ({after / max(before, 1):.0%}); {record['scheme']}"
+    ]
+    kept = record.get("kept_float") or {}  # onnxruntime's (stages/quantize.py)
+    if kept.get("small") or kept.get("grouped"):
+        lines.append(
+            f"  - float: {len(kept['small'])} operators with weights under 1,024 elements, "
+            f"{len(kept['grouped'])} grouped convolutions (onnxruntime's int8 Conv weight is "
+            "per tensor)"
         )
     return lines
 

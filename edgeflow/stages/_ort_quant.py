@@ -1,4 +1,5 @@
-"""onnxruntime's static quantizer, kept from crashing where the float model works.
+"""onnxruntime's static quantizer (and its dynamic one, for int8_weights), kept from crashing
+where the float model works.
 
 Three things go wrong with it on real models, each handled here and recorded in quantize.json:
 - a graph below opset 13 (other frameworks' exporters write 11 or 12): the per-channel
@@ -32,6 +33,7 @@ from edgeflow.core.onnxgraph import opset_version
 MAX_REFUSED_NODES = 8
 
 QDQ_OPSET = 13  # QuantizeLinear/DequantizeLinear gained `axis` (per-channel) in opset 13
+DYNAMIC_OPSET = 11  # DynamicQuantizeLinear, which int8_weights puts before each int8 kernel
 # Entropy calibration searches thresholds between half the histogram and all of it in steps of
 # one bin. onnxruntime's quantize_static builds it with 128 bins and 128 quantized bins (and
 # passes no option to change that): one candidate, the min/max range, so "entropy" computed
@@ -39,26 +41,32 @@ QDQ_OPSET = 13  # QuantizeLinear/DequantizeLinear gained `axis` (per-channel) in
 ENTROPY_BINS = 2048
 
 
-def upgrade_opset(src: Path, dst: Path) -> dict[str, int] | None:
-    """Write src converted to opset 13 into dst when it is below; None when it is not."""
+def upgrade_opset(
+    src: Path,
+    dst: Path,
+    opset: int = QDQ_OPSET,
+    why: str = "int8 needs opset 13 (per-channel DequantizeLinear)",
+) -> dict[str, int] | None:
+    """Write src converted to `opset` into dst when it is below; None when it is not. `why`
+    it is needed, for the message when onnx cannot convert it."""
     import onnx
 
     model = onnx.load(str(src))
     current = opset_version(model)
-    if current >= QDQ_OPSET:
+    if current >= opset:
         return None
     try:
-        converted = onnx.version_converter.convert_version(model, QDQ_OPSET)
+        converted = onnx.version_converter.convert_version(model, opset)
         onnx.checker.check_model(converted)
     except (RuntimeError, ValueError, onnx.checker.ValidationError) as exc:
         raise ToolCrashed(
-            f"int8 needs opset {QDQ_OPSET} (per-channel DequantizeLinear), and onnx's version "
-            f"converter cannot convert this opset-{current} model: {first_line(exc)}",
+            f"{why}, and onnx's version converter cannot convert this opset-{current} "
+            f"model: {first_line(exc)}",
             f"replace the op it names, then convert with {{rule: onnx.convert_opset, opset: "
-            f"{QDQ_OPSET}}}; or build with quantization.mode: fp16",
+            f"{opset}}}; or build with quantization.mode: fp16",
         ) from exc
     onnx.save(converted, str(dst))
-    return {"from": current, "to": QDQ_OPSET}
+    return {"from": current, "to": opset}
 
 
 def pre_process(src: Path, dst: Path) -> dict[str, Any]:
@@ -127,14 +135,39 @@ def quantize(
     float: a failure inside onnxruntime while it handles a node keeps that node float too
     and runs it again; a node it fails on while kept float, or more than MAX_REFUSED_NODES,
     stops the build naming the node."""
-    import onnx
     from onnxruntime.quantization import quantize_static
 
     excluded = list(options.pop("nodes_to_exclude", None) or ())
+
+    def attempt(kept: list[str]) -> None:
+        quantize_static(str(src), str(dst), reader(), nodes_to_exclude=kept, **options)
+
+    _kept_float_on_failure(src, refused, excluded, attempt)
+
+
+def quantize_weights(src: Path, dst: Path, refused: list[dict[str, str]], **options: Any) -> None:
+    """quantize_dynamic (int8 weights; the activations each kernel reads quantized per
+    inference), with the nodes it fails on kept float as `quantize` keeps them."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    excluded = list(options.pop("nodes_to_exclude", None) or ())
+
+    def attempt(kept: list[str]) -> None:
+        quantize_dynamic(str(src), str(dst), nodes_to_exclude=kept, **options)
+
+    _kept_float_on_failure(src, refused, excluded, attempt)
+
+
+def _kept_float_on_failure(
+    src: Path, refused: list[dict[str, str]], excluded: list[str], attempt: Any
+) -> None:
+    """`attempt(nodes kept float)` until it passes: see `quantize`."""
+    import onnx
+
     while True:
         try:
             kept = [*excluded, *(r["node"] for r in refused)]
-            quantize_static(str(src), str(dst), reader(), nodes_to_exclude=kept, **options)
+            attempt(kept)
             return
         except Exception as exc:
             frames = _frames(exc)

@@ -39,7 +39,13 @@ import numpy as np
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
-from edgeflow.targets import _tflite_fc, _tflite_ranges, _tflite_traps, _tflite_unroll
+from edgeflow.targets import (
+    _tflite_fc,
+    _tflite_ranges,
+    _tflite_traps,
+    _tflite_unroll,
+    _tflite_weights,
+)
 from edgeflow.targets._onnx2tf_copy import prepare, scope_safe, tf_name
 from edgeflow.targets._onnx2tf_recurrent import (
     SEQUENCE_OP,
@@ -57,7 +63,12 @@ ARTIFACT = "model.tflite"
 # (_onnx2tf_copy._rank1_outputs)
 RANK1_OUTPUTS = ("armnn",)
 # onnx2tf's output file suffix for each quantization mode (full integer: int8 in and out).
-SUFFIX = {"none": "float32", "fp16": "float16", "int8": "full_integer_quant"}
+SUFFIX = {
+    "none": "float32",
+    "fp16": "float16",
+    "int8": "full_integer_quant",
+    "int8_weights": "dynamic_range_quant",
+}
 # The sample file onnx2tf downloads into its working directory when it is absent.
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 # Import name -> pip package, for "install it" messages.
@@ -95,8 +106,9 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         if run.replacement is not None:  # a build artifact: what made the conversion work
             shutil.copyfile(run.replacement, job.out_dir / AUTO_JSON)
         float32 = out / "model_float32.tflite"
+        float32_bytes = float32.read_bytes()
         eight = mode == "int8" and q.activations != "int16"  # 16x8 keeps DIV float itself
-        kept = _tflite_traps.kept_float(float32.read_bytes(), target) if eight else []
+        kept = _tflite_traps.kept_float(float32_bytes, target) if eight else []
         layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, job.kept_layout)
         if mix is not None:
             model, mixed = mix(out, layout)
@@ -117,6 +129,9 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
     }
     if run.retry is not None:
         info["retry"] = run.retry
+    if mode == "int8_weights":
+        artifact = (job.out_dir / ARTIFACT).read_bytes()
+        info["int8_weights"] = _tflite_weights.record(float32_bytes, artifact, q.per_channel)
     if mode == "int8":
         info["int8"] = int8_record(q, _usable(job))
         if q.per_channel and job.dense_per_tensor:
@@ -240,13 +255,15 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             # edgeflow writes the float files the build reads (`float_files`)
             files = None
             if not onnx2tf_int8:
-                files = functools.partial(float_files, fp16=mode == "fp16", routes=routes)
+                files = functools.partial(
+                    float_files, mode=mode, per_channel=q.per_channel, routes=routes
+                )
             run, log = _convert_or_retry(source, work, options, target, files)
         produced = work / "out" / f"model_{suffix(q)}.tflite"
         fused = SEQUENCE_OP in routes.values()
         if onnx2tf_int8 and fused:  # its float32 file: a loop
             with _contained():
-                float_from_saved_model(work / "out", ["model_float32.tflite"], False)
+                float_from_saved_model(work / "out", "none", q.per_channel)
         for written in (work / "out").glob("*.tflite") if fused else ():
             unclip_sequence_lstm(written)  # the clip TensorFlow adds to a fused LSTM
         if own_calibration:  # calibrated unclipped, as it will run
@@ -354,22 +371,24 @@ def _run_onnx2tf(
         return time.perf_counter() - start, log.getvalue()
 
 
-def float_files(model: Any, out: Path, fp16: bool, routes: dict[str, str]) -> None:
-    """The float files onnx2tf writes, from the Keras model it returns: model_float32.tflite,
-    and model_float16.tflite for fp16, converted as onnx2tf converts them (TensorFlow's
-    converter on a concrete function of the model, TFLite builtins and Select TF ops), or,
-    where a recurrent node took the SEQUENCE_OP route (`routes`, see sequence_layers), from a
-    SavedModel of it (whose LSTM layers the converter fuses: float_from_saved_model). Left
-    out: the SavedModel otherwise, and the float16 file of a float32 or int8 build, which
-    onnx2tf writes in every run (an armnn float32 build of a 3-layer LSTM of 256 unrolled over
-    160 steps: 35.0 s CPU with them, 19.3 s without)."""
+def float_files(
+    model: Any, out: Path, mode: str, per_channel: bool, routes: dict[str, str]
+) -> None:
+    """The float-activation files onnx2tf writes, from the Keras model it returns:
+    model_float32.tflite, and the file of an fp16 or int8_weights build
+    (_tflite_weights.FILES), converted as onnx2tf converts them (TensorFlow's converter on a
+    concrete function of the model, TFLite builtins and Select TF ops), or, where a recurrent
+    node took the SEQUENCE_OP route (`routes`, see sequence_layers), from a SavedModel of it
+    (whose LSTM layers the converter fuses: float_from_saved_model). Left out: the
+    SavedModel otherwise, and the float16 file of a float32 or int8 build, which onnx2tf
+    writes in every run (an armnn float32 build of a 3-layer LSTM of 256 unrolled over 160
+    steps: 35.0 s CPU with them, 19.3 s without)."""
     import tensorflow as tf
 
     out.mkdir(parents=True, exist_ok=True)
-    names = ["model_float32.tflite", *(["model_float16.tflite"] if fp16 else [])]
     if SEQUENCE_OP in routes.values():
         tf.saved_model.save(model, str(out))  # as onnx2tf saves it
-        float_from_saved_model(out, names, fp16)
+        float_from_saved_model(out, mode, per_channel)
         return
     run = tf.function(
         lambda *inputs: model(inputs),
@@ -380,11 +399,7 @@ def float_files(model: Any, out: Path, fp16: bool, routes: dict[str, str]) -> No
         tf.lite.OpsSet.TFLITE_BUILTINS,
         tf.lite.OpsSet.SELECT_TF_OPS,
     ]
-    (out / names[0]).write_bytes(converter.convert())
-    if fp16:
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.target_spec.supported_types = [tf.float16]
-        (out / names[1]).write_bytes(converter.convert())
+    _tflite_weights.write(converter, tf, out, mode, per_channel)
 
 
 @contextlib.contextmanager

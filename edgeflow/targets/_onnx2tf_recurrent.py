@@ -106,22 +106,20 @@ def holds_sequence_ops(model: Any) -> bool:
     return any(n.op_type in ("LSTM", "GRU") for n in model.graph.node)
 
 
-def float_from_saved_model(out: Path, names: list[str], fp16: bool) -> None:
-    """Write the float files (`names` in `out`) from the SavedModel in `out`, where an LSTM
+def float_from_saved_model(out: Path, mode: str, per_channel: bool) -> None:
+    """Write the float-activation files (model_float32.tflite, and that of an fp16 or
+    int8_weights build: _tflite_weights) in `out` from the SavedModel in `out`, where an LSTM
     took the SEQUENCE_OP route. onnx2tf converts float from a concrete function of its Keras
     model, in which the converter does not fuse the tf_keras LSTM (measured: a WHILE loop,
     which TFLite Micro hangs on); from a SavedModel of that model, as onnx2tf makes its int8
-    file, it does. TFLite builtins only (none of edgeflow's runtimes has
-    Select TF ops)."""
+    file, it does. TFLite builtins only (none of edgeflow's runtimes has Select TF ops)."""
     import tensorflow as tf
+
+    from edgeflow.targets import _tflite_weights
 
     converter = tf.lite.TFLiteConverter.from_saved_model(str(out))
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    (out / names[0]).write_bytes(converter.convert())
-    if fp16 and len(names) > 1:
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.target_spec.supported_types = [tf.float16]
-        (out / names[1]).write_bytes(converter.convert())
+    _tflite_weights.write(converter, tf, out, mode, per_channel)
 
 
 def unclip_sequence_lstm(artifact: Path) -> int:

@@ -3,6 +3,7 @@ SavedModel (edgeflow.frameworks.tensorflow), for the tflite, tflite_micro and ar
 
 No ONNX and no layout change: the .tflite takes the source's own tensors (a Keras model's
 NHWC images as they are), matched by the signature's names. float32; fp16 (float16 weights);
+int8_weights (int8 weights, float activations: _tflite_weights);
 int8 full-integer, calibrated on the recipe's samples (the representative dataset), int8 I/O;
 int16 activations with int8 weights (16x8), int16 I/O. TensorFlow ops without a TFLite
 builtin fail the conversion (no Select TF ops: none of these runtimes has the Flex delegate);
@@ -22,7 +23,14 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.frameworks import tensorflow as tfw
-from edgeflow.targets import _onnx2tf, _tflite_layout, _tflite_traps, _tflite_unroll, emitted
+from edgeflow.targets import (
+    _onnx2tf,
+    _tflite_layout,
+    _tflite_traps,
+    _tflite_unroll,
+    _tflite_weights,
+    emitted,
+)
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_quant import (
     calibrated_on,
@@ -104,9 +112,10 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
     looped = q.mode == "int8" and q.activations != "int16" and has_loops
     # per-tensor fully-connected weights where the runtime takes no per-channel ones
     dense = not job.profile.per_channel_dense
-    if q.mode == "fp16":
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.target_spec.supported_types = [tf.float16]
+    # int8_weights: the float32 file too, whose weights its own are compared with
+    unreduced = _run(converter, "none") if q.mode == "int8_weights" else None
+    if q.mode in ("fp16", "int8_weights"):
+        _tflite_weights.reduced(converter, tf, q.mode, q.per_channel)
     elif q.mode == "int8" and not looped:
         calibrated_on(converter, tf, lambda: representative(job), q.per_channel, dense)
         if q.activations == "int16":
@@ -146,6 +155,8 @@ def convert(job: NativeJob, target: str, check: Any) -> dict[str, Any]:
         "operators": emitted.operators(artifact, target),
         "io": io_layout(artifact, [s.name for s in job.inputs], job.output_names, target),
     }
+    if unreduced is not None:
+        info["int8_weights"] = _tflite_weights.record(unreduced, model, q.per_channel)
     if q.mode == "int8":
         info["int8"] = _onnx2tf.int8_record(q, _onnx2tf.usable(job.calibration, job.inputs))
         if looped:

@@ -43,6 +43,7 @@ INSTALL = f"install Arm NN with: apt-get update && apt-get install -y {PACKAGES}
 
 def convert(job: ConvertJob) -> dict[str, Any]:
     """Write model.tflite, as the tflite target does, with Arm NN's int8 settings."""
+    _modes(job.quantization.mode)
     return _onnx2tf.convert(job, TARGET, _tflite_fallback.hook(job, TARGET, ArmnnRunner), own_int8)
 
 
@@ -51,7 +52,19 @@ def convert_native(job: Any, check: Any) -> dict[str, Any]:
     which Arm NN's TfLite parser reads as it reads onnx2tf's."""
     from edgeflow.targets import _tf_native
 
+    _modes(job.quantization.mode)
     return _tf_native.convert(job, TARGET, check)
+
+
+def _modes(mode: str) -> None:
+    """int8_weights, whatever a profile lists: Arm NN's CpuRef refuses hybrid layers
+    (tests/targets/test_int8_weights.py)."""
+    if mode == "int8_weights":
+        raise EdgeflowError(
+            f"target {TARGET} has no int8_weights kernels: Arm NN's CpuRef refuses TFLite's "
+            "dynamic-range layers (input and weights types mismatched)",
+            "use quantization.mode int8 (or none)",
+        )
 
 
 def open_runner(artifact_dir: Path, info: dict[str, Any]) -> ArmnnRunner:

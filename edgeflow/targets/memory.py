@@ -1,14 +1,17 @@
 """Memory estimate of an ONNX model on a target, before any converter runs.
 
 - weights: the bytes of every initializer (and Constant node) at the chosen quantization:
-  int8 stores float weights in 1 byte (biases of Conv/Gemm stay 4-byte int32), fp16 in 2;
+  int8 stores float weights in 1 byte (biases of Conv/Gemm stay 4-byte int32), fp16 in 2,
+  int8_weights the weight of each Conv/Gemm/MatMul in 1 byte and the rest as it is (TFLite's
+  dynamic-range converter keeps tensors under 1,024 elements float: a little more there);
 - activations: every other tensor lives from the node that produces it (graph inputs: from
   the start) to its last consumer (graph outputs: to the end), in the graph's execution order;
   buffers are placed greedily, largest first, at the lowest 16-byte aligned offset that no
   buffer alive at the same time overlaps (the plan of TFLite Micro's GreedyMemoryPlanner).
   The arena is the end of the highest buffer. Activations are 1 byte per element for int8,
-  2 for fp16, else the tensor's own element size. An activation (Relu, Clip) right after the
-  Conv/Gemm/MatMul/Add that alone feeds it is fused by converters: it gets no buffer.
+  2 for fp16, else (int8_weights too) the tensor's own element size. An activation (Relu,
+  Clip) right after the Conv/Gemm/MatMul/Add that alone feeds it is fused by converters: it
+  gets no buffer.
 - tflite_micro adds the runtime's persistent allocations (`TFLM_*`: the sizes TFLM's
   RecordingMicroAllocator reports per tensor, node and quantized channel) to the arena.
 
@@ -28,6 +31,7 @@ ALIGN = 16
 FUSED_ACTIVATIONS = {"Relu", "Clip", "LeakyRelu"}
 FUSES_INTO = {"Conv", "Gemm", "MatMul", "Add", "ConvTranspose"}
 BIAS_INPUT = {"Conv": 2, "Gemm": 2, "ConvTranspose": 2}
+WEIGHT_OPS = ("Conv", "Gemm", "MatMul")  # whose weight int8_weights stores as int8
 # TFLite Micro's persistent ("tail") allocations, from its RecordingMicroAllocator report for
 # tflite-micro 0.dev20261023182759: TfLiteEvalTensor 24 B per tensor, NodeAndRegistration 64 B
 # per node, a persistent TfLiteTensor 64 B per graph input/output, 8 B per output channel of a
@@ -63,7 +67,8 @@ def estimate(
     model: Any, quantization: str = "none", backend: str = "", inferred: bool = False
 ) -> MemoryEstimate:
     """Weights and peak activation memory of `model` (an onnx.ModelProto) at `quantization`:
-    none, fp16, int8, or int16_act (int8 weights, int16 activations). `inferred`: the
+    none, fp16, int8, int8_weights (int8 weights, float activations) or int16_act (int8
+    weights, int16 activations). `inferred`: the
     model is what `infer_shapes` made of it already (the precheck infers shapes once)."""
     model = model if inferred else with_shapes(model)
     graph = model.graph
@@ -128,7 +133,7 @@ def layers(model: Any, quantization: str = "none", inferred: bool = False) -> li
         o for n in graph.node if n.op_type == "Constant" for o in n.output
     }
     first, last = _lifetimes(graph, constants, _fused(graph))
-    biases = _biases(graph)
+    biases, matrices = _biases(graph), _matrices(graph)
     rows = []
     for i, (node, alive) in enumerate(
         zip(graph.node, _alive(graph, sizes, first, last), strict=True)
@@ -141,7 +146,7 @@ def layers(model: Any, quantization: str = "none", inferred: bool = False) -> li
                 "op": node.op_type,
                 "output_bytes": sum(sizes.get(o, 0) for o in node.output),
                 "alive_bytes": alive,
-                "weight_bytes": sum(_tensor_bytes(t, element, t.name in biases) for t in weights),
+                "weight_bytes": sum(_stored_bytes(t, element, biases, matrices) for t in weights),
             }
         )
     return rows
@@ -202,16 +207,29 @@ def _has_bias(node: Any) -> bool:
 
 
 def _weights(graph: Any, quantization: str) -> int:
-    biases = _biases(graph)
+    biases, matrices = _biases(graph), _matrices(graph)
     tensors = list(graph.initializer)
     tensors += [
         a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
     ]
-    return sum(_tensor_bytes(t, quantization, t.name in biases) for t in tensors)
+    return sum(_stored_bytes(t, quantization, biases, matrices) for t in tensors)
+
+
+def _stored_bytes(t: Any, quantization: str, biases: set[str], matrices: set[str]) -> int:
+    """A stored tensor's bytes at `quantization`; int8_weights stores the `matrices` (the
+    weights of Conv/Gemm/MatMul) as int8 and every other tensor as it is."""
+    if quantization == "int8_weights":
+        return _tensor_bytes(t, "int8" if t.name in matrices else "none", False)
+    return _tensor_bytes(t, quantization, t.name in biases)
 
 
 def _biases(graph: Any) -> set[str]:
     return {node.input[BIAS_INPUT[node.op_type]] for node in graph.node if _has_bias(node)}
+
+
+def _matrices(graph: Any) -> set[str]:
+    """The weight inputs of Conv, Gemm and MatMul: what int8_weights stores as int8."""
+    return {n.input[1] for n in graph.node if n.op_type in WEIGHT_OPS and len(n.input) > 1}
 
 
 def _tensor_bytes(t: Any, quantization: str, is_bias: bool) -> int:

@@ -562,10 +562,12 @@ def check_builtins(
     """A .tflite's operators (targets/emitted.py: a builtin, with an option where it has one
     that matters) against those the profile measured in this mode: one measured to fail is
     an error, one no probe had is a warning (verify runs it). An operator whose option no
-    probe had is judged by its builtin. fp16 runs the float kernels (weights dequantized);
-    16x8 was not measured, so nothing in it is more than a warning. `remedy`: the table's
-    suggestion for an operator measured to fail (the native path's "(convert.via: onnx)";
-    none on the ONNX path, whose rules the precheck of the ONNX graph suggested)."""
+    probe had is judged by its builtin. fp16 runs the float kernels (weights dequantized),
+    int8_weights the float ones too (hybrid: int8 weights, float activations; a DEQUANTIZE
+    where one has no hybrid form); 16x8 was not measured, so nothing in it is more than a
+    warning. `remedy`: the table's suggestion for an operator measured to fail (the native
+    path's "(convert.via: onnx)"; none on the ONNX path, whose rules the precheck of the ONNX
+    graph suggested)."""
     from edgeflow.targets._tflite_traps import float_kernels
     from edgeflow.targets.emitted import base
 
@@ -584,7 +586,8 @@ def check_builtins(
     sixteen = mode == "int8" and activations == "int16"
     findings = []
     for name, count in sorted(judged.items()):
-        if name in measured.runs or name in floats or (mode == "fp16" and name == "DEQUANTIZE"):
+        dequantized = mode in ("fp16", "int8_weights") and name == "DEQUANTIZE"
+        if name in measured.runs or name in floats or dequantized:
             continue
         why = measured.fails.get(name)
         if name.startswith("CUSTOM:") and why is None:

@@ -14,6 +14,8 @@ from pydantic import (
     model_validator,
 )
 
+from edgeflow.core.specs import QuantizationMode
+
 
 class OpsetRange(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -50,10 +52,10 @@ class OperatorSpec(BaseModel):
     dtypes: list[str] | None = None  # of the first input, whatever the version
     checks: list[str] = []  # names of edgeflow.targets.checkers.CHECKERS
     # The quantization modes the runtime runs this op in; None: every mode the target offers.
-    quantization: list[Literal["none", "fp16", "int8"]] | None = None
+    quantization: list[QuantizationMode] | None = None
     # Modes in which the op runs but was measured inaccurate (on a probe): mode -> what was
     # seen. A warning in the precheck, not a failure: it depends on the graph around the op.
-    inaccurate: dict[Literal["none", "fp16", "int8"], str] = {}
+    inaccurate: dict[QuantizationMode, str] = {}
     # Why an int8 build runs this op float (the runtime has no int8 kernel for a builtin it
     # becomes; targets/_tflite_traps.py keeps it float): a precheck warning in int8 builds.
     kept_float: str = ""
@@ -129,7 +131,7 @@ class TargetProfile(BaseModel):
     source: str = Field("", description="where the support data comes from, with versions")
     artifact: str = Field("", description="what the build produces")
     opset: OpsetRange = OpsetRange()
-    quantization: list[Literal["none", "fp16", "int8"]] = ["none", "fp16", "int8"]
+    quantization: list[QuantizationMode] = ["none", "fp16", "int8"]
     dynamic_shapes: bool = True
     control_flow: bool = True
     float64: bool = True  # float64 tensors allowed

@@ -46,6 +46,12 @@ def gpu_unavailable() -> str | None:
 
 
 def convert(job: ConvertJob) -> dict[str, Any]:
+    if job.quantization.mode == "int8_weights":  # whatever a profile lists
+        raise EdgeflowError(
+            "target tensorrt has no int8_weights form: TensorRT's parser has no "
+            "DynamicQuantizeLinear, MatMulInteger or ConvInteger",
+            "use quantization.mode int8, fp16 (or none)",
+        )
     shutil.copyfile(job.onnx, job.out_dir / ARTIFACT)
     info: dict[str, Any] = {"artifact": ARTIFACT, "files": [ARTIFACT]}
     why = gpu_unavailable()

@@ -42,8 +42,9 @@ def test_good_recipe_loads(write_recipe) -> None:
 def test_bad_enum_value_names_choices_and_suggests(write_recipe) -> None:
     path = write_recipe(GOOD.replace("mode: int8", "mode: int4"))
     assert problems(path) == [
-        f"{path}:11:9: quantization.mode: must be one of none, fp16, int8 (got int4)\n"
-        "  hint: did you mean 'int8'? (valid: none, fp16, int8)"
+        f"{path}:11:9: quantization.mode: must be one of none, fp16, int8, int8_weights "
+        "(got int4)\n"
+        "  hint: did you mean 'int8'? (valid: none, fp16, int8, int8_weights)"
     ]
 
 

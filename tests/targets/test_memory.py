@@ -73,6 +73,9 @@ def test_estimate_by_hand() -> None:
     assert int8.activations_bytes == 256 + 256
     assert int8.weights_bytes == 36 + 4 * 4 + 2 * 8  # int32 bias, int64 shape as is
     assert estimate(model, "fp16").weights_bytes == 36 * 2 + 4 * 2 + 2 * 8
+    weight_only = estimate(model, "int8_weights")  # int8 conv weight; float bias, activations
+    assert weight_only.weights_bytes == 36 + 4 * 4 + 2 * 8
+    assert weight_only.activations_bytes == fp32.activations_bytes
     micro = estimate(model, "int8", "tflite_micro")
     assert micro.overhead_bytes > 0
     assert micro.arena_bytes == micro.activations_bytes + micro.overhead_bytes
@@ -95,6 +98,9 @@ def test_layers_by_hand() -> None:
     int8 = layers(model, "int8")
     assert int8[0]["weight_bytes"] == 36 + 4 * 4  # int8 weights, int32 bias
     assert sum(r["weight_bytes"] for r in int8) == estimate(model, "int8").weights_bytes
+    weight_only = layers(model, "int8_weights")
+    assert weight_only[0]["weight_bytes"] == 36 + 4 * 4  # int8 weights, float32 bias
+    assert [r["alive_bytes"] for r in weight_only] == [r["alive_bytes"] for r in rows]
 
 
 def test_board_budgets_are_findings_with_the_mode_that_shrinks_them() -> None:
