@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 import time
@@ -53,6 +53,7 @@ CLASSIFIERS = ("vit_digits", "keyword_attention")  # the sentence encoder: pair 
 TARGETS = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
 MODES = ("float", "int8_weights", "int8", "fallback")
 GOAL = 0.99
+BUILT_LINE = re.compile(r"^\s+-> (\S+): ")  # a build's summary line: its folder, then figures
 QUANTIZATION = {"float": "none", "int8_weights": "int8_weights", "int8": "int8", "fallback": "int8"}
 
 
@@ -86,8 +87,6 @@ def build(model: str, target: str, mode: str, work: Path, timeout: float) -> dic
     ]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     row: dict[str, Any] = {"model": model, "target": target, "mode": mode}
-    out = builds / model / f"{target}-{QUANTIZATION[mode]}"
-    shutil.rmtree(out, ignore_errors=True)  # this benchmark's own folder: no earlier result
     start = time.perf_counter()
     process = subprocess.Popen(
         command, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -108,8 +107,10 @@ def build(model: str, target: str, mode: str, work: Path, timeout: float) -> dic
         row.update(record or {})
         if record is not None:
             row["search_s"] = stages.get("quantize" if target == "onnxruntime_micro" else "convert")
-    if not (out / "metrics.json").is_file():  # the build did not reach verify
+    built = [m[1] for ln in stdout.splitlines() if (m := BUILT_LINE.match(ln))]
+    if not built:  # the build did not reach verify (its summary line names the folder)
         return {**row, "result": "failed: " + first_error(stdout + "\n" + stderr)}
+    out = Path(built[-1])
     metrics = json.loads((out / "metrics.json").read_text())
     verify = json.loads((out / "verify.json").read_text())
     agreement = verify["agreement"] or {}

@@ -30,3 +30,22 @@ def checking_session(model: Any, log_severity: int = 3) -> Any:
     elif not isinstance(model, (str, bytes)):
         model = model.SerializeToString()
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def as_declared(value: Any, declared: str) -> Any:
+    """An integer feed in the integer type a graph declares for it ("tensor(int32)", as
+    onnxruntime's session inputs say), where every value fits that type; any other feed as it
+    is. A graph whose int64 inputs were narrowed (onnx.int64_to_int32 with io: int32, a
+    default of tflite_micro) is fed the recipe's int64 samples so."""
+    import numpy as np
+
+    kind = declared.removeprefix("tensor(").removesuffix(")")
+    narrower: Any = {"int32": np.int32, "int16": np.int16, "int8": np.int8, "uint8": np.uint8}.get(
+        kind
+    )
+    if narrower is None or value.dtype.kind not in "iu" or value.dtype == narrower:
+        return value
+    info = np.iinfo(narrower)
+    if value.size and (value.min() < info.min or value.max() > info.max):
+        return value
+    return value.astype(narrower)

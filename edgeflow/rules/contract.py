@@ -84,7 +84,7 @@ def _feeds_digest(feeds: list[dict[str, np.ndarray]]) -> str:
 
 
 def _run_onnx(data: bytes, feeds: list[dict[str, np.ndarray]]) -> Outputs:
-    from edgeflow.core.onnxsession import checking_session
+    from edgeflow.core.onnxsession import as_declared, checking_session
 
     try:
         session = checking_session(data)  # what the graph computes, not ORT's optimizer's
@@ -94,7 +94,7 @@ def _run_onnx(data: bytes, feeds: list[dict[str, np.ndarray]]) -> Outputs:
                 [
                     np.asarray(o)
                     for o in session.run(
-                        None, {k: _as_input(v, types[k]) for k, v in f.items() if k in types}
+                        None, {k: as_declared(v, types[k]) for k, v in f.items() if k in types}
                     )
                 ]
                 for f in feeds
@@ -102,26 +102,6 @@ def _run_onnx(data: bytes, feeds: list[dict[str, np.ndarray]]) -> Outputs:
         )
     except Exception as exc:  # onnxruntime's errors are not typed
         return Outputs(None, f"onnxruntime cannot run it: {first_line(exc)}")
-
-
-def _as_input(value: np.ndarray, declared: str) -> np.ndarray:
-    """An integer feed in the integer type the graph now declares for it (a rule that narrows
-    the interface, onnx.int64_to_int32 with io: int32, is fed the same values), where each
-    value fits that type; any other feed as it is."""
-    kind = declared.removeprefix("tensor(").removesuffix(")")
-    types: dict[str, type[np.integer[Any]]] = {
-        "int32": np.int32,
-        "int16": np.int16,
-        "int8": np.int8,
-        "uint8": np.uint8,
-    }
-    narrower = types.get(kind)
-    if narrower is None or value.dtype.kind not in "iu" or value.dtype == narrower:
-        return value
-    info = np.iinfo(narrower)
-    if value.size and (value.min() < info.min or value.max() > info.max):
-        return value
-    return value.astype(narrower)
 
 
 def torch_outputs(module: Any, feeds: list[dict[str, np.ndarray]], specs: list[Any]) -> Outputs:

@@ -25,6 +25,7 @@ class OnnxRunner:
 
     def __init__(self, session: Any) -> None:
         self.session = session
+        self.declared = {i.name: i.type for i in session.get_inputs()}
 
     @classmethod
     def from_file(cls, path: str) -> OnnxRunner:
@@ -43,7 +44,11 @@ class OnnxRunner:
         return cls(checking_session(path))
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(o) for o in self.session.run(None, feeds)]
+        from edgeflow.core.onnxsession import as_declared
+
+        declared = self.declared
+        fed = {k: as_declared(v, declared[k]) if k in declared else v for k, v in feeds.items()}
+        return [np.asarray(o) for o in self.session.run(None, fed)]
 
 
 class WithConstants:

@@ -203,3 +203,12 @@ def test_a_rule_that_narrows_an_integer_input_is_fed_the_same_values_narrowed() 
     out, [record], _ = apply_rules(model, [narrowing], ("onnx",), RewriteContext(ids))
     assert out.graph.input[0].type.tensor_type.elem_type == T.INT32
     assert "outputs within tolerance 0 on random and all-zero inputs" in record["contract"]
+    # a reference run of the narrowed graph (the fallback search's, the diff's) is fed the
+    # recipe's int64 ids too; ids beyond int32 are fed as they are, and onnxruntime refuses them
+    from edgeflow.verify.runners import OnnxRunner
+
+    runner = OnnxRunner.checking(out.SerializeToString())
+    [y] = runner.run({"ids": np.array([[1, 9, 0]], np.int64)})
+    np.testing.assert_array_equal(y[0, 1], [36, 37, 38, 39])
+    with pytest.raises(Exception, match="int64"):
+        runner.run({"ids": np.array([[1, 2**40, 0]], np.int64)})
