@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 from edgeflow.rules.base import RuleOptions
 from edgeflow.rules.onnx._edit import Edit, NodeRule
 
+SHAPING = frozenset({"Unsqueeze", "Reshape", "Expand", "Squeeze"})  # between bias and scores
 HUGE = -1000.0  # a bias at or below this masks: exp(HUGE + 300) underflows float32 to 0
 FLOAT = 1
 
@@ -28,7 +29,9 @@ class MultiplicativeMask(NodeRule):
 
     Matched, for a Softmax over the last axis of `X`:
     - `X = Add(S, Mul(D, C))` (either order): masked where D != 0; keep = 1 - D, for a D of 0s
-      and 1s (`1 - mask`, as every exporter writes it);
+      and 1s (`1 - mask`, as every exporter writes it); the bias may be reshaped after the
+      multiplication (Unsqueeze, Reshape, Expand, Squeeze: `bias[:, None, None, :]`), and the
+      keep-mask is reshaped the same way;
     - `X = Add(S, Where(c, C, Z))`, Z a constant 0 or the tensor c was cast from (Hugging Face's
       `_prepare_4d_attention_mask`: `inverted.masked_fill(inverted.bool(), min)`): keep = not c;
     - `X = Where(c, C, S)` (`scores.masked_fill(mask == 0, -1e4)`): keep = not c;
@@ -97,16 +100,21 @@ def _masked(e: Edit, x: str) -> tuple[str, str, list[str]] | None:
     if add.op_type != "Add":
         return None
     for scores, bias in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
-        made = e.producers.get(bias)
-        if made is None:
-            continue
         # one bias often serves every layer: taken over with its last reader (the optimize
         # stage drops a bias no reader is left for)
         taken = [x, bias] if e.only_consumer(bias) is not None else [x]
+        shaping = []  # `bias[:, None, None, :]` after the multiplication: the keep-mask too
+        made = e.producers.get(bias)
+        while made is not None and made.op_type in SHAPING and made.input[0]:
+            shaping.append(made)
+            made = e.producers.get(made.input[0])
+        if made is None:
+            continue
+        keep = None
         if made.op_type == "Mul":
             for d, c in ((made.input[0], made.input[1]), (made.input[1], made.input[0])):
-                if _huge(e, c) and e.dtypes.get(d) == FLOAT:
-                    return scores, e.op("Sub", e.scalar(1.0, d), d), taken
+                if keep is None and _huge(e, c) and e.dtypes.get(d) == FLOAT:
+                    keep = e.op("Sub", e.scalar(1.0, d), d)
         if made.op_type == "Where" and _huge(e, made.input[1]):
             cond, other = made.input[0], made.input[2]
             cast = e.producers.get(cond)
@@ -114,7 +122,14 @@ def _masked(e: Edit, x: str) -> tuple[str, str, list[str]] | None:
             if (zero is not None and not zero.any()) or (
                 cast is not None and cast.op_type == "Cast" and cast.input[0] == other
             ):
-                return scores, _not(e, cond), taken
+                keep = _not(e, cond)
+        if keep is not None:
+            from onnx import helper
+
+            for node in reversed(shaping):  # the same reshaping, on the keep-mask
+                attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+                keep = e.op(node.op_type, keep, *node.input[1:], **attrs)
+            return scores, keep, taken
     return None
 
 

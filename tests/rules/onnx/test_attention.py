@@ -37,6 +37,25 @@ def additive(value: float = MIN, shared: bool = False) -> onnx.ModelProto:
     return model(nodes, [("s", F, SCORES), ("m", F, [1, 1, 1, 5])], outputs, inits)
 
 
+def reshaped_after() -> onnx.ModelProto:
+    """((1 - m) * min)[:, None, None, :] added to the scores: the mask [1, 5] multiplied,
+    then unsqueezed to [1, 1, 1, 5]."""
+    n = helper.make_node
+    nodes = [
+        n("Sub", ["one", "m"], ["inverted"]),
+        n("Mul", ["inverted", "value"], ["flat"]),
+        n("Unsqueeze", ["flat", "axes"], ["bias"]),
+        n("Add", ["s", "bias"], ["x"]),
+        n("Softmax", ["x"], ["y"], axis=-1),
+    ]
+    inits = {
+        "one": np.array(1.0, np.float32),
+        "value": np.array(MIN, np.float32),
+        "axes": np.array([1, 2], np.int64),
+    }
+    return model(nodes, [("s", F, SCORES), ("m", F, [1, 5])], [("y", F, SCORES)], inits)
+
+
 def filled(on_scores: bool) -> onnx.ModelProto:
     """masked_fill of -1e4 on the scores (Where(c, -1e4, s)), or Hugging Face's
     `_prepare_4d_attention_mask` (Where(bool(inverted), min, inverted) added to them)."""
@@ -64,9 +83,10 @@ def filled(on_scores: bool) -> onnx.ModelProto:
     return model(nodes, [("s", F, SCORES), ("m", F, [1, 1, 1, 5])], [("y", F, SCORES)], inits)
 
 
-def inputs(keep: list[int]) -> dict[str, np.ndarray]:
+def inputs(keep: list[int], flat: bool = False) -> dict[str, np.ndarray]:
     s = np.random.default_rng(0).normal(size=SCORES).astype(np.float32) * 4
-    return {"s": s, "m": np.array(keep, np.float32).reshape(1, 1, 1, 5)}
+    m = np.array(keep, np.float32)
+    return {"s": s, "m": m.reshape(1, 5) if flat else m.reshape(1, 1, 1, 5)}
 
 
 @pytest.mark.parametrize(
@@ -102,3 +122,15 @@ def test_a_bias_that_is_not_a_mask_is_kept() -> None:
     other_axis = additive()
     other_axis.graph.node[3].attribute[0].i = 2
     assert not apply(MultiplicativeMask, other_axis).changed
+
+
+def test_a_bias_reshaped_after_its_multiplication_reshapes_the_keep_mask_the_same_way() -> None:
+    m = reshaped_after()
+    result = apply(MultiplicativeMask, m)
+    assert [o[0] for o in outcomes(result)] == ["changed"]
+    for keep in ([1, 1, 1, 0, 0], [0, 1, 0, 1, 1]):
+        want, got = (
+            run(m, inputs(keep, flat=True))[0],
+            run(result.model, inputs(keep, flat=True))[0],
+        )
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-7)
