@@ -1,7 +1,8 @@
 """Trained models from PyPI wheels on every target: float32, int8, and int8 with fallback.
 
     python benchmarks/devset.py [--models magika,sleepecg] [--targets tflite,armnn]
-        [--modes float,int8,fallback[,fallback_float]] [--samples 16] [--jobs 1] [--timeout 1200]
+        [--modes float,int8,fallback[,fallback_float,int8_weights]] [--samples 16] [--jobs 1]
+        [--timeout 1200]
         [--rewrites none|auto] [--work .edgeflow/devset] [--out docs/devset.json]
 
 The development set (benchmarks/_devset/models.py): magika (a file-type
@@ -18,8 +19,9 @@ own on one stage cache per model (`precheck.continue_on_failure`: a row is what 
 converter and the runtime do). Modes: `float` (quantization none, verify
 `max_relative_diff: 1e-4`), `int8`, `fallback` (int8 with `quantization.fallback:
 auto`) and, asked for, `fallback_float` (the same with `quantization.float_outputs: true`:
-float32 I/O, which the TFLite family's search cannot make itself); the int8 modes have the
-goal as thresholds (`min_top1_agreement` /
+float32 I/O, which the TFLite family's search cannot make itself), and `int8_weights`
+(weight-only int8, where the target offers it); the int8 modes have the goal as thresholds
+(`min_top1_agreement` /
 `min_decision_agreement: 0.99` per output kind, and verify's int8 SQNR default). Each recipe
 is built as generated or, with `--rewrites auto`, with the rules edgeflow picks for each
 target (`rewrites: auto`, as `edgeflow fix` does). Printed per row: float verified (max
@@ -58,8 +60,9 @@ from _devset.models import MODELS, DevModel
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
-MODES = ("float", "int8", "fallback", "fallback_float")
-DEFAULT_MODES = MODES[:3]  # fallback_float (float32 I/O) where fallback alone misses on int8 I/O
+MODES = ("float", "int8", "fallback", "fallback_float", "int8_weights")
+# fallback_float (float32 I/O) where fallback alone misses on int8 I/O; int8_weights asked for
+DEFAULT_MODES = MODES[:3]
 GOAL = 0.99
 FLOAT_TOLERANCE = 1e-4
 EXCEPTION_LINE = re.compile(r"^[\w.]+(Error|Exception): ")
@@ -86,7 +89,9 @@ def recipe(
             verify["min_top1_agreement"] = GOAL
         if "probability" in kinds:
             verify["min_decision_agreement"] = GOAL
-    quantization: dict[str, Any] = {"mode": "none" if mode == "float" else "int8"}
+    quantization: dict[str, Any] = {
+        "mode": {"float": "none", "int8_weights": "int8_weights"}.get(mode, "int8")
+    }
     if mode.startswith("fallback"):
         quantization["fallback"] = "auto"
     if mode == "fallback_float":  # float32 I/O, which the TFLite family's search cannot make
@@ -260,6 +265,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         "int8: SQNR dB, decisions",
         "fallback: decisions, layers float, mixes, search s",
         "fallback, float32 I/O: the same",
+        "int8_weights: SQNR dB, decisions",
     ]
     modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
     columns = columns[:2] + [columns[2 + MODES.index(m)] for m in modes]
@@ -295,7 +301,7 @@ def cell(r: dict[str, Any], reasons: list[str]) -> str:
         return f"{r['max_relative_diff']:.1e}{mark}"
     agreement = r.get("decision_agreement")
     share = f"{agreement:.3f}" if agreement is not None else "n/a"
-    if r["mode"] == "int8":
+    if r["mode"] in ("int8", "int8_weights"):
         sqnr = r.get("min_sqnr_db")
         return f"{sqnr:.1f}, {share}{mark}" if sqnr is not None else f"n/a, {share}{mark}"
     if not r.get("searched"):
