@@ -75,14 +75,13 @@ class MultiplicativeMask(NodeRule):
         scores, keep, taken = found
         e.removed.update(taken)
         probs = e.op("Mul", e.op("Softmax", scores, axis=-1), keep)
-        axes = e.array(_int64([-1]), "axes")
-        if opts.reduce == "sum":
-            total = e.op("ReduceSum", probs, axes, keepdims=1)
+        if opts.reduce == "sum":  # ReduceSum's axes are an input from opset 13
+            total = e.op("ReduceSum", probs, e.ints([-1]), keepdims=1)
         else:
             length = e.shape(node.input[0])
             if length is None:
                 return "reduce: mean needs the softmax's static length"
-            mean = e.op("ReduceMean", probs, axes, keepdims=1)
+            mean = e.reduce_mean(probs, [-1])
             total = e.op("Mul", mean, e.scalar(float(length[-1]), probs))
         total = e.op("Max", total, e.scalar(1e-30, probs))  # a row that masks every key: 0
         e.op("Div", probs, total, out=node.output[0])
@@ -145,9 +144,3 @@ def _not(e: Edit, cond: str) -> str:
 
     one = e.array(np.array(1.0, np.float32), "one")
     return e.op("Sub", one, e.op("Cast", cond, to=FLOAT))
-
-
-def _int64(values: list[int]) -> Any:
-    import numpy as np
-
-    return np.array(values, np.int64)

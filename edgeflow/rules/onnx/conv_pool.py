@@ -506,28 +506,23 @@ class SumAsMean(NodeRule):
     def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
         import math
 
-        import numpy as np
 
         if e.dtypes.get(node.input[0]) not in (1, 11):  # float, double
             return "not float32/float64"
         shape = e.shape(node.input[0])
         if shape is None:
             return "the input shape is not static"
-        axes = list(range(len(shape)))
         if len(node.input) > 1 and node.input[1]:  # opset 13 on: the axes an input
             given = e.constants.get(node.input[1])
             if given is None:
                 return "the axes are not a constant"
-            axes = [int(a) for a in given.reshape(-1)] or axes
-            if not given.size and attr(node, "noop_with_empty_axes", 0):
-                return "no axes (noop_with_empty_axes)"
-        axes = sorted(a % len(shape) for a in axes)
-        keep = attr(node, "keepdims", 1)
-        if e.opset >= 18:
-            listed = e.array(np.array(axes, np.int64), "axes")
-            mean = e.op("ReduceMean", node.input[0], listed, keepdims=keep)
-        else:
-            mean = e.op("ReduceMean", node.input[0], axes=axes, keepdims=keep)
+            axes = [int(a) for a in given.reshape(-1)]
+        else:  # before opset 13: an attribute
+            axes = [int(a) for a in attr(node, "axes", [])]
+        if not axes and attr(node, "noop_with_empty_axes", 0):
+            return "no axes (noop_with_empty_axes)"
+        axes = sorted(a % len(shape) for a in axes or range(len(shape)))
+        mean = e.reduce_mean(node.input[0], axes, attr(node, "keepdims", 1))
         count = math.prod(shape[a] for a in axes)
         e.op("Mul", mean, e.scalar(float(count), node.input[0]), out=node.output[0])
         return None

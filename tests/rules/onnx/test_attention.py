@@ -19,7 +19,7 @@ MIN = float(np.finfo(np.float32).min)
 SCORES = [1, 2, 5, 5]  # batch, heads, queries, keys
 
 
-def additive(value: float = MIN, shared: bool = False) -> onnx.ModelProto:
+def additive(value: float = MIN, shared: bool = False, opset: int = 18) -> onnx.ModelProto:
     """y = Softmax(s + (1 - m) * value) for a 0/1 key mask m [1, 1, 1, 5], as Hugging Face's
     encoders add it; `shared`: one bias for two softmaxes (every layer reads the same one)."""
     n = helper.make_node
@@ -34,7 +34,7 @@ def additive(value: float = MIN, shared: bool = False) -> onnx.ModelProto:
         nodes += [n("Add", ["bias", "s"], ["x2"]), n("Softmax", ["x2"], ["y2"], axis=3)]
         outputs.append(("y2", F, SCORES))
     inits = {"one": np.array(1.0, np.float32), "value": np.array(value, np.float32)}
-    return model(nodes, [("s", F, SCORES), ("m", F, [1, 1, 1, 5])], outputs, inits)
+    return model(nodes, [("s", F, SCORES), ("m", F, [1, 1, 1, 5])], outputs, inits, opset)
 
 
 def reshaped_after() -> onnx.ModelProto:
@@ -90,7 +90,14 @@ def inputs(keep: list[int], flat: bool = False) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize(
-    "build", [additive, lambda: additive(-1e4), lambda: filled(True), lambda: filled(False)]
+    "build",
+    [
+        additive,
+        lambda: additive(-1e4),
+        lambda: additive(opset=13),  # ReduceMean's axes an attribute before opset 18
+        lambda: filled(True),
+        lambda: filled(False),
+    ],
 )
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_the_probabilities_are_the_masked_softmaxs(build, reduce: str) -> None:

@@ -104,19 +104,22 @@ def test_a_reduce_max_builds_and_verifies_on_armnn(
 
 
 def sums(opset: int, axes: list[int], keepdims: int) -> onnx.ModelProto:
-    """y = ReduceSum(Relu(x) * 2 - 1, axes) for x [1, 3, 6, 5]."""
-    inputs, extra = ["h"], {}
-    if axes:
+    """y = ReduceSum(Relu(x), axes) for x [1, 3, 6, 5]: the axes an input from opset 13, an
+    attribute before."""
+    inputs, extra, attrs = ["h"], {}, {"keepdims": keepdims}
+    if axes and opset >= 13:
         extra["axes"] = np.array(axes, np.int64)
         inputs.append("axes")
+    elif axes:
+        attrs["axes"] = axes
     nodes = [
         helper.make_node("Relu", ["x"], ["h"]),
-        helper.make_node("ReduceSum", inputs, ["y"], name="sum", keepdims=keepdims),
+        helper.make_node("ReduceSum", inputs, ["y"], name="sum", **attrs),
     ]
     return model(nodes, [("x", F, [1, 3, 6, 5])], [("y", F, None)], extra, opset=opset)
 
 
-@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("opset", [11, 13, 18])
 @pytest.mark.parametrize(("axes", "keepdims"), [([1], 0), ([2, 3], 1), ([-1], 1), ([], 0)])
 def test_a_reduce_sum_is_a_mean_times_its_count(opset: int, axes: list[int], keepdims: int) -> None:
     m = sums(opset, axes, keepdims)
