@@ -33,6 +33,7 @@ from edgeflow.core.onnxgraph import opset_version
 MAX_REFUSED_NODES = 8
 
 QDQ_OPSET = 13  # QuantizeLinear/DequantizeLinear gained `axis` (per-channel) in opset 13
+QDQ_WHY = "int8 needs opset 13 (per-channel DequantizeLinear)"
 DYNAMIC_OPSET = 11  # DynamicQuantizeLinear, which int8_weights puts before each int8 kernel
 # Entropy calibration searches thresholds between half the histogram and all of it in steps of
 # one bin. onnxruntime's quantize_static builds it with 128 bins and 128 quantized bins (and
@@ -45,7 +46,7 @@ def upgrade_opset(
     src: Path,
     dst: Path,
     opset: int = QDQ_OPSET,
-    why: str = "int8 needs opset 13 (per-channel DequantizeLinear)",
+    why: str = QDQ_WHY,
 ) -> dict[str, int] | None:
     """Write src converted to `opset` into dst when it is below; None when it is not. `why`
     it is needed, for the message when onnx cannot convert it."""

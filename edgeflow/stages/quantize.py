@@ -45,6 +45,40 @@ def run(ctx: StageContext) -> None:
     ctx.write_json("quantize", info)
 
 
+PREPARED, UPGRADED = "preprocessed.onnx", "upgraded.onnx"  # in the stage's own out_dir
+
+
+def _prepared(ctx: StageContext, src: Path, opset: int, why: str) -> tuple[Path, Any, Any]:
+    """(the model onnxruntime's quantizer reads, the opset conversion or None, the shape
+    inference's record): src converted to `opset` where below it (`why` it must be), then
+    onnxruntime's pre-processing; a warning where its symbolic shape inference failed.
+    Written in the stage's out_dir, removed by _drop_prepared."""
+    from edgeflow.stages import _ort_quant
+
+    upgraded = ctx.out_dir / UPGRADED
+    converted = _ort_quant.upgrade_opset(src, upgraded, opset, why)
+    prepared = ctx.out_dir / PREPARED
+    shapes = _ort_quant.pre_process(upgraded if converted else src, prepared)
+    if not shapes["symbolic"]:
+        ctx.warn(shapes["symbolic_failed"] + "; pre-processed with onnx's shape inference only")
+    return prepared, converted, shapes
+
+
+def _drop_prepared(ctx: StageContext) -> None:
+    """Remove what _prepared wrote (its names, in this stage's own out_dir), not the outputs."""
+    (ctx.out_dir / PREPARED).unlink()
+    (ctx.out_dir / UPGRADED).unlink(missing_ok=True)
+
+
+def _warn_refused(ctx: StageContext, refused: list[dict[str, str]]) -> None:
+    """A warning per node onnxruntime's quantizer raised on, which the build keeps float."""
+    for r in refused:
+        ctx.warn(
+            f"onnxruntime's quantizer cannot quantize node '{r['node']}' ({r['op']}): "
+            f"{r['error'].rstrip('.')}; it is kept float"
+        )
+
+
 def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -71,14 +105,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         def get_next(self) -> dict | None:
             return next((feeds for feeds, _ in self.batches), None)
 
-    upgraded = ctx.out_dir / "opset13.onnx"
-    opset = _ort_quant.upgrade_opset(src, upgraded)
-    if opset:
-        src = upgraded
-    prepared = ctx.out_dir / "preprocessed.onnx"
-    shapes = _ort_quant.pre_process(src, prepared)
-    if not shapes["symbolic"]:
-        ctx.warn(shapes["symbolic_failed"] + "; pre-processed with onnx's shape inference only")
+    prepared, opset, shapes = _prepared(ctx, src, _ort_quant.QDQ_OPSET, _ort_quant.QDQ_WHY)
     reduce_range, why = _reduce_range(q.reduce_range, ctx.profile.backend)
     extra: dict[str, Any] = {"ActivationSymmetric": q.symmetric, "WeightSymmetric": True}
     method = q.method
@@ -110,18 +137,13 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         _ort_quant.quantize(prepared, path, Reader, refused, nodes_to_exclude=excluded, **options)
 
     quantize(dst, [])
-    for r in refused:
-        ctx.warn(
-            f"onnxruntime's quantizer cannot quantize node '{r['node']}' ({r['op']}): "
-            f"{r['error'].rstrip('.')}; it is kept float"
-        )
+    _warn_refused(ctx, refused)
     mixed = None
     if q.fallback == "auto":
         from edgeflow.stages import _ort_fallback
 
         mixed = _ort_fallback.search(ctx, prepared, dst, quantize, samples)
-    prepared.unlink()
-    upgraded.unlink(missing_ok=True)
+    _drop_prepared(ctx)
     imposed = {k: v for k, v in ctx.profile.int8.items() if getattr(recipe.quantization, k) != v}
     return {
         "imposed_by_target": imposed,
@@ -156,15 +178,8 @@ def _int8_weights(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     from edgeflow.stages import _ort_quant
 
     q = ctx.recipe.quantization
-    upgraded = ctx.out_dir / "opset11.onnx"
     why = f"int8_weights needs opset {_ort_quant.DYNAMIC_OPSET} (DynamicQuantizeLinear)"
-    opset = _ort_quant.upgrade_opset(src, upgraded, _ort_quant.DYNAMIC_OPSET, why)
-    if opset:
-        src = upgraded
-    prepared = ctx.out_dir / "preprocessed.onnx"
-    shapes = _ort_quant.pre_process(src, prepared)
-    if not shapes["symbolic"]:
-        ctx.warn(shapes["symbolic_failed"] + "; pre-processed with onnx's shape inference only")
+    prepared, opset, shapes = _prepared(ctx, src, _ort_quant.DYNAMIC_OPSET, why)
     reduce_range, why_range = _reduce_range(q.reduce_range, ctx.profile.backend)
     graph = onnx.load(str(prepared))
     if _name_nodes(graph):  # onnxruntime's quantizer keeps nodes float by name
@@ -182,14 +197,9 @@ def _int8_weights(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         weight_type=QuantType.QInt8,
         extra_options={"WeightSymmetric": True},
     )
-    for r in refused:
-        ctx.warn(
-            f"onnxruntime's quantizer cannot quantize node '{r['node']}' ({r['op']}): "
-            f"{r['error'].rstrip('.')}; it is kept float"
-        )
+    _warn_refused(ctx, refused)
     weights, int8_tensors = weight_bytes(prepared, dst)
-    prepared.unlink()
-    upgraded.unlink(missing_ok=True)
+    _drop_prepared(ctx)
     return {
         "per_channel": q.per_channel,
         "reduce_range": reduce_range,
