@@ -506,7 +506,6 @@ class SumAsMean(NodeRule):
     def replace(self, e: Edit, node: Any, opts: Options) -> str | None:
         import math
 
-
         if e.dtypes.get(node.input[0]) not in (1, 11):  # float, double
             return "not float32/float64"
         shape = e.shape(node.input[0])
