@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,6 +192,24 @@ def sqnr_db(reference: Sequence[np.ndarray], got: Sequence[np.ndarray]) -> float
     return max(-CAP_DB, min(CAP_DB, power_db(signal, noise)))
 
 
+def inherited(
+    db: dict[str, float], ops: Sequence[tuple[Sequence[str], Sequence[str]]]
+) -> dict[str, float]:
+    """`db` with each tensor it lacks that an operator of `ops` (inputs, outputs; in the
+    graph's order) writes given the lowest figure of that operator's inputs: a tensor the
+    runtime does not expose (a SPLIT's later outputs, a QUANTIZE's) carries the error of what
+    it was made from. Without it, a layer reading one ranks as if its input were exact, the
+    whole error charged to it (measured: the ViT's query Reshapes after their SPLIT, a drop
+    of 97 dB each, ahead of the GELU that lost the most)."""
+    known = dict(db)
+    for inputs, outputs in ops:
+        before = [known[t] for t in inputs if t in known]
+        for name in outputs:
+            if name not in known and before:
+                known[name] = min(before)
+    return known
+
+
 def rank(layers: Sequence[Layer], db: dict[str, float]) -> list[Sensitivity]:
     """The layers whose output has an SQNR in `db` (tensor -> dB in the all-int8 model), most
     sensitive (largest SQNR drop) first; a tensor `db` lacks reads as exact."""
@@ -337,15 +355,23 @@ BLOCKS_ABOVE = 48  # candidate layers above which the search ranks blocks first
 MAX_BLOCKS = 16
 
 
-def blocks(layers: Sequence[Layer], most: int = MAX_BLOCKS) -> list[list[Layer]]:
+def blocks(
+    layers: Sequence[Layer], most: int = MAX_BLOCKS, values: Collection[str] | None = None
+) -> list[list[Layer]]:
     """The layers (in the graph's order) cut into at most `most` consecutive blocks at the
     points where one tensor alone carries everything on (the end of a residual block, of an
     attention block, of a recurrent layer), then neighbouring blocks merged, the smallest
-    pair first, until `most` are left. Found from the graph alone: no names are read."""
+    pair first, until `most` are left. Found from the graph alone: no names are read.
+    `values`: the tensors that hold activations (written or measured); a tensor read but in
+    neither is a constant and carries nothing (a coefficient the converter shares between
+    the GELUs of every layer would otherwise join them all into one block)."""
     first: dict[str, int] = {}  # where each tensor starts to be carried: its writer, else
     last: dict[str, int] = {}  # its first reader (a graph input); until its last reader
+    written = {layer.output for layer in layers}
     for i, layer in enumerate(layers):
         for name in layer.inputs:
+            if values is not None and name not in written and name not in values:
+                continue
             first.setdefault(name, i)
             last[name] = i
         first.setdefault(layer.output, i)
@@ -398,7 +424,7 @@ def plan(
         return ranking, None
     ranked = {s.layer.name for s in ranking}
     kept = [layer for layer in layers if layer.name in ranked]
-    return ranking, rank_blocks(blocks(kept), db)
+    return ranking, rank_blocks(blocks(kept, values=db), db)
 
 
 def cost(runner: Any, feeds: dict[str, Any], path: Path) -> dict[str, Any]:

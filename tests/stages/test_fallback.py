@@ -348,6 +348,32 @@ def test_blocks_are_cut_where_one_tensor_carries_everything_on() -> None:
     assert sum(len(g) for g in merged) == 80
 
 
+def test_a_constant_shared_across_blocks_does_not_join_them() -> None:
+    """A converter shares one constant between every block (a GELU's coefficient): read by
+    the first block and the last, it would keep two tensors live everywhere. Given the
+    tensors that hold activations, it is a constant and carries nothing."""
+    layers = [
+        fallback.Layer(layer.name, layer.op, layer.output, (*layer.inputs, "coefficient"))
+        if layer.op == "Relu"
+        else layer
+        for layer in _residual_chain(20)
+    ]
+    assert len(fallback.blocks(layers, most=100)) == 1  # read as an activation: one block
+    values = {"input", *(layer.output for layer in layers)}
+    assert len(fallback.blocks(layers, most=100, values=values)) == 20
+
+
+def test_an_unexposed_tensor_carries_the_error_of_what_it_was_made_from() -> None:
+    """A SPLIT's later outputs are not read in the runtime: the layer reading one ranks by the
+    SQNR of the SPLIT's input, not as if its input were exact (the whole error its own)."""
+    db = {"x": 30.0, "s0": 29.0, "q": 28.0}
+    ops = [(("x",), ("s0", "s1", "s2")), (("s1",), ("q",))]
+    assert fallback.inherited(db, ops) == {**db, "s1": 30.0, "s2": 30.0}
+    layers = [fallback.Layer("q", "Reshape", "q", ("s1",))]
+    assert fallback.rank(layers, db)[0].drop_db == pytest.approx(fallback.CAP_DB - 28.0)
+    assert fallback.rank(layers, fallback.inherited(db, ops))[0].drop_db == pytest.approx(2.0)
+
+
 def test_block_search_finds_one_layer_of_eighty_in_few_trials() -> None:
     """Block 13's second conv adds the error: whole blocks are searched first (the first
     block, whose input is exact, ranks above it), then the layers of the one kept float."""
