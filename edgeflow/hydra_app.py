@@ -426,8 +426,10 @@ def _job(cfg: Any) -> None:
     if cfg.target.name:
         overrides["target"] = cfg.target.name
     for key in QUANTIZATION_KEYS:
-        if cfg.quantization[key] is not None:
-            overrides[f"quantization.{key}"] = cfg.quantization[key]
+        value = cfg.quantization[key]
+        if value is not None:  # a list (keep_float) as a list, not OmegaConf's
+            plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+            overrides[f"quantization.{key}"] = plain
     job = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "as the recipe says"
     try:
         loaded = load_recipe(Path(cfg.recipe.path), overrides)

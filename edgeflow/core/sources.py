@@ -367,13 +367,15 @@ NATIVE_BACKENDS = ("tflite", "tflite_micro", "armnn")
 
 def onnx_only_settings(quantization: Any) -> list[str]:
     """The quantization keys set in a recipe that only the ONNX path carries out (TensorFlow's
-    own converter has no fallback search, no float outputs and takes min/max ranges): with
-    any of them a tensorflow source takes tf2onnx unless the recipe says `convert.via`."""
+    own converter has no fallback search, no float outputs or islands, and takes min/max
+    ranges): with any of them a tensorflow source takes tf2onnx unless the recipe says
+    `convert.via`."""
     if quantization is None or quantization.mode != "int8":
         return []
     keys = {
         "fallback": quantization.fallback == "auto",
         "float_outputs": quantization.float_outputs,
+        "keep_float": bool(quantization.keep_float),
         "method": quantization.method in ("percentile", "mse")
         and quantization.activations == "int8",
     }

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from edgeflow.core.islands import IslandKind
 from edgeflow.core.refs import ImportRef
 
 # An input's signature and the helpers the stages read it with, as every layer imports them
@@ -315,6 +316,9 @@ class Quantization(Strict):
     # what one search may spend: mixes built and run, and seconds (no mix starts after them)
     fallback_max_trials: int = Field(32, ge=1, le=1_000)
     fallback_max_seconds: float = Field(900.0, gt=0)
+    # the operators of these kinds stay float in an int8 build, found by what they compute
+    # (edgeflow.core.islands); unset: the target's default (its profile's int8_keep_float)
+    keep_float: list[IslandKind] | None = None
 
     @model_validator(mode="after")
     def _fallback_of_int8(self) -> Quantization:
@@ -326,6 +330,8 @@ class Quantization(Strict):
                 "quantization.float_outputs",
                 at="float_outputs",
             )
+        if self.keep_float:
+            self._int8_activations("keep_float keeps operators of an int8 model float")
         if self.fallback == "none":
             return self
         if self.mode != "int8":
@@ -347,6 +353,27 @@ class Quantization(Strict):
                 at="fallback",
             )
         return self
+
+    def _int8_activations(self, what: str) -> None:
+        """`what` (a key's effect) needs calibrated int8 activations: mode int8, 8-bit
+        activations, scales edgeflow sets."""
+        if self.mode != "int8":
+            raise user_error(
+                f"{what}; mode is {self.mode}",
+                "set quantization.mode: int8, or remove quantization.keep_float",
+                at="keep_float",
+            )
+        if self.activations != "int8" or self.method == "qat":
+            raise user_error(
+                f"{what}; it is offered for calibrated int8 activations (not "
+                + (
+                    "TFLite's 16x8 mode)"
+                    if self.activations != "int8"
+                    else "a QAT model's own scales)"
+                ),
+                "remove quantization.keep_float (or set it to [])",
+                at="keep_float",
+            )
 
     @model_validator(mode="after")
     def _weight_only(self) -> Quantization:

@@ -247,6 +247,7 @@ BUILD_SUFFIXES: dict[str, Any] = {
     "int16act": lambda q: q.activations == "int16",
     "fallback": lambda q: q.fallback == "auto",
     "float_outputs": lambda q: q.float_outputs,
+    "keep_float": lambda q: q.keep_float is not None,  # the recipe's islands, not the target's
     # calibration methods other than the default (a sweep over quantization.method)
     "entropy": lambda q: q.method == "entropy",
     "percentile": lambda q: q.method == "percentile",

@@ -405,6 +405,7 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
         by_target = f" (set by the target: {imposed})" if imposed else ""
         scheme = f"; {conv['int8']['scheme']}" if conv["int8"].get("scheme") else ""
         lines.append(f"  - int8 by the converter: {settings}{by_target}{scheme}")
+        lines += island_lines(conv["int8"].get("float_islands"))
     if conv.get("int8_weights"):  # a converter that stores int8 weights itself (TFLite)
         lines += weight_lines(conv["int8_weights"], "by the converter")
     lines += retry_lines(conv.get("retry"))
@@ -462,7 +463,17 @@ def _quantize_lines(q: dict[str, Any] | None) -> list[str]:
             f"  - node '{refused['node']}' ({refused['op']}) float: onnxruntime's quantizer "
             f"fails on it ({refused['error'].rstrip('.')})"
         )
-    return lines
+    return lines + island_lines(q.get("float_islands"))
+
+
+def island_lines(record: dict[str, Any] | None) -> list[str]:
+    """The float islands an int8 build kept (quantization.keep_float or the target's)."""
+    if not record or not (record["kept"] or record["lost"]):
+        return []
+    kept = record["summary"] or "none found"
+    lost = ", ".join(f"{i['kind']} ({', '.join(i['exits'])})" for i in record["lost"])
+    gone = f"; not found in the quantized graph: {lost}" if lost else ""
+    return [f"  - float islands (quantization.keep_float): {kept}{gone}"]
 
 
 def weight_lines(record: dict[str, Any], by: str) -> list[str]:

@@ -26,6 +26,7 @@ RUNTIMES = (
 
 def run(ctx: StageContext) -> None:
     from edgeflow import postprocess
+    from edgeflow.core import islands
     from edgeflow.targets import backend
     from edgeflow.targets.base import ConvertJob
     from edgeflow.verify.stream import load_steps
@@ -50,16 +51,20 @@ def run(ctx: StageContext) -> None:
             if note:
                 ctx.warn(note)
     findings: list[dict[str, Any]] = []  # the converted model's operators (judge)
+    quantization = ctx.profile.quantization_for(recipe.quantization)
+    found = islands.recorded(ctx.inputs.get("rewrite_target")) if module.QUANTIZES_ITSELF else []
     job = ConvertJob(
         onnx=ctx.inputs["onnx"],
         out_dir=artifact_dir,
         profile=ctx.profile,
-        quantization=ctx.profile.quantization_for(recipe.quantization),
+        quantization=quantization,
         inputs=list(fed_inputs(recipe.source.inputs)),
         calibration=calibration,
         budget=budget,
         kept_layout=kept_layout(recipe.source),
         check=lambda artifact: judge(ctx, artifact, findings),
+        keep_float=tuple(ctx.profile.keep_float(quantization, found)),
+        float_islands=tuple(found),
     )
     info = module.convert(job)
     if ctx.profile.builtins:
@@ -119,7 +124,8 @@ STAGE = Stage(
     description="Convert the ONNX model to the target's artifact with the target's own tool.",
     run=run,
     consumes=("onnx",),
-    optional=("host",),
+    # the float islands found before the target's rewrites (quantization.keep_float)
+    optional=("host", "rewrite_target"),
     produces={"artifact": "artifact", "convert": "convert.json"},
     reads=(
         "target",

@@ -126,14 +126,21 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
 
     import onnx
 
+    from edgeflow.core import islands
+
     graph = onnx.load(str(prepared))
     outputs = _ort_quant.output_writers(graph) if q.float_outputs else []
     infinite = _ort_quant.float_infinities(graph)  # what reads an -inf mask value: float
 
+    found = islands.recorded(ctx.inputs.get("rewrite_target"))
+    kept, lost = islands.kept_nodes(
+        found, ctx.profile.keep_float(q, found), *islands.onnx_nodes(graph)
+    )
+    float_islands = [node for nodes in kept.values() for inside in nodes for node in inside]
     refused: list[dict[str, str]] = []  # nodes the quantizer fails on: kept float in every mix
 
     def quantize(path: Path, float_nodes: list[str]) -> None:
-        excluded = [*outputs, *infinite, *float_nodes]
+        excluded = [*outputs, *infinite, *float_islands, *float_nodes]
         _ort_quant.quantize(prepared, path, Reader, refused, nodes_to_exclude=excluded, **options)
 
     quantize(dst, [])
@@ -157,6 +164,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "float_outputs": outputs,  # the nodes writing the outputs, kept float
         "float_infinities": infinite,  # nodes reading an infinite constant, kept float
         "refused_by_quantizer": refused,  # nodes onnxruntime's quantizer failed on, kept float
+        "float_islands": islands.record(kept, lost),  # quantization.keep_float
         "opset_converted": opset,  # {from, to}: the source was below opset 13
         "shape_inference": shapes,
         "fallback": mixed,
@@ -347,6 +355,7 @@ STAGE = Stage(
     description="Quantize with onnxruntime: static int8 QDQ (calibrated), int8 weights, or fp16.",
     run=run,
     consumes=("onnx",),
+    optional=("rewrite_target",),  # the float islands found before the target's rewrites
     produces={"onnx": "model.onnx", "quantize": "quantize.json"},
     reads=(
         "quantization",

@@ -26,6 +26,13 @@ def run(ctx: StageContext) -> None:
         "rules": [],
         "replaced_by_recipe": skipped,
     }
+    import onnx
+
+    from edgeflow.core import islands
+
+    # before the target's rules, which may decompose them (an Erf into its approximation)
+    found = islands.find(onnx.load(str(ctx.inputs["onnx"]), load_external_data=False))
+    info["islands"] = [island.record() for island in found]
     if not recipe.target_rewrites or not specs:
         info["off"] = not recipe.target_rewrites
         shutil.copyfile(ctx.inputs["onnx"], ctx.output("onnx"))

@@ -41,6 +41,7 @@ from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
 from edgeflow.targets import (
     _tflite_fc,
+    _tflite_islands,
     _tflite_ranges,
     _tflite_traps,
     _tflite_unroll,
@@ -111,7 +112,7 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         kept = _tflite_traps.kept_float(float32_bytes, target) if eight else []
         layout = io_layout(job.onnx, job.out_dir / ARTIFACT, float32, target, job.kept_layout)
         if mix is not None:
-            model, mixed = mix(out, layout)
+            model, mixed = mix(out, layout, list(run.float_nodes))
             if model is not None:
                 (job.out_dir / ARTIFACT).write_bytes(model)
                 for_runtime(job.out_dir / ARTIFACT, target)
@@ -145,6 +146,8 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         for trap in kept:  # _tflite_quant.quantize keeps them float
             info["int8"][trap.key] = trap.names
             info["int8"]["scheme"] += f"; {trap.note}"
+        if run.islands is not None:
+            info["int8"]["float_islands"] = run.islands
         if mixed is not None:
             info["fallback"] = mixed
             if mixed["float_layers"]:
@@ -177,6 +180,10 @@ class Run:
     seconds: float
     retry: dict[str, Any] | None = None
     replacement: Path | None = None
+    # quantization.keep_float: the .tflite operators of the float islands (their output
+    # names) and convert.json's record of them (_tflite_islands)
+    float_nodes: tuple[str, ...] = ()
+    islands: dict[str, Any] | None = None
 
 
 class _Failed(EdgeflowError):
@@ -237,6 +244,8 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
             if ranged
             else f"per-tensor fully-connected weights in a per-channel build ({target})"
             if mode == "int8" and q.per_channel and job.dense_per_tensor
+            else "quantization.keep_float"
+            if mode == "int8" and islands_asked(job)
             else ""
         )
         own_calibration = quantize is not None and mode == "int8" and bool(why)
@@ -266,8 +275,13 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 float_from_saved_model(work / "out", "none", q.per_channel)
         for written in (work / "out").glob("*.tflite") if fused else ():
             unclip_sequence_lstm(written)  # the clip TensorFlow adds to a fused LSTM
+        if own_calibration and islands_asked(job) and not sixteen:
+            float32 = work / "out" / "model_float32.tflite"
+            layout = io_layout(job.onnx, float32, float32, target, job.kept_layout)
+            names, run.islands = _tflite_islands.locate(job, work / "out", target, layout)
+            run.float_nodes = tuple(names)
         if own_calibration:  # calibrated unclipped, as it will run
-            produced.write_bytes(quantize(job, work / "out", target, why))
+            produced.write_bytes(quantize(job, work / "out", target, why, run.float_nodes))
         elif onnx2tf_int8 and quantize is not None and not sixteen and produced.is_file():
             trap = _tflite_traps.trapped(produced.read_bytes(), target)
             if trap:  # edgeflow's own quantization keeps the trapped operators float
@@ -279,6 +293,11 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
                 "int8 fails when an operator has no int8 kernel; see docs/debugging.md",
             )
         yield work / "out", run
+
+
+def islands_asked(job: ConvertJob) -> bool:
+    """Whether the build keeps float islands the graph was found to have."""
+    return any(island.kind in job.keep_float for island in job.float_islands)
 
 
 def _convert_or_retry(

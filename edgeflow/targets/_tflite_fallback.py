@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from edgeflow.core.sources import batch_size
 from edgeflow.targets import _onnx2tf, _tflite_layout, _tflite_quant
-from edgeflow.targets._tflite_deps import require
+from edgeflow.targets._tflite_tensors import all_tensors
 from edgeflow.targets.base import ConvertJob
 from edgeflow.verify import fallback
 
 SENSITIVITY_SAMPLES = 64
 TYPE_ONLY = ("QUANTIZE", "DEQUANTIZE")
-Mix = Callable[[Path, dict[str, Any]], tuple[bytes | None, dict[str, Any]]]
+Mix = Callable[[Path, dict[str, Any], list[str]], tuple[bytes | None, dict[str, Any]]]
 
 
 def hook(job: ConvertJob, target: str, open_runner: Callable[[Path, dict[str, Any]], Any]) -> Any:
@@ -36,8 +34,10 @@ def hook(job: ConvertJob, target: str, open_runner: Callable[[Path, dict[str, An
     if job.quantization.mode != "int8" or job.quantization.fallback != "auto":
         return None
 
-    def mix(out: Path, layout: dict[str, Any]) -> tuple[bytes | None, dict[str, Any]]:
-        return search(job, target, out, layout, open_runner)
+    def mix(
+        out: Path, layout: dict[str, Any], kept: list[str]
+    ) -> tuple[bytes | None, dict[str, Any]]:
+        return search(job, target, out, layout, open_runner, kept)
 
     return mix
 
@@ -48,8 +48,10 @@ def search(
     out: Path,
     layout: dict[str, Any],
     open_runner: Callable[[Path, dict[str, Any]], Any],
+    kept: Sequence[str] = (),
 ) -> tuple[bytes | None, dict[str, Any]]:
-    """(the mixed model, or None where onnx2tf's int8 file meets the budget; the record)."""
+    """(the mixed model, or None where the build's int8 file meets the budget; the record).
+    `kept`: operators every mix keeps float (quantization.keep_float's islands)."""
 
     from edgeflow.verify.runners import BatchAxes, OnnxRunner, run_all
 
@@ -68,6 +70,7 @@ def search(
     int8_io = not q.float_outputs  # the TFLite family's int8 I/O, unless float outputs
     float32 = (out / "model_float32.tflite").read_bytes()
     writers = _tflite_quant.output_writers(float32, target) if q.float_outputs else []
+    writers = [*writers, *kept]
     dense = not job.profile.per_channel_dense  # per-tensor fully-connected weights
     layouts: dict[Any, dict[str, Any]] = {(): layout}
     excludes: dict[str, tuple[str, ...]] = {}
@@ -125,64 +128,16 @@ def sensitivity(
     """The int8 model's operators as candidates, and the SQNR of every tensor both models
     write (same names: one calibrated model under both)."""
     feeds = [f for k, (f, _) in enumerate(samples.batches(batch, True)) if k < SENSITIVITY_SAMPLES]
-    floats, _ = _all_tensors(calibrated, layout, feeds)
-    quantized, int8_ops = _all_tensors(int8, layout, feeds)
+    floats, _ = all_tensors(calibrated, layout, feeds)
+    quantized, int8_ops = all_tensors(int8, layout, feeds)
     db = {
         name: fallback.sqnr_db(values, quantized[name])
         for name, values in floats.items()
         if name in quantized
     }
     layers = [
-        fallback.Layer(out, op, out, tuple(inputs), (out,))
-        for op, inputs, out in int8_ops
+        fallback.Layer(outs[0], op, outs[0], tuple(inputs), (outs[0],))
+        for op, inputs, outs in int8_ops
         if op not in TYPE_ONLY
     ]
-    return layers, db
-
-
-def _all_tensors(
-    model: bytes, layout: dict[str, Any], feeds: list[dict[str, np.ndarray]]
-) -> tuple[dict[str, list[np.ndarray]], list[tuple[str, list[str], str]]]:
-    """Every operator output (dequantized) and every input of the model, per batch, read in
-    LiteRT with all tensors preserved; and the operators as (op, input names, output name)."""
-    litert = require("ai_edge_litert.interpreter", "tflite")
-    interp = litert.Interpreter(  # the builtin kernels: a delegate would hide the operators
-        model_content=model,
-        experimental_preserve_all_tensors=True,
-        experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-    )
-    interp.allocate_tensors()
-    details = {d["index"]: d for d in interp.get_tensor_details()}
-    ops = [
-        (op["op_name"], [details[i]["name"] for i in op["inputs"] if i >= 0], op["outputs"])
-        for op in interp._get_ops_details()
-    ]
-    inputs = interp.get_input_details()
-    read = [d["index"] for d in inputs] + [t for _, _, outs in ops for t in outs]
-    values: dict[str, list[np.ndarray]] = {}
-    for batch in feeds:
-        for spec in layout["inputs"]:
-            detail = inputs[spec["index"]]
-            data = np.ascontiguousarray(np.transpose(batch[spec["name"]], spec["perm"]))
-            interp.set_tensor(detail["index"], _quantized(data, detail))
-        interp.invoke()
-        for t in read:
-            values.setdefault(details[t]["name"], []).append(_dequantized(interp, details[t]))
-    named = [(op, ins, details[outs[0]]["name"]) for op, ins, outs in ops if len(outs)]
-    return values, named
-
-
-def _quantized(data: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
-    scale, zero = detail["quantization"]
-    if detail["dtype"] == np.float32 or not scale:
-        return data.astype(detail["dtype"])
-    info = np.iinfo(detail["dtype"])
-    return np.clip(np.round(data / scale + zero), info.min, info.max).astype(detail["dtype"])
-
-
-def _dequantized(interp: Any, detail: dict[str, Any]) -> np.ndarray:
-    value = interp.get_tensor(detail["index"])
-    scale, zero = detail["quantization"]
-    if np.issubdtype(value.dtype, np.integer) and scale:
-        return (value.astype(np.float32) - zero) * scale
-    return value.astype(np.float32)
+    return layers, fallback.inherited(db, [(inputs, outs) for _, inputs, outs in int8_ops])

@@ -9,7 +9,7 @@ the runtime will run; the native TensorFlow path (_tf_native) sets its converter
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,18 +30,21 @@ if TYPE_CHECKING:
 Feeds = dict[str, np.ndarray]
 
 
-def own_int8(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
+def own_int8(
+    job: ConvertJob, out: Path, target: str, why: str, float_nodes: Sequence[str] = ()
+) -> bytes:
     """The int8 model of onnx2tf's float32 file in `out`, calibrated on batches cut on each
     input's own batch axis: TensorFlow's calibrator and MLIR quantizer as the fallback uses
     them, or for int16 activations its 16x8 quantizer, with the I/O types onnx2tf would give.
-    `why`: what needed it, for the error."""
+    `why`: what needed it, for the error; `float_nodes`: operators (output names) kept
+    float (quantization.keep_float's islands; int8 activations only)."""
     if job.quantization.float_outputs:
-        return float_outputs(job, out, target, why)
+        return float_outputs(job, out, target, why, float_nodes)
     if job.quantization.activations != "int16":
         return quantize(
             calibrate(job, out, why),
             job.quantization.per_channel,
-            [],
+            list(float_nodes),
             target=target,
             dense_per_tensor=job.dense_per_tensor,
         )
@@ -294,11 +297,13 @@ def output_writers(model: bytes, target: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def float_outputs(job: ConvertJob, out: Path, target: str, why: str) -> bytes:
+def float_outputs(
+    job: ConvertJob, out: Path, target: str, why: str, float_nodes: Sequence[str] = ()
+) -> bytes:
     """quantization.float_outputs: onnx2tf's float32 file in `out` calibrated and quantized
     by TensorFlow's MLIR quantizer with the operators writing the outputs float and float32
     I/O (QUANTIZE after the inputs, int8 inside, DEQUANTIZE before the float operators)."""
     calibrated = calibrate(job, out, why)
-    writers = output_writers(_float32(out), target)
+    writers = [*output_writers(_float32(out), target), *float_nodes]
     dense = job.dense_per_tensor
     return quantize(calibrated, job.quantization.per_channel, writers, True, target, dense)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from edgeflow.core.islands import Island
     from edgeflow.core.specs import Quantization, TensorSpec
     from edgeflow.data import Samples
     from edgeflow.targets.profile import TargetProfile
@@ -45,6 +46,10 @@ class ConvertJob:
     # judges the artifact the converter wrote (the TFLite family: its operators against the
     # profile's measured builtins) before any runtime loads it; raises to stop the build
     check: Callable[[Path], None] = lambda artifact: None
+    # quantization.keep_float: the island kinds an int8 build keeps float, and the islands
+    # found before the target's rewrites (edgeflow.core.islands)
+    keep_float: tuple[str, ...] = ()
+    float_islands: tuple[Island, ...] = ()
 
     @property
     def dense_per_tensor(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -14,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from edgeflow.core.islands import Island, IslandKind
 from edgeflow.core.specs import QuantizationMode
 
 
@@ -144,6 +146,9 @@ class TargetProfile(BaseModel):
     # Whether the runtime's int8 fully-connected kernels take per-channel weights; where not
     # (Arm NN aborts on them), per-channel builds quantize those per-tensor, the rest per-channel.
     per_channel_dense: bool = True
+    # the float islands (edgeflow.core.islands) an int8 build keeps float unless the recipe
+    # sets quantization.keep_float: the kinds measured to keep a model's decisions here
+    int8_keep_float: list[IslandKind] = []
     # An input type the runtime computes in another when a kernel lacks it ({float16: float}).
     dtype_fallbacks: dict[str, str] = {}
     max_rank: PositiveInt | None = None  # the largest tensor rank the runtime's kernels take
@@ -217,6 +222,18 @@ class TargetProfile(BaseModel):
         if quantization.mode != "int8" or not self.int8:
             return quantization
         return quantization.model_copy(update=self.int8)
+
+    def keep_float(self, quantization: Any, found: Sequence[Island]) -> list[str]:
+        """The island kinds an int8 build keeps float: the recipe's quantization.keep_float,
+        else this target's default for a transformer (a graph with attention scores among
+        the islands `found`) where the build calibrates int8 activations itself."""
+        if quantization.keep_float is not None:
+            return list(quantization.keep_float)
+        calibrated = quantization.activations == "int8" and quantization.method != "qat"
+        attention = any(island.kind == "attention_scores" for island in found)
+        if quantization.mode == "int8" and calibrated and attention:
+            return list(self.int8_keep_float)
+        return []
 
     @model_validator(mode="after")
     def _default_board_exists(self) -> TargetProfile:

@@ -214,7 +214,7 @@ def match_by_value(
                 continue
             ref = source.values[candidate.name]
             for layout in layouts(tuple(first.shape), tuple(ref[0].shape)):
-                if all(_same(values[b][tensor.name], ref[b], layout) for b in batches):
+                if all(same_values(values[b][tensor.name], ref[b], layout) for b in batches):
                     matches[tensor.name] = (candidate.name, layout)
                     taken.add(candidate.name)
                     break
@@ -223,7 +223,9 @@ def match_by_value(
     return matches
 
 
-def _same(got: np.ndarray, reference: np.ndarray, layout: str) -> bool:
+def same_values(got: np.ndarray, reference: np.ndarray, layout: str) -> bool:
+    """Whether the artifact tensor holds the source tensor's values in `layout`, within
+    SAME_VALUE of its range (a float tensor that is not constant)."""
     if not np.issubdtype(reference.dtype, np.floating):
         return False
     span = float(np.ptp(reference)) if reference.size else 0.0
