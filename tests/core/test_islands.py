@@ -61,10 +61,14 @@ def test_each_kind_is_found_by_what_it_computes() -> None:
     model = block()
     nodes, inputs = islands.onnx_nodes(model)
     kept, lost = islands.kept_nodes(found, ["gelu", "softmax"], nodes, inputs)
-    assert kept == {
-        "softmax": [["softmax"]],
-        "gelu": [["gelu_div", "gelu_erf", "gelu_add", "gelu_half", "gelu_mul"]],
-    } and not lost
+    assert (
+        kept
+        == {
+            "softmax": [["softmax"]],
+            "gelu": [["gelu_div", "gelu_erf", "gelu_add", "gelu_half", "gelu_mul"]],
+        }
+        and not lost
+    )
 
 
 def test_an_island_is_found_again_after_a_rule_decomposed_it() -> None:
