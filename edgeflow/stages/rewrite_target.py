@@ -3,7 +3,8 @@
 A profile lists the rewrites every model needs on its runtime (e.g. armnn decomposes the
 activations its TfLite parser lacks), so a recipe need not know each runtime's quirks. The
 recipe turns them off with `target_rewrites: false`; a rule the recipe lists itself is not
-applied again (the recipe's options win).
+applied again (the recipe's options win). Before them, the float islands are found
+(edgeflow.core.islands, for quantization.keep_float) and recorded in rewrite_target.json.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from edgeflow.stages.base import Stage, StageContext
 def run(ctx: StageContext) -> None:
     import shutil
 
+    import onnx
+
+    from edgeflow.core import islands
     from edgeflow.stages.rewrite_onnx import rewrite
 
     recipe = ctx.recipe
@@ -26,10 +30,6 @@ def run(ctx: StageContext) -> None:
         "rules": [],
         "replaced_by_recipe": skipped,
     }
-    import onnx
-
-    from edgeflow.core import islands
-
     # before the target's rules, which may decompose them (an Erf into its approximation)
     found = islands.find(onnx.load(str(ctx.inputs["onnx"]), load_external_data=False))
     info["islands"] = [island.record() for island in found]
