@@ -41,9 +41,10 @@ class LowerMatMul(NodeRule):
     [B, K, rest, 1] (TensorFlow's converter would fuse Reshape/Gemm/Reshape into a
     FULLY_CONNECTED with keep_num_dims, which Arm NN 22 refuses): exact. A MatMul of
     two computed tensors (attention's Q K^T and A V), with static shapes and equal batch dims,
-    becomes Mul of [P, M, K, 1] and [P, 1, K, N] views, ReduceMean over K, times K: the same
-    sums in another order (within 1e-5), holding a P x M x K x N tensor, so `max_elements`
-    bounds it. A default rewrite of armnn."""
+    becomes Mul of [P, M, K, 1] and [P, 1, K, N] views, ReduceMean over K (kept as an axis:
+    onnx2tf swaps M and N of a [P, M, N] mean), times K: the same sums in another order
+    (within 1e-5), holding a P x M x K x N tensor, so `max_elements` bounds it. A default
+    rewrite of armnn."""
 
     name = "onnx.lower_matmul"
     description = "Turn MatMul into Gemm/1x1 Conv with bias (constant weight) or Mul + ReduceMean."
@@ -61,7 +62,8 @@ class LowerMatMul(NodeRule):
     example: ClassVar[tuple[str, str] | None] = (
         "y = Add(MatMul(x[1, 64, 128], W[128, 384]), b); a = MatMul(q[4, 64, 16], k[4, 16, 64])",
         "y = Transpose(Reshape(Conv(Reshape(Transpose(x), [1, 128, 64, 1]), W^T, b))); "
-        "a = ReduceMean(Mul(q[4, 64, 16, 1], k[4, 1, 16, 64]), axis 2) * 16",
+        "a = Reshape(ReduceMean(Mul(q[4, 64, 16, 1], k[4, 1, 16, 64]), axis 2) * 16, "
+        "[4, 64, 64])",
     )
 
     def tolerance(self, opts: Any) -> float | None:
@@ -123,7 +125,11 @@ def _matmul_broadcast(node: Any, e: Edit, max_elements: int) -> str | None:
         return f"the product would hold {p * m * k * n} elements (max_elements {max_elements})"
     left = e.reshape(node.input[0], [p, m, k, 1])
     right = e.reshape(node.input[1], [p, 1, k, n])
-    mean = e.reduce_mean(e.op("Mul", left, right), [2], keepdims=0)
+    # keepdims: onnx2tf 1.28.8 converts the [P, M, N] a keepdims=0 mean writes with M and N
+    # swapped in its channel-last layout (measured: softmax of the scores off by 0.6 to 1.0
+    # for every T, head width and head count tried, LiteRT and Arm NN alike); [P, M, 1, N]
+    # then the Reshape below converts right (within 1.4e-6)
+    mean = e.reduce_mean(e.op("Mul", left, right), [2], keepdims=1)
     total = e.op("Mul", mean, e.scalar(float(k), node.input[0]))
     e.reshape(total, [*batch_a, m, n], out=node.output[0])
     return None
