@@ -76,7 +76,9 @@ def histograms(
     read = {
         d["index"]: d["name"]
         for d in interp.get_tensor_details()
-        if d["name"] in bounds and (d["index"] in written or d["index"] in inputs)
+        if d["name"] in bounds
+        and (d["index"] in written or d["index"] in inputs)
+        and resolvable(*bounds[d["name"]])
     }
     counts = {name: np.zeros(BINS, np.int64) for name in read.values()}
     for batch in batches:
@@ -90,6 +92,14 @@ def histograms(
     return {
         name: (c, np.linspace(*bounds[name], BINS + 1)) for name, c in counts.items() if c.any()
     }
+
+
+def resolvable(low: float, high: float) -> bool:
+    """Whether BINS bins of float32 values fit between low and high. A tensor whose whole
+    range is a few float32 steps (onnx.sqrt_newton's tangents near 5e18: numpy's histogram
+    cannot make 2,048 bins of it) keeps its min/max: no narrower range exists on its grid."""
+    step = float(np.spacing(np.float32(max(abs(low), abs(high)))))
+    return high - low > BINS * step
 
 
 def choose(counts: np.ndarray, edges: np.ndarray, method: str) -> tuple[float, float]:

@@ -60,6 +60,32 @@ def test_a_range_after_a_relu_keeps_zero_at_its_low_end() -> None:
     assert _tflite_ranges.choose(counts, edges, "mse")[0] == 0.0
 
 
+@needs_tflite
+def test_a_tensor_whose_range_is_a_few_float32_steps_keeps_its_min_and_max() -> None:
+    """onnx.sqrt_newton's tangents on Arm NN's ViT: x * 5e-20 + 5e18, a range of a few float32
+    steps. Before, numpy's histogram raised ("Too many bins for data range"), an internal
+    error of the build with quantization.method mse or percentile."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32)])
+    def tangent(x: tf.Tensor) -> tf.Tensor:
+        return x * 5e-20 + 5e18
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [tangent.get_concrete_function()], tangent
+    )
+    model = converter.convert()
+    from ai_edge_litert.interpreter import Interpreter
+
+    (output,) = Interpreter(model_content=model).get_output_details()
+    low, high = 5e18, 5e18 + 2**41  # float32 steps of 2**40 there: two of them
+    assert not _tflite_ranges.resolvable(low, high)
+    assert _tflite_ranges.resolvable(0.0, 1.0) and _tflite_ranges.resolvable(-3e-6, 2e-6)
+    x = np.linspace(-1, 1, 4, dtype=np.float32)[None]
+    found = _tflite_ranges.histograms(model, [[x]], {output["name"]: (low, high)})
+    assert found == {}  # left at its recorded range
+
+
 def _problems(overrides: dict[str, str], recipe: Path = DEMO_RECIPE) -> list[str]:
     with pytest.raises(RecipeError) as info:
         load_recipe(recipe, {"quantization.mode": "int8", **overrides})
