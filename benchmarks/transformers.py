@@ -2,7 +2,7 @@
 
     python benchmarks/transformers.py [--models sentence_encoder,vit_digits,keyword_attention]
         [--targets onnxruntime_micro,tflite,tflite_micro,armnn]
-        [--modes float,int8_weights,int8,fallback] [--timeout 1200]
+        [--modes float,int8_weights,int8,fallback,fallback_mse] [--timeout 1200]
         [--work .edgeflow/transformers] [--out transformers.json]
 
 The development transformers made in code (edgeflow/zoo/transformers.py, the recipes
@@ -16,8 +16,10 @@ rxnmapper`), which fetches its wheel.
 
 Modes: `float` (quantization none, the recipe's float32 threshold: max relative difference
 1e-4), `int8_weights` (int8 weights, float activations), `int8` (full int8 with the target's
-defaults), `fallback` (int8 with `quantization.fallback: auto`); the classifiers' builds with
-`verify.min_top1_agreement: 0.99`, the goal, which the fallback search then aims at.
+defaults, its float islands included), `fallback` (int8 with `quantization.fallback: auto`),
+`fallback_mse` (that with `quantization.method: mse`, the TFLite family's targets only);
+the classifiers' builds with `verify.min_top1_agreement: 0.99`, the goal, which the
+fallback search then aims at.
 Printed per row: float verified (max relative difference to the output's range), artifact
 size and p50 latency, SQNR of the lowest output, the decision that output's kind makes (an
 embedding: the lowest cosine similarity and the share of retrieval pairs whose match keeps
@@ -51,10 +53,17 @@ REPO = Path(__file__).resolve().parent.parent
 MODELS = ("sentence_encoder", "vit_digits", "keyword_attention")
 CLASSIFIERS = ("vit_digits", "keyword_attention")  # the sentence encoder: pair ranking
 TARGETS = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
-MODES = ("float", "int8_weights", "int8", "fallback")
+MODES = ("float", "int8_weights", "int8", "fallback", "fallback_mse")
+MSE_TARGETS = ("tflite", "tflite_micro", "armnn")  # quantization.method mse: the TFLite family
 GOAL = 0.99
 BUILT_LINE = re.compile(r"^\s+-> (\S+): ")  # a build's summary line: its folder, then figures
-QUANTIZATION = {"float": "none", "int8_weights": "int8_weights", "int8": "int8", "fallback": "int8"}
+QUANTIZATION = {
+    "float": "none",
+    "int8_weights": "int8_weights",
+    "int8": "int8",
+    "fallback": "int8",
+    "fallback_mse": "int8",
+}
 
 
 def overrides(model: str, target: str, mode: str) -> list[str]:
@@ -65,8 +74,10 @@ def overrides(model: str, target: str, mode: str) -> list[str]:
         f"quantization.mode={QUANTIZATION[mode]}",
         "precheck.continue_on_failure=true",
     ]
-    if mode == "fallback":
+    if mode.startswith("fallback"):
         keys.append("quantization.fallback=auto")
+    if mode == "fallback_mse":
+        keys.append("quantization.method=mse")
     if model in CLASSIFIERS:
         keys.append(f"verify.min_top1_agreement={GOAL}")
     return keys
@@ -101,7 +112,7 @@ def build(model: str, target: str, mode: str, work: Path, timeout: float) -> dic
     (work / f"{model}-{target}-{mode}.log").write_text(stdout + "\n" + stderr)
     lines = [m for ln in stdout.splitlines() if (m := STAGE_LINE.match(ln))]
     stages = {m[1]: float(m[3]) for m in lines if m[2] != "cached"}
-    if mode == "fallback":
+    if mode.startswith("fallback"):
         record = search(cache, process.pid)
         row["searched"] = record is not None
         row.update(record or {})
@@ -199,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models.split(","):
         for target in args.targets.split(","):
             for mode in args.modes.split(","):
+                if mode == "fallback_mse" and target not in MSE_TARGETS:
+                    continue  # onnxruntime calibrates with minmax, entropy or percentile
                 row = build(model, target, mode, work, args.timeout)
                 print(json.dumps(row), flush=True)
                 rows.append(row)

@@ -44,6 +44,7 @@ class QuantizationKeys(BaseModel):
     float_outputs: bool | None = None
     fallback_max_trials: int | None = None
     fallback_max_seconds: float | None = None
+    keep_float: list[str] | None = None
 
 
 class BuildParams(BaseModel):
