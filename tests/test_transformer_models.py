@@ -359,3 +359,15 @@ def test_onnxruntime_keeps_the_islands_a_recipe_names(shared_cache: Path, tmp_pa
     assert kept["kept"]["softmax"] == [["node_softmax"], ["node_softmax_1"]]
     assert [len(g) for g in kept["kept"]["gelu"]] == [5, 5]  # Div, Erf, Add, Mul, Mul
     assert kept["summary"] == "softmax (2 islands, 2 operators), gelu (2 islands, 10 operators)"
+
+
+@pytest.mark.slow
+def test_islands_a_graph_lacks_are_said_not_ignored(shared_cache: Path, tmp_path: Path) -> None:
+    """A recipe that keeps softmax float for a CNN whose logits have none: the report says
+    so, where the build would otherwise look as if it had kept one."""
+    overrides = {"quantization.mode": "int8", "quantization.keep_float": ["softmax"]}
+    result = built("digits_cnn", shared_cache, tmp_path, **overrides)
+    said = record(result, shared_cache, "quantize")["float_islands"]
+    assert said == {"asked": ["softmax"], "kept": {}, "summary": "", "lost": []}
+    report = next(tmp_path.rglob("report.md")).read_text()
+    assert "float islands (quantization.keep_float): none in this graph (softmax asked)" in report

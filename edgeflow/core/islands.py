@@ -194,10 +194,14 @@ def recorded(path: Path | None) -> list[Island]:
     return [Island.of(i) for i in json.loads(path.read_text()).get("islands", [])]
 
 
-def record(kept: dict[str, list[list[str]]], lost: Sequence[Island]) -> dict[str, Any]:
-    """What an int8 build says of its islands: the nodes kept float per kind, and the islands
-    its graph no longer held (a rewrite made them into something else)."""
+def record(
+    kept: dict[str, list[list[str]]], lost: Sequence[Island], asked: Sequence[str]
+) -> dict[str, Any]:
+    """What an int8 build says of its islands: the kinds asked for, the nodes kept float per
+    kind, and the islands its graph no longer held (a rewrite made them into something
+    else)."""
     return {
+        "asked": list(asked),
         "kept": kept,
         "summary": summary(kept),
         "lost": [i.record() for i in lost],

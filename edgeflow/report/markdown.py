@@ -468,9 +468,9 @@ def _quantize_lines(q: dict[str, Any] | None) -> list[str]:
 
 def island_lines(record: dict[str, Any] | None) -> list[str]:
     """The float islands an int8 build kept (quantization.keep_float or the target's)."""
-    if not record or not (record["kept"] or record["lost"]):
+    if not record or not record.get("asked"):
         return []
-    kept = record["summary"] or "none found"
+    kept = record["summary"] or f"none in this graph ({', '.join(record['asked'])} asked)"
     lost = ", ".join(f"{i['kind']} ({', '.join(i['exits'])})" for i in record["lost"])
     gone = f"; not found in the quantized graph: {lost}" if lost else ""
     return [f"  - float islands (quantization.keep_float): {kept}{gone}"]

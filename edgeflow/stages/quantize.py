@@ -133,9 +133,8 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     infinite = _ort_quant.float_infinities(graph)  # what reads an -inf mask value: float
 
     found = islands.recorded(ctx.inputs.get("rewrite_target"))
-    kept, lost = islands.kept_nodes(
-        found, ctx.profile.keep_float(q, found), *islands.onnx_nodes(graph)
-    )
+    kinds = ctx.profile.keep_float(q, found)
+    kept, lost = islands.kept_nodes(found, kinds, *islands.onnx_nodes(graph))
     float_islands = [node for nodes in kept.values() for inside in nodes for node in inside]
     refused: list[dict[str, str]] = []  # nodes the quantizer fails on: kept float in every mix
 
@@ -164,7 +163,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
         "float_outputs": outputs,  # the nodes writing the outputs, kept float
         "float_infinities": infinite,  # nodes reading an infinite constant, kept float
         "refused_by_quantizer": refused,  # nodes onnxruntime's quantizer failed on, kept float
-        "float_islands": islands.record(kept, lost),  # quantization.keep_float
+        "float_islands": islands.record(kept, lost, kinds),  # quantization.keep_float
         "opset_converted": opset,  # {from, to}: the source was below opset 13
         "shape_inference": shapes,
         "fallback": mixed,

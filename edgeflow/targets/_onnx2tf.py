@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.core import progress
+from edgeflow.core import islands, progress
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
 from edgeflow.targets import (
@@ -146,8 +146,9 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         for trap in kept:  # _tflite_quant.quantize keeps them float
             info["int8"][trap.key] = trap.names
             info["int8"]["scheme"] += f"; {trap.note}"
-        if run.islands is not None:
-            info["int8"]["float_islands"] = run.islands
+        if eight and job.keep_float:  # what was asked, where the graph has none of it too
+            none = islands.record({}, [], job.keep_float)
+            info["int8"]["float_islands"] = run.islands or none
         if mixed is not None:
             info["fallback"] = mixed
             if mixed["float_layers"]:

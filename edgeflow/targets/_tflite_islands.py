@@ -38,7 +38,7 @@ def locate(
 
     wanted = [i for i in job.float_islands if i.kind in job.keep_float]
     if not wanted or job.calibration is None:
-        return [], islands.record({}, [])
+        return [], islands.record({}, [], job.keep_float)
     feeds = [
         f
         for k, (f, _) in enumerate(job.calibration.batches(batch_size(job.inputs), True))
@@ -75,7 +75,7 @@ def locate(
         else:
             kept.setdefault(island.kind, []).append(inside)
     names = sorted({name for groups in kept.values() for inside in groups for name in inside})
-    return names, islands.record(kept, lost)
+    return names, islands.record(kept, lost, job.keep_float)
 
 
 def _twins(

@@ -96,7 +96,7 @@ def test_an_island_whose_boundary_is_gone_is_lost_not_widened() -> None:
     assert islands.region(nodes, wrong, inputs) is None
     kept, lost = islands.kept_nodes([gone, wrong], islands.KINDS, nodes, inputs)
     assert kept == {} and lost == [gone, wrong]
-    record = islands.record(kept, lost)
+    record = islands.record(kept, lost, islands.KINDS)
     assert record["summary"] == "" and [i["exits"] for i in record["lost"]] == [
         ["renamed"],
         ["probs"],
