@@ -279,7 +279,7 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
         if own_calibration and islands_asked(job) and not sixteen:
             float32 = work / "out" / "model_float32.tflite"
             layout = io_layout(job.onnx, float32, float32, target, job.kept_layout)
-            names, run.islands = _tflite_islands.locate(job, work / "out", target, layout)
+            names, run.islands = _tflite_islands.locate(job, work / "out", layout)
             run.float_nodes = tuple(names)
         if own_calibration:  # calibrated unclipped, as it will run
             produced.write_bytes(quantize(job, work / "out", target, why, run.float_nodes))

@@ -24,9 +24,7 @@ from edgeflow.targets.base import ConvertJob
 SAMPLES = 4  # calibration batches both models run to pair tensors by value
 
 
-def locate(
-    job: ConvertJob, out: Path, target: str, layout: dict[str, Any]
-) -> tuple[list[str], dict[str, Any]]:
+def locate(job: ConvertJob, out: Path, layout: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """(the output tensor names of the .tflite operators of the islands job.keep_float
     asks for, found in onnx2tf's float32 file in `out`; the record for convert.json)."""
     import onnx
@@ -61,7 +59,7 @@ def locate(
     lost = []
     for island in wanted:
         exits = [_twins(source.get(t), values, order)[:1] for t in island.exits]
-        entries = [_twins(source.get(t), values, order) for t in island.entries]
+        entries = [_twins(source.get(t), values, [*inputs, *order]) for t in island.entries]
         inside = None
         if all(exits):
             found = islands.Island(

@@ -375,3 +375,68 @@ def test_lowered_attention_converts_as_onnxruntime_computes_it(t: int, d: int, h
     )
     got = verdict["lowered"]["tflite/none"]
     assert got.runs and got.error is not None and got.error < 1e-5, got  # measured <= 1.4e-6
+
+
+def test_an_island_that_starts_at_a_graph_input_is_found_in_the_tflite_file(
+    tmp_path: Path,
+) -> None:
+    """quantization.keep_float on the TFLite family: a softmax that reads the model's input
+    and a GELU behind a weight (its Erf decomposed, as tflite's rewrites do), paired with
+    onnx2tf's float32 .tflite by value. The input is 2-D, so onnx2tf moves nothing before the
+    softmax: the input itself bounds that island (before, only operator outputs could pair
+    with an entry, and the island was lost; checked)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeflow.core import islands
+    from edgeflow.data import Samples
+    from edgeflow.rules.base import RewriteContext
+    from edgeflow.rules.onnx.decompose import Decompose
+    from edgeflow.targets import _onnx2tf, _tflite_islands
+    from edgeflow.targets._tflite_layout import io_layout
+    from edgeflow.targets.base import ConvertJob
+
+    rng = np.random.default_rng(0)
+    consts = {"w": rng.normal(size=(8, 8)).astype(np.float32), "root2": np.float32(2**0.5)}
+    consts |= {"one": np.float32(1.0), "half": np.float32(0.5)}
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["probs"], axis=-1),
+        helper.make_node("MatMul", ["probs", "w"], ["h"]),
+        helper.make_node("Div", ["h", "root2"], ["scaled"]),
+        helper.make_node("Erf", ["scaled"], ["erf"]),
+        helper.make_node("Add", ["erf", "one"], ["plus1"]),
+        helper.make_node("Mul", ["h", "plus1"], ["hx"]),
+        helper.make_node("Mul", ["hx", "half"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    found = islands.find(model)  # before the target's rewrites, as rewrite_target finds them
+    assert [i.kind for i in found] == ["softmax", "gelu"]
+    specs = [TensorSpec(name="x", shape=[4, 8])]
+    options = Decompose.Options(ops=["Erf"])  # LiteRT has no Erf: tflite's default rewrite
+    path = tmp_path / "model.onnx"
+    onnx.save(Decompose().apply(model, options, RewriteContext(specs)).model, path)
+    samples = Samples({"x": rng.normal(size=(32, 8)).astype(np.float32)}, None)
+    job = ConvertJob(
+        onnx=path,
+        out_dir=tmp_path,
+        profile=None,  # type: ignore[arg-type]
+        quantization=None,  # type: ignore[arg-type]
+        inputs=specs,
+        calibration=samples,
+        keep_float=("softmax", "gelu"),
+        float_islands=tuple(found),
+    )
+    out = tmp_path / "out"
+    _onnx2tf._run_onnx2tf(path, out, {}, "tflite")
+    float32 = out / "model_float32.tflite"
+    layout = io_layout(path, float32, float32, "tflite")
+    names, record = _tflite_islands.locate(job, out, layout)
+    assert record["lost"] == [] and set(record["kept"]) == {"softmax", "gelu"}
+    assert len(record["kept"]["softmax"][0]) >= 1 and len(names) >= 5
