@@ -28,9 +28,7 @@ def locate(job: ConvertJob, out: Path, layout: dict[str, Any]) -> tuple[list[str
     """(the output tensor names of the .tflite operators of the islands job.keep_float
     asks for, found in onnx2tf's float32 file in `out`; the record for convert.json)."""
     import onnx
-    from onnx import helper
 
-    from edgeflow.core.onnxsession import as_declared
     from edgeflow.targets._tflite_tensors import all_tensors
     from edgeflow.verify.layers import source_graph
 
@@ -42,14 +40,7 @@ def locate(job: ConvertJob, out: Path, layout: dict[str, Any]) -> tuple[list[str
         for k, (f, _) in enumerate(job.calibration.batches(batch_size(job.inputs), True))
         if k < SAMPLES
     ]
-    model = onnx.load(str(job.onnx))
-    declared = {  # a graph narrowed to int32 ids takes the recipe's int64 samples so
-        i.name: f"tensor({np.dtype(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))})"
-        for i in model.graph.input
-        if i.type.tensor_type.elem_type
-    }
-    typed = [{k: as_declared(v, declared.get(k, "")) for k, v in f.items()} for f in feeds]
-    source = source_graph(model, typed).values
+    source = source_graph(onnx.load(str(job.onnx)), feeds).values
     values, ops = all_tensors((out / "model_float32.tflite").read_bytes(), layout, feeds)
     order = [name for _, _, outs in ops for name in outs]
     whole = [name for name in order if np.issubdtype(values[name][0].dtype, np.integer)]

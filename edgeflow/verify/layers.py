@@ -399,7 +399,7 @@ def source_graph(model: Any, batches: Sequence[dict[str, np.ndarray]]) -> Source
     """Run an ONNX model (a ModelProto) in onnxruntime with every float tensor an output."""
     import onnx
 
-    from edgeflow.core.onnxsession import checking_session
+    from edgeflow.core.onnxsession import as_declared, checking_session
 
     model = onnx.shape_inference.infer_shapes(model)
     graph = model.graph
@@ -421,8 +421,11 @@ def source_graph(model: Any, batches: Sequence[dict[str, np.ndarray]]) -> Source
                 outputs.add(name)
     session = checking_session(model)
     names = [o.name for o in session.get_outputs()]
+    declared = {i.name: i.type for i in session.get_inputs()}
     result = SourceGraph([t for t in tensors if t.name in outputs or t.op == "input"])
-    for feeds in batches:
+    for given in batches:
+        # a graph narrowed to int32 ids (tflite_micro's default) takes the int64 samples so
+        feeds = {k: as_declared(v, declared.get(k, "")) for k, v in given.items()}
         got = dict(zip(names, session.run(None, feeds), strict=True))
         for tensor in result.tensors:
             value = feeds[tensor.name] if tensor.op == "input" else got[tensor.name]

@@ -367,3 +367,27 @@ def test_the_diff_finds_scores_erased_by_one_scale_and_the_cut_keeps_them(
     assert main(["diff", str(recipe), *common]) == 0
     found = json.loads((tmp_path / "b" / "head" / "tflite-int8" / "diff.json").read_text())
     assert found["first_divergence"] is None, found["line"]
+
+
+def test_the_source_graph_takes_int64_samples_where_the_graph_was_narrowed_to_int32() -> None:
+    """tflite_micro's default narrows token ids to int32 (onnx.int64_to_int32 io: int32); the
+    recipe's samples stay int64. Before, the per-layer diff of such a build (and the float
+    islands' pairing) stopped with onnxruntime's "expected: (tensor(int32))", an internal
+    error."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeflow.verify.layers import source_graph
+
+    table = np.arange(12, dtype=np.float32).reshape(6, 2)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["embedded"])],
+        "narrowed",
+        [helper.make_tensor_value_info("ids", TensorProto.INT32, [3])],
+        [helper.make_tensor_value_info("embedded", TensorProto.FLOAT, [3, 2])],
+        [numpy_helper.from_array(table, "table")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model)
+    found = source_graph(model, [{"ids": np.array([5, 0, 2], np.int64)}])
+    np.testing.assert_array_equal(found.values["embedded"][0], table[[5, 0, 2]])
