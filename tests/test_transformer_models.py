@@ -314,6 +314,35 @@ def test_the_sentence_encoder_verifies_on_the_tflite_runtimes_as_shipped(
 
 
 @pytest.mark.slow
+@needs.mark("tflite", "armnn")
+@pytest.mark.parametrize("mode", ["none", "int8"])
+def test_the_sentence_encoder_verifies_on_armnn_with_its_ids_fed_as_float(
+    mode: str, shared_cache: Path, tmp_path: Path
+) -> None:
+    """Arm NN 22 has no int64 tensor, CAST or GATHER: the precheck refused the encoder
+    (Gather, Cast) until onnx.ids_as_float, a default of armnn, fed its ids and mask as float
+    and made the embedding lookup a one-hot MatMul. In int8 the lookup is a float island and
+    the I/O float32: an int8 input grid merged the ids (SQNR -1.9 dB), and TensorFlow's
+    calibrator gave the pooling's MEAN its MUL's range (8.3 dB) until edgeflow observed every
+    range itself."""
+    result = built(
+        "sentence_encoder", shared_cache, tmp_path, target="armnn", **{"quantization.mode": mode}
+    )
+    metrics = result.metrics
+    found = metrics["agreement"]["outputs"]["sentence"]
+    assert metrics["verified"] is True
+    assert found["retrieval"]["rank_kept"] == 1.0
+    if mode == "none":
+        assert metrics["agreement"]["max_relative_diff"] <= 1e-5  # measured 1.6e-07
+        return
+    assert metrics["agreement"]["min_sqnr_db"] > 22  # measured 26.3 dB
+    assert found["cosine_min"] > 0.99  # measured 0.9935
+    int8 = record(result, shared_cache, "convert")["int8"]
+    assert int8["float_inputs"] == ["input_ids"] and "float32 I/O" in int8["scheme"]
+    assert len(int8["float_islands"]["kept"]["embeddings"]) == 1
+
+
+@pytest.mark.slow
 @needs_tflite
 def test_tflite_micro_keeps_the_vits_float_islands_by_default(
     shared_cache: Path, tmp_path: Path

@@ -33,13 +33,17 @@ def checking_session(model: Any, log_severity: int = 3) -> Any:
 
 
 def as_declared(value: Any, declared: str) -> Any:
-    """An integer feed in the integer type a graph declares for it ("tensor(int32)", as
-    onnxruntime's session inputs say), where every value fits that type; any other feed as it
-    is. A graph whose int64 inputs were narrowed (onnx.int64_to_int32 with io: int32, a
-    default of tflite_micro) is fed the recipe's int64 samples so."""
+    """An integer feed in the type a graph declares for it ("tensor(int32)", as onnxruntime's
+    session inputs say), where every value is exact in that type; any other feed as it is. A
+    graph whose int64 inputs were narrowed (onnx.int64_to_int32 with io: int32, a default of
+    tflite_micro) or fed as float (onnx.ids_as_float, a default of armnn) is fed the recipe's
+    int64 samples so."""
     import numpy as np
 
     kind = declared.removeprefix("tensor(").removesuffix(")")
+    if kind == "float" and value.dtype.kind in "iu":  # float32 holds integers to 2**24
+        exact = not value.size or max(-int(value.min()), int(value.max())) <= 2**24
+        return value.astype(np.float32) if exact else value
     narrower: Any = {"int32": np.int32, "int16": np.int16, "int8": np.int8, "uint8": np.uint8}.get(
         kind
     )

@@ -149,6 +149,15 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         if eight and job.keep_float:  # what was asked, where the graph has none of it too
             none = islands.record({}, [], job.keep_float)
             info["int8"]["float_islands"] = run.islands or none
+        read = _tflite_islands.read_by(float32_bytes, run.float_nodes)[0] if eight else []
+        if read and not q.float_outputs:  # _tflite_quant.quantize: float32 I/O
+            info["int8"]["float_inputs"] = read
+            info["int8"]["scheme"] = info["int8"]["scheme"].replace(
+                "int8 I/O (the outputs on a 256-level grid over their calibrated range; "
+                "quantization.float_outputs: true keeps them float)",
+                f"float32 I/O (a float island reads the input{'s' * (len(read) > 1)} "
+                f"{', '.join(read)}: an int8 grid would merge its values)",
+            )
         if mixed is not None:
             info["fallback"] = mixed
             if mixed["float_layers"]:

@@ -12,6 +12,7 @@ range). The island's operators are then those between its exits and its entries 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ import numpy as np
 from edgeflow.core import islands
 from edgeflow.core.sources import batch_size
 from edgeflow.targets.base import ConvertJob
+
+# TFLite operators that move values without computing them
+MOVES = ("RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS")
 
 SAMPLES = 4  # calibration batches both models run to pair tensors by value
 
@@ -86,3 +90,31 @@ def _twins(
                 found.append(name)
                 break
     return found
+
+
+def read_by(model: bytes, float_nodes: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The model inputs that an operator kept float (its output among `float_nodes`) reads,
+    directly or through operators that only move values (a RESHAPE), and those operators'
+    outputs, to keep float too. Such a build takes float32 I/O (TensorFlow's quantizer sets
+    one type for every input): an int8 input grid would merge the values a float island
+    needs exact (token ids fed as float by onnx.ids_as_float: 1,000 ids on 256 levels)."""
+    if not float_nodes:
+        return [], []
+    from edgeflow.targets._tflite_graph import tflite_graph
+
+    graph = tflite_graph(model, "tflite")
+    kept = set(float_nodes)
+    moved = {t: t for t in graph.inputs}  # tensor -> the input it moves
+    movers: dict[int, list[int]] = {t: [] for t in graph.inputs}  # input -> moving ops' outputs
+    read: set[int] = set()
+    for op in graph.ops:
+        sources = [moved[t] for t in op.inputs if t in moved]
+        if not sources:
+            continue
+        if any(graph.written_name(o) in kept for o in op.outputs):
+            read.update(sources)
+        elif op.name in MOVES and op.inputs[0] in moved:
+            moved[op.outputs[0]] = moved[op.inputs[0]]
+            movers[moved[op.inputs[0]]].append(op.outputs[0])
+    inputs = [graph.written_name(t) for t in graph.inputs if t in read]
+    return inputs, [graph.written_name(o) for t in graph.inputs if t in read for o in movers[t]]

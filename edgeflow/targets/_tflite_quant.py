@@ -18,7 +18,7 @@ import numpy as np
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.sources import batch_size
-from edgeflow.targets import _onnx2tf, _tflite_ranges, _tflite_traps
+from edgeflow.targets import _onnx2tf, _tflite_islands, _tflite_ranges, _tflite_traps
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_layout import input_order
 from edgeflow.targets.base import ConvertJob
@@ -71,6 +71,8 @@ def calibrate(job: ConvertJob, out: Path, why: str = "quantization.fallback") ->
     without converting the model again (`why`: what needed edgeflow's own calibration, for
     the error). Measured on a 2-layer LSTM of 150 unrolled over 400 steps: 0.6 s, where
     converting its SavedModel again with calibration took 18 s, the int8 file the same.
+    Every activation's min/max is then the one its values take, run with every tensor kept
+    (_tflite_ranges.observed: TensorFlow's calibrator records some with another tensor's);
     quantization.method percentile or mse: each activation's range as it sets it
     (_tflite_ranges), min/max otherwise."""
     float32 = _float32(out)
@@ -80,6 +82,7 @@ def calibrate(job: ConvertJob, out: Path, why: str = "quantization.fallback") ->
         f"{why}: TensorFlow's calibrator could not run it",
         hint if why == "quantization.fallback" else "",
     )
+    calibrated = _tflite_ranges.observed(calibrated, positional(job, float32))
     method = job.quantization.method
     if method not in _tflite_ranges.METHODS:
         return calibrated
@@ -187,7 +190,8 @@ def quantize(
     dense_per_tensor: bool = False,
 ) -> bytes:
     """The calibrated model quantized to int8 (int8 I/O), `float_nodes` (output tensor
-    names) kept float, and every operator inside a loop (`loop_nodes`) and every operator an
+    names) kept float (where one reads a model input, with float32 I/O:
+    _tflite_islands.read_by), and every operator inside a loop (`loop_nodes`) and every operator an
     int8 kernel of `target` has a trap for (_tflite_traps: a DIV by a computed divisor with
     what computes it, a SOFTMAX TFLite Micro aborts on, a ONE_HOT); with `float_io`, the
     inputs and outputs float32 (QUANTIZE and DEQUANTIZE in the model); with
@@ -196,8 +200,10 @@ def quantize(
     tf = require("tensorflow", "tflite")
     from tensorflow.lite.python import convert
 
+    read, moves = _tflite_islands.read_by(calibrated, float_nodes)
+    float_io = float_io or bool(read)
     trapped = _tflite_traps.float_nodes(calibrated, target)
-    float_nodes = [*float_nodes, *loop_nodes(calibrated), *trapped]
+    float_nodes = [*float_nodes, *moves, *loop_nodes(calibrated), *trapped]
     io = tf.float32 if float_io else tf.int8
     return bytes(
         convert.mlir_quantize(
@@ -274,10 +280,6 @@ def loop_nodes(model: bytes) -> list[str]:
     return names
 
 
-# Operators that move values without computing them (output_writers).
-MOVES = ("RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS")
-
-
 def output_writers(model: bytes, target: str) -> list[str]:
     """The output tensor names of the operators that compute the model's outputs
     (quantization.float_outputs, as denylisted_nodes): each output's writer and, through the
@@ -291,7 +293,7 @@ def output_writers(model: bytes, target: str) -> list[str]:
         op = writer.get(tensor)
         while op is not None:
             found.append(graph.written_name(op.outputs[0]))
-            if op.name not in MOVES or not op.inputs:
+            if op.name not in _tflite_islands.MOVES or not op.inputs:
                 break
             op = writer.get(op.inputs[0])
     return list(dict.fromkeys(found))

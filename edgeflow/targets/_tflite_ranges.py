@@ -1,5 +1,7 @@
-"""quantization.method percentile and mse for the TFLite family: activation ranges from
-histograms, where TensorFlow's converter takes min and max.
+"""Activation ranges for edgeflow's own int8 calibration of the TFLite family: every
+activation's min and max as its values take them (`observed`: TensorFlow's calibrator
+records some tensors with another's range), and quantization.method percentile and mse,
+ranges from histograms where TensorFlow's converter takes min and max.
 
 TensorFlow's calibrator records each activation's min and max over the calibration batches
 (`_tflite_quant.calibrate`), and its MLIR quantizer derives every int8 scale and zero point
@@ -17,7 +19,8 @@ every tensor kept):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +36,39 @@ SPREAD = 8  # points per bin where mse weighs a histogram's error
 def ranged(calibrated: bytes, batches: Iterable[list[np.ndarray]], method: str) -> bytes:
     """The calibrated model with each activation's recorded range replaced by the method's,
     from its values on `batches` (lists of inputs in the model's input order)."""
+    tree, recorded = _recorded(calibrated)
+    bounds = {name: _range(t) for name, t in recorded.items() if _range(t)[1] > _range(t)[0]}
+    for name, (counts, edges) in histograms(calibrated, batches, bounds).items():
+        low, high = choose(counts, edges, method)
+        recorded[name].quantization.min = [low]
+        recorded[name].quantization.max = [high]
+    return _packed(tree, len(calibrated))
+
+
+def observed(calibrated: bytes, batches: Iterable[list[np.ndarray]]) -> bytes:
+    """The calibrated model with each activation's recorded min and max replaced by those
+    its values take on `batches`, the model run in LiteRT with every tensor kept.
+    TensorFlow's calibrator (2.21) records some tensors with another's range: measured,
+    a MEAN whose output a MUL by a constant then scales (a masked mean pooling as MEAN
+    times the count, onnx.sum_as_mean) was recorded with the MUL's range, 32 times its own,
+    unless the MUL wrote a model output; the int8 MEAN then kept 8.7 dB of its input's 29.5
+    (the development sentence encoder on Arm NN, 2026-12-07)."""
+    tree, recorded = _recorded(calibrated)
+    seen: dict[str, tuple[float, float]] = {}
+    for name, values in _runs(calibrated, batches, set(recorded)):
+        if values.size and np.isfinite(values).all():
+            low, high = float(values.min()), float(values.max())
+            old = seen.get(name, (low, high))
+            seen[name] = (min(old[0], low), max(old[1], high))
+    for name, (low, high) in seen.items():
+        recorded[name].quantization.min = [low]
+        recorded[name].quantization.max = [high]
+    return _packed(tree, len(calibrated))
+
+
+def _recorded(calibrated: bytes) -> tuple[Any, dict[str, Any]]:
+    """The model's object tree and, by name, the main subgraph's tensors with a recorded
+    min and max."""
     schema = require("ai_edge_litert.schema_py_generated", "tflite")
     tree = schema.ModelT.InitFromPackedBuf(bytearray(calibrated), 0)
     recorded = {
@@ -41,29 +77,27 @@ def ranged(calibrated: bytes, batches: Iterable[list[np.ndarray]], method: str) 
         if t.quantization is not None
         and t.quantization.min is not None
         and len(t.quantization.min) == 1
-        and t.quantization.max[0] > t.quantization.min[0]
     }
-    bounds = {
-        name: (float(t.quantization.min[0]), float(t.quantization.max[0]))
-        for name, t in recorded.items()
-    }
-    for name, (counts, edges) in histograms(calibrated, batches, bounds).items():
-        low, high = choose(counts, edges, method)
-        recorded[name].quantization.min = [low]
-        recorded[name].quantization.max = [high]
+    return tree, recorded
+
+
+def _range(tensor: Any) -> tuple[float, float]:
+    return float(tensor.quantization.min[0]), float(tensor.quantization.max[0])
+
+
+def _packed(tree: Any, size: int) -> bytes:
     import flatbuffers
 
-    builder = flatbuffers.Builder(len(calibrated) + 1024)
+    builder = flatbuffers.Builder(size + 1024)
     builder.Finish(tree.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
 
 
-def histograms(
-    model: bytes, batches: Iterable[list[np.ndarray]], bounds: dict[str, tuple[float, float]]
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """(counts, edges) of every tensor named in `bounds` that the model's main subgraph
-    computes or takes as input, over the batches, BINS bins between its bounds (values
-    outside them, a float kernel's rounding, counted in the end bins)."""
+def _runs(
+    model: bytes, batches: Iterable[list[np.ndarray]], names: set[str]
+) -> Iterator[tuple[str, np.ndarray]]:
+    """(name, values) of each tensor named in `names` that the model's main subgraph
+    computes or takes as input, per batch."""
     litert = require("ai_edge_litert.interpreter", "tflite")
     interp = litert.Interpreter(  # the builtin kernels: a delegate would hide the tensors
         model_content=model,
@@ -76,19 +110,27 @@ def histograms(
     read = {
         d["index"]: d["name"]
         for d in interp.get_tensor_details()
-        if d["name"] in bounds
-        and (d["index"] in written or d["index"] in inputs)
-        and resolvable(*bounds[d["name"]])
+        if d["name"] in names and (d["index"] in written or d["index"] in inputs)
     }
-    counts = {name: np.zeros(BINS, np.int64) for name in read.values()}
     for batch in batches:
         for index, data in zip(inputs, batch, strict=True):
             interp.set_tensor(index, np.ascontiguousarray(data))
         interp.invoke()
         for index, name in read.items():
-            low, high = bounds[name]
-            values = np.clip(interp.get_tensor(index).ravel(), low, high)
-            counts[name] += np.histogram(values, BINS, (low, high))[0]
+            yield name, interp.get_tensor(index).ravel()
+
+
+def histograms(
+    model: bytes, batches: Iterable[list[np.ndarray]], bounds: dict[str, tuple[float, float]]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(counts, edges) of every tensor named in `bounds` that the model's main subgraph
+    computes or takes as input, over the batches, BINS bins between its bounds (values
+    outside them, a float kernel's rounding, counted in the end bins)."""
+    kept = {name for name, bound in bounds.items() if resolvable(*bound)}
+    counts = {name: np.zeros(BINS, np.int64) for name in kept}
+    for name, values in _runs(model, batches, kept):
+        low, high = bounds[name]
+        counts[name] += np.histogram(np.clip(values, low, high), BINS, (low, high))[0]
     return {
         name: (c, np.linspace(*bounds[name], BINS + 1)) for name, c in counts.items() if c.any()
     }

@@ -86,6 +86,81 @@ def test_a_tensor_whose_range_is_a_few_float32_steps_keeps_its_min_and_max() -> 
     assert found == {}  # left at its recorded range
 
 
+@needs_tflite
+def test_observed_ranges_mend_a_mean_that_tensorflows_calibrator_records_wrong() -> None:
+    """A masked mean pooling as Arm NN builds it (onnx.sum_as_mean): mean(x * m) * T divided
+    by mean(m) * T. TensorFlow's calibrator (2.21) records the MEAN with the MUL's range, T
+    times its own, and the int8 MEAN lost 5 bits: 8.7 dB on the development encoder on Arm
+    NN. Its observed range is the values' own, and the int8 pooling keeps its input's
+    decibels."""
+    import tensorflow as tf
+    from tensorflow.lite.python.optimize import calibrator
+
+    from edgeflow.targets._tflite_graph import tflite_graph
+    from edgeflow.targets._tflite_quant import quantize
+
+    tokens, width = 32, 16
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([1, tokens, width], tf.float32),
+            tf.TensorSpec([1, tokens], tf.float32),
+        ]
+    )
+    def pooled(x: tf.Tensor, m: tf.Tensor) -> tf.Tensor:
+        total = tf.reduce_mean(x * tf.reshape(m, [1, tokens, 1]), axis=1) * float(tokens)
+        count = tf.reduce_mean(m, axis=1, keepdims=True) * float(tokens)
+        return total / tf.maximum(count, 1.0)
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [pooled.get_concrete_function()], pooled
+    )
+    float32 = converter.convert()
+    rng = np.random.default_rng(0)
+    kept = np.arange(tokens)[None] < rng.integers(8, tokens + 1, (64, 1))
+    batches = [
+        [rng.normal(0, 2, (1, tokens, width)).astype(np.float32), k[None].astype(np.float32)]
+        for k in kept
+    ]
+    recorded = calibrator.Calibrator(float32).calibrate(lambda: iter(batches))
+    mended = _tflite_ranges.observed(recorded, batches)
+    graph = tflite_graph(float32, "tflite")
+    [mean] = [
+        op.outputs[0]
+        for op in graph.ops
+        if op.name == "MEAN" and graph.shapes[op.inputs[0]] == (1, tokens, width)
+    ]
+    name = graph.written_name(mean)
+    true = max(abs(float((b[0] * b[1][..., None]).mean(axis=1).min())) for b in batches)
+
+    def span(model: bytes) -> float:  # of the recorded range of the MEAN's output
+        from ai_edge_litert import schema_py_generated as schema
+
+        tree = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+        [q] = [t.quantization for t in tree.subgraphs[0].tensors if t.name.decode() == name]
+        return float(q.max[0] - q.min[0])
+
+    assert span(recorded) > 10 * span(mended)  # the calibrator's MEAN range: the MUL's
+    assert span(mended) < 4 * true
+    int8 = quantize(mended, True, [], float_io=True)
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=int8)
+    interp.allocate_tensors()
+    reference = Interpreter(model_content=float32)
+    reference.allocate_tensors()
+    want, got = [], []
+    for runner, into in ((reference, want), (interp, got)):
+        for batch in batches:
+            for detail, value in zip(runner.get_input_details(), batch, strict=True):
+                runner.set_tensor(detail["index"], value)
+            runner.invoke()
+            into.append(runner.get_tensor(runner.get_output_details()[0]["index"]))
+    error = np.array(got) - np.array(want)
+    sqnr = 10 * np.log10(np.sum(np.square(want)) / np.sum(np.square(error)))
+    assert sqnr > 30  # measured 37.7 dB; with the calibrator's ranges, 10.9 dB
+
+
 def _problems(overrides: dict[str, str], recipe: Path = DEMO_RECIPE) -> list[str]:
     with pytest.raises(RecipeError) as info:
         load_recipe(recipe, {"quantization.mode": "int8", **overrides})

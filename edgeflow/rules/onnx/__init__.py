@@ -20,6 +20,7 @@ from edgeflow.rules.onnx.decompose import Decompose
 from edgeflow.rules.onnx.equalize import EqualizeChannels
 from edgeflow.rules.onnx.fold import FoldConstants
 from edgeflow.rules.onnx.fold_if import FoldIf
+from edgeflow.rules.onnx.ids import IdsAsFloat
 from edgeflow.rules.onnx.indexing import GatherToSlice, SliceRank, SplitSlice, TileToConcat
 from edgeflow.rules.onnx.linear import LowerMatMul, ResizeToMatMul, SqrtNewton
 from edgeflow.rules.onnx.loop import UnrollLoop
@@ -55,6 +56,7 @@ RULES: tuple[type[OnnxRule], ...] = (
     LowerMatMul,
     ResizeToMatMul,
     GatherToSlice,
+    IdsAsFloat,
     SliceRank,
     SplitSlice,
     TileToConcat,
