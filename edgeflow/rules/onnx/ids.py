@@ -151,15 +151,19 @@ def _one_hot_lookup(e: Edit, node: Any) -> None:
     ids_shape = e.shape(node.input[1])
     assert table is not None and ids_shape is not None  # checked by _readers
     rows = table.shape[0]
-    ids = e.reshape(node.input[1], [*ids_shape, 1])
-    r = e.array(np.arange(rows, dtype=np.float32), "rows")
-    one = e.array(np.array(1.0, np.float32), "one")
+    # every operand at least 3-D and of one rank: what the TFLite family's broadcasting
+    # kernels take (the precheck's same_rank), so the rewrite adds no finding of its own
+    rank = max(3, len(ids_shape) + 1)
+    lead = [1] * (rank - 1 - len(ids_shape))
+    ids = e.reshape(node.input[1], [*lead, *ids_shape, 1])
+    r = e.array(np.arange(rows, dtype=np.float32).reshape([1] * (rank - 1) + [rows]), "rows")
+    one = e.array(np.ones([1] * rank, np.float32), "one")
     above = e.op("Relu", e.op("Add", e.op("Sub", ids, r), one))  # ids - r + 1
     below = e.op("Relu", e.op("Add", e.op("Sub", r, ids), one))  # r - ids + 1
     onehot = e.op("Min", above, below)
-    flat = table.reshape(rows, -1)
-    if table.ndim == 2:
-        e.op("MatMul", onehot, e.array(flat, "table"), out=node.output[0])
+    flat = e.array(table.reshape(rows, -1), "table")
+    if table.ndim == 2 and not lead:
+        e.op("MatMul", onehot, flat, out=node.output[0])
         return
-    picked = e.op("MatMul", onehot, e.array(flat, "table"))
+    picked = e.op("MatMul", onehot, flat)
     e.reshape(picked, [*ids_shape, *table.shape[1:]], out=node.output[0])

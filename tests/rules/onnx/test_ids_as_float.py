@@ -11,6 +11,8 @@ from onnx import helper
 
 from edgeflow.core.onnxsession import as_declared
 from edgeflow.rules.onnx.ids import IdsAsFloat
+from edgeflow.targets import load_profile
+from edgeflow.targets.precheck import check
 from tests.rules.onnx.helpers import apply, model, ops, run
 from tests.rules.sites import outcomes
 
@@ -105,3 +107,19 @@ def test_integer_samples_are_fed_as_float_only_where_exact() -> None:
     too_big = np.array([[2**24 + 1]], np.int64)  # float32 would round it: fed as it is
     assert as_declared(too_big, "tensor(float)").dtype == np.int64
     assert as_declared(np.array([1.5], np.float32), "tensor(float)").dtype == np.float32
+
+
+def test_the_armnn_precheck_names_the_rule_for_the_lookup_and_the_cast() -> None:
+    """A transformer's front: the embeddings then a projection (a MatMul, which Arm NN's
+    parser lacks until onnx.lower_matmul). The rewrite adds no finding of its own (its
+    operands are 3-D, as the parser's broadcasting kernels take them; its MatMul is one
+    more of a finding the model has), so the precheck proves it and suggests it."""
+    m = token_model()
+    m.graph.node.append(helper.make_node("MatMul", ["y", "w"], ["q"]))
+    w = np.ones((WIDTH, 4), np.float32)
+    m.graph.initializer.append(onnx.numpy_helper.from_array(w, "w"))
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("q", T.FLOAT, [1, TOKENS, 4]))
+    findings = {f.operator: f for f in check(m, load_profile("armnn"))}
+    assert findings["Gather"].rule == findings["Cast"].rule == "onnx.ids_as_float"
+    after = check(apply(IdsAsFloat, m).model, load_profile("armnn"))
+    assert {f.operator for f in after if f.severity == "error"} == {"MatMul"}
