@@ -22,6 +22,7 @@ import signal
 import struct
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,9 @@ class ArmnnRunner(TfliteRunner):
             stdout=subprocess.PIPE,
             stderr=self.errors,
         )
+        # closed when the runner is collected, or at interpreter exit while the subprocess
+        # module still works (a __del__ then found its globals cleared)
+        weakref.finalize(self, _close, self.proc)
         received = self._receive()
         if received is None:
             raise self._failure("loading the model")
@@ -165,11 +169,13 @@ class ArmnnRunner(TfliteRunner):
             "docs/targets.md (its int8 settings, known failures)",
         )
 
-    def __del__(self) -> None:
-        proc = getattr(self, "proc", None)
-        if proc is not None and proc.poll() is None:
-            proc.stdin.close()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+
+def _close(proc: subprocess.Popen[bytes]) -> None:
+    """End a worker: its stdin closed, killed if it has not exited in 10 s."""
+    if proc.poll() is None:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
