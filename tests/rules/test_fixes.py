@@ -199,6 +199,16 @@ def _constant_padding() -> onnx.ModelProto:
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
 
 
+def _cast_mask() -> onnx.ModelProto:
+    """An int64 attention mask cast to float (onnx.ids_as_float feeds it as float)."""
+    h = onnx.helper
+    nodes = [h.make_node("Cast", ["m"], ["f"], to=T.FLOAT), h.make_node("Relu", ["f"], ["y"])]
+    io = [h.make_tensor_value_info("m", T.INT64, [1, 8])]
+    out = [h.make_tensor_value_info("y", T.FLOAT, [1, 8])]
+    graph = h.make_graph(nodes, "mask", io, out)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
 # An operator a one-node probe does not represent: the precheck keeps only a suggested rule
 # that removes it from the very model, so the case must be one the rule can fix.
 OP_CASES = {
@@ -206,6 +216,7 @@ OP_CASES = {
     "Loop": _static_loop(),
     "ConstantOfShape": _constant_padding(),
     "Pad": single("p", "Pad", X, {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}).model,
+    "Cast": _cast_mask(),
     **{
         op: single(
             op.lower(),
