@@ -62,6 +62,7 @@ def resolve_rewrites(
     from edgeflow.core.loader import plain, validate
     from edgeflow.rules.base import LEVEL_ORDER, Rule, RuleSpec
     from edgeflow.rules.entries import required, template
+    from edgeflow.rules.order import misordered
 
     known = builtin_rules() if entries else {}  # importing every rule takes a tenth of a second
     base_dir = path.parent
@@ -69,6 +70,7 @@ def resolve_rewrites(
     unchecked: list[str] = []
     problems: list[Problem] = []
     last: tuple[str, str] | None = None  # (level, name) of the previous rule
+    placed: list[tuple[int, type[Any]]] = []  # (entry index, rule) of each resolved entry
     for i, raw in enumerate(entries):
         if raw == AUTO:  # not a rule: the recipe's loader records it (rewrites_auto)
             continue
@@ -124,6 +126,7 @@ def resolve_rewrites(
                 continue
             level, name = rule.level, rule.name
             specs.append(RuleSpec(rule, opts, source, base_dir))
+            placed.append((i, rule))
         assert level is not None
         if last is not None and LEVEL_ORDER[level] < LEVEL_ORDER[last[0]]:
             problem(
@@ -132,6 +135,16 @@ def resolve_rewrites(
                 "move it above the other level's rules",
             )
         last = (level, name)
+    names = [rule.name for _, rule in placed]
+    for wrong in misordered([rule for _, rule in placed]):
+        i = placed[wrong.late][0]
+        other = names[wrong.early]
+        problems.append(
+            locate_item(
+                tree, path, located, f"rewrites[{i}]", i, wrong.message(names),
+                f"move '{names[wrong.late]}' above '{other}'",
+            )
+        )  # fmt: skip
     if problems:
         raise RecipeError(problems)
     return specs, unchecked

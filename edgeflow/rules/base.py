@@ -159,6 +159,10 @@ class Rule(ABC, Generic[M]):
     # Quantization modes whose build the rule's output breaks, with what was measured: the
     # precheck does not suggest the rule for a build in such a mode.
     breaks: ClassVar[dict[str, str]] = {}
+    # The rules this one must run before, or after, each with why: a name, or 'fx.*' for
+    # every other rule of a level (edgeflow.rules.order; checked when the recipe loads).
+    runs_before: ClassVar[dict[str, str]] = {}
+    runs_after: ClassVar[dict[str, str]] = {}
 
     @abstractmethod
     def apply(self, model: M, opts: Any, ctx: RewriteContext) -> RuleResult[M]: ...

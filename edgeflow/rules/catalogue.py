@@ -31,7 +31,9 @@ HEADER = """\
      tests/rules/test_catalogue.py fails when this file is out of date. -->
 
 A recipe's `rewrites:` list names rules in the order they apply; rules run in level order
-(all `ast.*`, then `fx.*`, then `onnx.*`):
+(all `ast.*`, then `fx.*`, then `onnx.*`), and a rule that must run before or after another
+says so below ("Runs before"): the recipe loader checks both, and the recipe's onnx rules
+against the target's defaults, which run after them:
 
 ```yaml
 rewrites:
@@ -158,6 +160,9 @@ def _render_rule(rule: type[Any]) -> str:
         lines += [f"Fixes: {fixes_text(rule.fixes)}.", ""]
     for mode, why in rule.breaks.items():  # the precheck does not suggest it for these
         lines += [f"Breaks {mode} builds (not suggested for them): {why}.", ""]
+    for where, declared in (("before", rule.runs_before), ("after", rule.runs_after)):
+        for name, why in declared.items():  # checked when the recipe loads (rules.order)
+            lines += [f"Runs {where} `{name}`: {why}.", ""]
     rows = options_rows(rule.Options)
     if rows and any(m for *_, m in rows):
         lines += ["| option | type | default | meaning |", "|---|---|---|---|"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -34,6 +34,9 @@ class WrapLeaf(FxRule):
     """symbolic_trace with the given functions as leaves (torch.fx autowrap_functions)."""
 
     name = "fx.wrap_leaf"
+    runs_before: ClassVar[dict[str, str]] = {
+        "fx.*": "it decides how the module is traced, which the other fx rules then rewrite"
+    }
     description = "Keep helper functions as leaf calls so that symbolic_trace succeeds."
     fixes = (Fix.capture("unsupported"),)
     example = (

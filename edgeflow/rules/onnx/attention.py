@@ -40,6 +40,9 @@ class MultiplicativeMask(NodeRule):
     A default rewrite of the TFLite family (armnn: `reduce: mean`)."""
 
     name = "onnx.multiplicative_mask"
+    runs_before: ClassVar[dict[str, str]] = {
+        "onnx.sum_as_mean": "with reduce: sum, its row sum is a ReduceSum",
+    }
     description = (
         "Apply an additive attention mask (scores + (1 - mask) * -inf) after the softmax: "
         "softmax(scores) * mask / sum; int8 keeps the scores' grid."

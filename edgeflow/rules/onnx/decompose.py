@@ -88,6 +88,9 @@ class Decompose(OnnxRule):
     name = "onnx.decompose"
     description = "Rewrite ops a target lacks (Gelu, Erf, HardSigmoid, LayerNorm...) as basic math."
     fixes = tuple(Fix.op(op) for op in SUPPORTED)
+    runs_before: ClassVar[dict[str, str]] = {
+        "onnx.sqrt_newton": "LayerNormalization and ReduceL2 decompose into a square root",
+    }
 
     class Options(RuleOptions):
         """ops: which op types to decompose (default: all supported); gelu: how an exact Gelu

@@ -45,6 +45,9 @@ class IdsAsFloat(OnnxRule):
         "embedding Gathers as one-hot MatMuls."
     )
     fixes = (Fix.op("Gather"), Fix.op("Cast"), Fix.finding("int64"))
+    runs_before: ClassVar[dict[str, str]] = {
+        "onnx.lower_matmul": "it writes the one-hot MatMul that lower_matmul lowers"
+    }
 
     class Options(RuleOptions):
         pass

@@ -26,6 +26,10 @@ class ChannelLayerNorm(NodeRule):
 
     name = "onnx.channel_layernorm"
     description = "Turn Transpose -> LayerNorm(last axis) -> Transpose into a channel-axis norm."
+    runs_before: ClassVar[dict[str, str]] = {
+        "onnx.decompose": "decomposed between its Transposes, a LayerNorm2d makes onnx2tf fail",
+        "onnx.sqrt_newton": "its formula takes a square root",
+    }
 
     class Options(RuleOptions):
         pass

@@ -49,6 +49,9 @@ class CancelTransposes(OnnxRule):
         "Push Transposes through layout-agnostic ops and cancel inverse pairs "
         "(onnxruntime's transpose optimizer)."
     )
+    runs_after: ClassVar[dict[str, str]] = {
+        "onnx.channel_layernorm": "the LayerNorm2d's Transposes are channel_layernorm's to take",
+    }
 
     class Options(RuleOptions):
         """No options: the transpose optimizer decides what moves."""

@@ -1,0 +1,72 @@
+"""Declared rule order (edgeflow/rules/order.py): a rule names the rules it runs before or
+after; the recipe loader checks its list, and its onnx rules against the target's defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeflow.core.errors import RecipeError
+from edgeflow.recipe import load_recipe
+from edgeflow.rules import builtin_rules
+from edgeflow.rules.order import misordered
+from edgeflow.targets import load_profile
+from tests.conftest import DEMO_RECIPE, DEMO_WEIGHTS, REPO
+
+WRAP = "{rule: fx.wrap_leaf, functions: [torch.flatten]}"
+
+
+@pytest.fixture
+def recipe(write_recipe):
+    base = DEMO_RECIPE.read_text().replace("../models/digits_cnn.pt", str(DEMO_WEIGHTS))
+
+    def make(rewrites: list[str], target: str = "onnxruntime_micro", more: str = "") -> Path:
+        listed = "".join(f"  - {r}\n" for r in rewrites)
+        text = base.replace("target: onnxruntime_micro", f"target: {target}")
+        return write_recipe(text + more + f"rewrites:\n{listed}", "ordered.yaml")
+
+    return make
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    return [p.render() for p in info.value.problems]
+
+
+def test_wrap_leaf_after_another_fx_rule_is_a_located_error_whose_hint_works(recipe) -> None:
+    [problem] = problems(recipe(["fx.remove_dropout", WRAP]))
+    assert "ordered.yaml:" in problem and "rewrites[1]: 'fx.wrap_leaf' runs after " in problem
+    assert "it decides how the module is traced" in problem
+    assert problem.endswith("hint: move 'fx.wrap_leaf' above 'fx.remove_dropout'")
+    assert load_recipe(recipe([WRAP, "fx.remove_dropout"]))  # as the hint says
+
+
+def test_a_recipes_rule_that_a_target_default_must_precede_names_that_default(recipe) -> None:
+    """armnn feeds token ids as float (onnx.ids_as_float), whose one-hot MatMul
+    onnx.lower_matmul lowers; the target's defaults run after the recipe's rules, so a recipe
+    that lists lower_matmul itself would leave that MatMul to a runtime without it."""
+    [problem] = problems(recipe(["onnx.lower_matmul"], target="armnn"))
+    assert "rewrites[0]: 'onnx.ids_as_float' runs after 'onnx.lower_matmul'" in problem
+    assert "target 'armnn' applies 'onnx.ids_as_float' after the recipe's rewrites" in problem
+    assert problem.endswith("hint: list onnx.ids_as_float above 'onnx.lower_matmul' in rewrites")
+    assert load_recipe(recipe(["onnx.ids_as_float", "onnx.lower_matmul"], target="armnn"))
+    off = recipe(["onnx.lower_matmul"], target="armnn", more="target_rewrites: false\n")
+    assert load_recipe(off)  # without the target's defaults nothing runs after it
+
+
+@pytest.mark.parametrize("target", sorted(p.stem for p in (REPO / "targets").glob("*.yaml")))
+def test_every_targets_defaults_keep_the_declared_order(target: str) -> None:
+    profile = load_profile(target)
+    rules = [builtin_rules()[e["rule"]] for e in profile.rewrites or []]
+    names = [r.name for r in rules]
+    assert [m.message(names) for m in misordered(rules)] == []
+
+
+def test_declared_names_are_rules() -> None:
+    known = builtin_rules()
+    levels = {name.split(".")[0] for name in known}
+    for rule in known.values():
+        for name in (*rule.runs_before, *rule.runs_after):
+            assert name in known or (name.endswith(".*") and name[:-2] in levels), name
