@@ -308,7 +308,7 @@ def test_the_sentence_encoder_verifies_on_the_tflite_runtimes_as_shipped(
     assert metrics["verified"] is True
     if mode == "none":
         assert metrics["agreement"]["max_relative_diff"] <= 1e-5  # measured 1.6e-07
-    else:  # measured 25.3 dB with the float islands (23.2 without), lowest cosine 0.993
+    else:  # measured 26.1 dB with the float islands (23.2 without), lowest cosine 0.993
         assert metrics["agreement"]["min_sqnr_db"] > 20 and found["cosine_min"] > 0.99
         assert found["retrieval"]["rank_kept"] == 1.0
 
