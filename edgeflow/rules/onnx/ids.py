@@ -76,7 +76,9 @@ class IdsAsFloat(OnnxRule):
                 kept.append(Site.kept(name, why))
             else:
                 converted[name] = copies
-        values = set().union(*converted.values()) if converted else set()
+        if not converted:
+            return RuleResult(copy_model(model), sites=kept)
+        values = set().union(*converted.values())
 
         def replace(node: Any, e: Edit) -> str | None:
             if node.op_type == "Cast":
@@ -90,8 +92,6 @@ class IdsAsFloat(OnnxRule):
             return None
 
         result = rewrite_nodes(model, {"Gather", "Cast"}, replace, "integer input's reader")
-        if not converted:
-            return RuleResult(copy_model(model), sites=kept)
         out = result.model
         for value in out.graph.input:
             if value.name in converted:
@@ -107,11 +107,16 @@ class IdsAsFloat(OnnxRule):
 def _readers(e: Edit, name: str) -> tuple[set[str], str]:
     """The input `name` and its shaped copies, and '' where every other reader is a Cast to
     float or an embedding lookup; else why the input stays an integer."""
+    from edgeflow.core.onnxgraph import node_reads
+
     values, todo = {name}, [name]
     while todo:
         value = todo.pop()
         if value in e.graph_outputs:
             return values, f"'{value}' is a graph output"
+        for node in e.model.graph.node:  # a Loop's or If's body reading it by name
+            if value in node_reads(node) and value not in node.input:
+                return values, f"'{value}' is read inside {node.op_type} '{node.name}'"
         shape = e.shape(value)
         if shape is None:
             return values, f"'{value}' has no static shape"

@@ -123,3 +123,22 @@ def test_the_armnn_precheck_names_the_rule_for_the_lookup_and_the_cast() -> None
     assert findings["Gather"].rule == findings["Cast"].rule == "onnx.ids_as_float"
     after = check(apply(IdsAsFloat, m).model, load_profile("armnn"))
     assert {f.operator for f in after if f.severity == "error"} == {"MatMul"}
+
+
+def test_an_input_a_subgraph_reads_stays_an_integer() -> None:
+    """An If's branch reading the ids by name would see float where it expects int64."""
+    n = helper.make_node
+    m = token_model()
+    branch = helper.make_graph(
+        [n("Cast", ["ids"], ["c"], to=T.FLOAT)],
+        "b",
+        [],
+        [helper.make_tensor_value_info("c", T.FLOAT, [1, TOKENS])],
+    )
+    m.graph.node.append(n("If", ["flag"], ["z"], then_branch=branch, else_branch=branch, name="if"))
+    m.graph.input.append(helper.make_tensor_value_info("flag", T.BOOL, []))
+    m.graph.output.append(helper.make_tensor_value_info("z", T.FLOAT, [1, TOKENS]))
+    result = apply(IdsAsFloat, m)
+    [kept] = [site for site in result.sites if site.where == "ids"]
+    assert "If 'if'" in kept.message
+    assert result.model.graph.input[0].type.tensor_type.elem_type == T.INT64
