@@ -9,6 +9,7 @@ Hydra only selects; each job loads its recipe file itself, so errors keep file:l
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import sys
@@ -186,24 +187,19 @@ def _record(row: dict[str, Any], build_dir: str, code: int) -> None:
 
 # Recipe sections (and top-level keys) any key of which can be set on the command line
 # (`verify.max_abs_diff=1e-4`, `precheck.continue_on_failure=true`, `target_rewrites=false`,
-# `rewrites=[onnx.decompose]`, `+rewrites=[...]` to append); target and quantization are
-# config groups instead.
-RECIPE_SECTIONS = (
-    "name",
-    "description",
-    "source",
-    "export",
-    "convert",
-    "rewrites",
-    "postprocess",
-    "optimize",
-    "calibration",
-    "evaluation",
-    "precheck",
-    "verify",
-    "diff",
-    "target_rewrites",
-)
+# `rewrites=[onnx.decompose]`, `+rewrites=[...]` to append): every top-level key of the
+# recipe schema but the config groups (target and quantization, chosen as groups instead)
+# and what the loader sets itself (rewrites_auto, from `rewrites: auto`).
+NOT_SET_AS_KEYS = ("target", "quantization", "rewrites_auto")
+
+
+@functools.cache
+def recipe_sections() -> tuple[str, ...]:
+    from edgeflow.recipe.schema import Recipe
+
+    return tuple(name for name in Recipe.model_fields if name not in NOT_SET_AS_KEYS)
+
+
 RUN_KEYS = ("recipe", "target", "quantization", "cache_dir", "build_dir")
 OVERRIDES = "recipe_overrides"  # where Hydra keeps them: +recipe_overrides.<key>=<value>
 APPENDS = "recipe_appends"  # +rewrites=[...]: appended to the recipe's list
@@ -242,7 +238,7 @@ def _route(args: list[str]) -> list[str]:
             if prefix == "~":
                 raise _not_removable(arg, key)
             routed.append(f"{key}={value}")
-        elif head in RECIPE_SECTIONS:
+        elif head in recipe_sections():
             if prefix == "~":
                 raise _not_removable(arg, key)
             if prefix == "+" and key == "rewrites":
@@ -252,7 +248,7 @@ def _route(args: list[str]) -> list[str]:
         else:
             raise EdgeflowError(
                 f"{arg}: unknown key '{head}'",
-                did_you_mean(head, [*RUN_KEYS, *RECIPE_SECTIONS]) or RUN_HELP_HINT,
+                did_you_mean(head, [*RUN_KEYS, *recipe_sections()]) or RUN_HELP_HINT,
             )
     return routed
 

@@ -624,9 +624,9 @@ def written_hints() -> list[tuple[str, str, str]]:
     that is one setting (`(convert.via: onnx)`, the precheck's); a setting in an error's
     hint (`set quantization.method: minmax`); a rule entry (`{rule: ...}`,
     `'- fx.fuse_conv_bn'`)."""
-    from edgeflow.hydra_app import RECIPE_SECTIONS, RUN_KEYS
+    from edgeflow.hydra_app import RUN_KEYS, recipe_sections
 
-    keys = {*RUN_KEYS, *RECIPE_SECTIONS, "quantization"}
+    keys = {*RUN_KEYS, *recipe_sections(), "quantization"}
     key = rf"(?:{'|'.join(keys)})(?:\.[a-z_]+)+"
     in_hint = re.compile(rf"(?<![\w.])({key}): ([^\s,;)`'\"]+)( and remove {key})?")
     found = []

@@ -343,6 +343,20 @@ def test_the_sentence_encoder_verifies_on_armnn_with_its_ids_fed_as_float(
 
 
 @pytest.mark.slow
+@needs.mark("tflite", "armnn")
+def test_a_recipes_own_lower_matmul_runs_again_after_the_armnn_ids_rewrite(
+    shared_cache: Path, tmp_path: Path
+) -> None:
+    """The precheck suggests onnx.lower_matmul for a MatMul; listed in the recipe it runs
+    before the target's defaults, and so before onnx.ids_as_float writes its one-hot MatMul.
+    It runs again after it (rules.order.after_the_targets): the encoder verifies."""
+    overrides = {"target": "armnn", "rewrites": ["onnx.lower_matmul"]}
+    result = built("sentence_encoder", shared_cache, tmp_path, **overrides)
+    assert result.metrics["verified"] is True
+    assert record(result, shared_cache, "rewrite_target")["again"] == ["onnx.lower_matmul"]
+
+
+@pytest.mark.slow
 @needs_tflite
 def test_tflite_micro_keeps_the_vits_float_islands_by_default(
     shared_cache: Path, tmp_path: Path

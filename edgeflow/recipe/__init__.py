@@ -137,46 +137,10 @@ def load_recipe(
     for check in checks.CHECKS:
         for key, message, hint in check(sections, profile):
             problems.append(locate(tree, path, located, key, message, hint))
-    if recipe is not None and profile is not None and not problems:
-        problems += _before_the_targets(recipe, profile, tree, path, located)
     if problems or recipe is None or profile is None:
         problems.sort(key=lambda p: (p.file == COMMAND_LINE, p.file, p.line, p.col))
         raise RecipeError(_unique(problems))
     return LoadedRecipe(path=path, recipe=recipe, profile=profile, unchecked=tuple(unchecked))
-
-
-def _before_the_targets(
-    recipe: Recipe, profile: TargetProfile, tree: Any, path: Path, located: dict[str, Any]
-) -> list[Problem]:
-    """The recipe's onnx rules that must run after one of the target's default rewrites,
-    which run after the recipe's own (edgeflow.rules.order): located at the entry, with the
-    target's entry to list above it."""
-    from edgeflow.rules.entries import entry
-    from edgeflow.rules.order import misordered
-
-    if not recipe.target_rewrites or not profile.rewrites:
-        return []
-    own = [spec.name for spec in recipe.rewrites]
-    theirs = [e for e in profile.rewrites if e["rule"] not in own]
-    rules = [spec.rule for spec in recipe.rewrites] + [
-        spec.rule for spec in profile.rewrite_specs() if spec.name not in own
-    ]
-    names = [rule.name for rule in rules]
-    found = []
-    for wrong in misordered(rules):
-        if wrong.early >= len(own) or wrong.late < len(own):
-            continue  # within the recipe's list (its own check) or the target's (a test)
-        target = theirs[wrong.late - len(own)]
-        text = entry(target["rule"], {k: v for k, v in target.items() if k != "rule"})
-        found.append(
-            locate_item(
-                tree, path, located, f"rewrites[{wrong.early}]", wrong.early,
-                f"{wrong.message(names)}; target '{profile.name}' applies "
-                f"'{target['rule']}' after the recipe's rewrites",
-                f"list {text} above '{names[wrong.early]}' in rewrites",
-            )
-        )  # fmt: skip
-    return found
 
 
 def _auto_entry(

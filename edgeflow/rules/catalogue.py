@@ -32,8 +32,8 @@ HEADER = """\
 
 A recipe's `rewrites:` list names rules in the order they apply; rules run in level order
 (all `ast.*`, then `fx.*`, then `onnx.*`), and a rule that must run before or after another
-says so below ("Runs before"): the recipe loader checks both, and the recipe's onnx rules
-against the target's defaults, which run after them:
+says so below ("Runs before"): the recipe loader checks both; a recipe's onnx rule that one
+of the target's defaults must precede runs again after it:
 
 ```yaml
 rewrites:

@@ -10,7 +10,8 @@ import pytest
 from edgeflow.core.errors import RecipeError
 from edgeflow.recipe import load_recipe
 from edgeflow.rules import builtin_rules
-from edgeflow.rules.order import misordered
+from edgeflow.rules.base import RuleSpec
+from edgeflow.rules.order import after_the_targets, misordered
 from edgeflow.targets import load_profile
 from tests.conftest import DEMO_RECIPE, DEMO_WEIGHTS, REPO
 
@@ -21,10 +22,9 @@ WRAP = "{rule: fx.wrap_leaf, functions: [torch.flatten]}"
 def recipe(write_recipe):
     base = DEMO_RECIPE.read_text().replace("../models/digits_cnn.pt", str(DEMO_WEIGHTS))
 
-    def make(rewrites: list[str], target: str = "onnxruntime_micro", more: str = "") -> Path:
+    def make(rewrites: list[str]) -> Path:
         listed = "".join(f"  - {r}\n" for r in rewrites)
-        text = base.replace("target: onnxruntime_micro", f"target: {target}")
-        return write_recipe(text + more + f"rewrites:\n{listed}", "ordered.yaml")
+        return write_recipe(base + f"rewrites:\n{listed}", "ordered.yaml")
 
     return make
 
@@ -43,17 +43,22 @@ def test_wrap_leaf_after_another_fx_rule_is_a_located_error_whose_hint_works(rec
     assert load_recipe(recipe([WRAP, "fx.remove_dropout"]))  # as the hint says
 
 
-def test_a_recipes_rule_that_a_target_default_must_precede_names_that_default(recipe) -> None:
+def test_a_recipes_rule_that_a_target_default_must_precede_runs_again_after_it() -> None:
     """armnn feeds token ids as float (onnx.ids_as_float), whose one-hot MatMul
     onnx.lower_matmul lowers; the target's defaults run after the recipe's rules, so a recipe
-    that lists lower_matmul itself would leave that MatMul to a runtime without it."""
-    [problem] = problems(recipe(["onnx.lower_matmul"], target="armnn"))
-    assert "rewrites[0]: 'onnx.ids_as_float' runs after 'onnx.lower_matmul'" in problem
-    assert "target 'armnn' applies 'onnx.ids_as_float' after the recipe's rewrites" in problem
-    assert problem.endswith("hint: list onnx.ids_as_float above 'onnx.lower_matmul' in rewrites")
-    assert load_recipe(recipe(["onnx.ids_as_float", "onnx.lower_matmul"], target="armnn"))
-    off = recipe(["onnx.lower_matmul"], target="armnn", more="target_rewrites: false\n")
-    assert load_recipe(off)  # without the target's defaults nothing runs after it
+    that lists lower_matmul itself (as the precheck suggests it for a MatMul) has it run
+    again after ids_as_float, with its own options, and nowhere else."""
+    theirs = load_profile("armnn").rewrite_specs()
+    lower = next(s for s in theirs if s.name == "onnx.lower_matmul")
+    mine = RuleSpec(lower.rule, lower.rule.Options(), "onnx.lower_matmul")
+    run = [s.name for s in after_the_targets([mine], theirs)]
+    assert run.index("onnx.lower_matmul") == run.index("onnx.ids_as_float") + 1
+    assert run.count("onnx.lower_matmul") == 1
+    assert next(s for s in after_the_targets([mine], theirs) if s.name == lower.name) is mine
+    fold = next(s for s in theirs if s.name == "onnx.fold_constants")  # nothing precedes it
+    assert [s.name for s in after_the_targets([fold], theirs)] == [
+        s.name for s in theirs if s.name != "onnx.fold_constants"
+    ]
 
 
 @pytest.mark.parametrize("target", sorted(p.stem for p in (REPO / "targets").glob("*.yaml")))

@@ -230,7 +230,9 @@ def test_fallback_keeps_the_broken_head_float_for_every_output_kind(
     assert 1 <= len(record["float_layers"]) <= 3
     assert record["int8"]["missed"] and not record["chosen"]["missed"]
     assert mixed.failed_checks == []
-    assert mixed.metrics["fallback"]["mixes"] == len(record["trials"]) <= 8
+    # a handful of mixes, not the 32 the bound allows (measured 4 to 9: 9 for ctc on
+    # tflite_micro since the ranges are observed, _tflite_ranges.observed)
+    assert mixed.metrics["fallback"]["mixes"] == len(record["trials"]) <= 10
     outputs = mixed.metrics["agreement"]["outputs"]
     if case == "ctc":
         assert record["budget"]["min_sequence_agreement"] == 0.9
