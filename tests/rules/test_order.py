@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from edgeflow.core.errors import RecipeError
 from edgeflow.recipe import load_recipe
 from edgeflow.rules import builtin_rules
 from edgeflow.rules.base import RuleSpec
 from edgeflow.rules.order import after_the_targets, misordered
 from edgeflow.targets import load_profile
 from tests.conftest import DEMO_RECIPE, DEMO_WEIGHTS, REPO
+from tests.rules.test_user_rules import problems
 
 WRAP = "{rule: fx.wrap_leaf, functions: [torch.flatten]}"
 
@@ -27,12 +27,6 @@ def recipe(write_recipe):
         return write_recipe(base + f"rewrites:\n{listed}", "ordered.yaml")
 
     return make
-
-
-def problems(path: Path) -> list[str]:
-    with pytest.raises(RecipeError) as info:
-        load_recipe(path)
-    return [p.render() for p in info.value.problems]
 
 
 def test_wrap_leaf_after_another_fx_rule_is_a_located_error_whose_hint_works(recipe) -> None:
