@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,7 +134,9 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         artifact = (job.out_dir / ARTIFACT).read_bytes()
         info["int8_weights"] = _tflite_weights.record(float32_bytes, artifact, q.per_channel)
     if mode == "int8":
-        info["int8"] = int8_record(q, _usable(job))
+        # inputs a float island reads: _tflite_quant.quantize gives such a build float32 I/O
+        read = _tflite_islands.read_by(float32_bytes, run.float_nodes)[0] if eight else []
+        info["int8"] = int8_record(q, _usable(job), read)
         if q.per_channel and job.dense_per_tensor:
             info["int8"]["per_channel_dense"] = False
             info["int8"]["scheme"] += (
@@ -149,15 +151,6 @@ def convert(job: ConvertJob, target: str, mix: Any = None, quantize: Any = None)
         if eight and job.keep_float:  # what was asked, where the graph has none of it too
             none = islands.record({}, [], job.keep_float)
             info["int8"]["float_islands"] = run.islands or none
-        read = _tflite_islands.read_by(float32_bytes, run.float_nodes)[0] if eight else []
-        if read and not q.float_outputs:  # _tflite_quant.quantize: float32 I/O
-            info["int8"]["float_inputs"] = read
-            info["int8"]["scheme"] = info["int8"]["scheme"].replace(
-                "int8 I/O (the outputs on a 256-level grid over their calibrated range; "
-                "quantization.float_outputs: true keeps them float)",
-                f"float32 I/O (a float island reads the input{'s' * (len(read) > 1)} "
-                f"{', '.join(read)}: an int8 grid would merge its values)",
-            )
         if mixed is not None:
             info["fallback"] = mixed
             if mixed["float_layers"]:
@@ -509,10 +502,17 @@ def usable(calibration: Any, inputs: list[Any]) -> int:
     return total - total % batch_size(inputs)
 
 
-def int8_record(quantization: Any, samples: int) -> dict[str, Any]:
-    """convert.json's int8 entry for a TFLite converter's full-integer build."""
+def int8_record(
+    quantization: Any, samples: int, float_inputs: Sequence[str] = ()
+) -> dict[str, Any]:
+    """convert.json's int8 entry for a TFLite converter's full-integer build
+    (`float_inputs`: the model inputs a float island reads, which make its I/O float32)."""
     q = quantization
-    return {
+    islands_io = (
+        f"float32 I/O (a float island reads the input{'s' * (len(float_inputs) > 1)} "
+        f"{', '.join(float_inputs)}: an int8 grid would merge its values)"
+    )
+    record = {
         "per_channel": q.per_channel,
         "method": q.method,  # ranges: TensorFlow's min/max, or edgeflow's (_tflite_ranges)
         "calibration_samples": samples,
@@ -522,12 +522,17 @@ def int8_record(quantization: Any, samples: int) -> dict[str, Any]:
             else "TFLite int8: symmetric weights, asymmetric int8 activations, float32 I/O "
             "with the operators writing the outputs float (quantization.float_outputs)"
             if q.float_outputs
+            else f"TFLite int8: symmetric weights, asymmetric int8 activations, {islands_io}"
+            if float_inputs
             else "TFLite int8: symmetric weights, asymmetric int8 activations, int8 I/O (the "
             "outputs on a 256-level grid over their calibrated range; "
             "quantization.float_outputs: true keeps them float)"
         ),
         "ignored": [k for k in ("symmetric", "reduce_range") if getattr(q, k) is True],
     }
+    if float_inputs and not q.float_outputs:
+        record["float_inputs"] = list(float_inputs)
+    return record
 
 
 def _write_sample_file(path: Path) -> None:

@@ -37,7 +37,8 @@ def ranged(calibrated: bytes, batches: Iterable[list[np.ndarray]], method: str) 
     """The calibrated model with each activation's recorded range replaced by the method's,
     from its values on `batches` (lists of inputs in the model's input order)."""
     tree, recorded = _recorded(calibrated)
-    bounds = {name: _range(t) for name, t in recorded.items() if _range(t)[1] > _range(t)[0]}
+    ranges = {name: _range(t) for name, t in recorded.items()}
+    bounds = {name: (low, high) for name, (low, high) in ranges.items() if high > low}
     for name, (counts, edges) in histograms(calibrated, batches, bounds).items():
         low, high = choose(counts, edges, method)
         recorded[name].quantization.min = [low]

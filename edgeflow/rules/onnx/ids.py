@@ -64,7 +64,7 @@ class IdsAsFloat(OnnxRule):
     def apply(
         self, model: onnx.ModelProto, opts: Options, ctx: RewriteContext
     ) -> RuleResult[onnx.ModelProto]:
-        edit = Edit(copy_model(model))
+        edit = Edit(model)  # read only: the rewrite works on rewrite_nodes' copy
         integer = [v.name for v in model.graph.input if v.type.tensor_type.elem_type in INTEGERS]
         if not integer:
             return RuleResult(copy_model(model), sites=[Site.not_applicable("no integer inputs")])
