@@ -71,9 +71,7 @@ def versions() -> dict[str, str]:
 
 def cases(recipe: str, targets: list[str], modes: list[str]) -> list[dict[str, Any]]:
     """The builds of one recipe: target x mode (the modes the target offers) x path."""
-    from edgeflow.core.sources import NATIVE_BACKENDS
     from edgeflow.recipe import find_recipe
-    from edgeflow.recipe.checks import INT16_ACT
     from edgeflow.targets import load_profile
 
     path = find_recipe(str(REPO / "recipes" / f"{recipe}.yaml"))
@@ -85,10 +83,10 @@ def cases(recipe: str, targets: list[str], modes: list[str]) -> list[dict[str, A
             overrides = {"target": target, **MODES[mode]}
             if overrides["quantization.mode"] not in profile.quantization:
                 continue
-            if mode == "int8_a16" and profile.backend not in INT16_ACT:
+            if mode == "int8_a16" and not profile.family.int16_activations:
                 continue
             vias = ["onnx"]
-            if kind == "tensorflow" and profile.backend in NATIVE_BACKENDS:
+            if kind == "tensorflow" and profile.family.tensorflow_native:
                 vias = ["native", "onnx"]
             for via in vias:
                 extra = {"convert.via": via} if kind == "tensorflow" else {}

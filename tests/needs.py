@@ -35,7 +35,7 @@ from typing import NoReturn
 
 import pytest
 
-from edgeflow.targets import armnn
+from edgeflow.targets.armnn import backend as armnn
 
 NOT_SET = ("", "0", "false", "no", "off")
 
@@ -74,7 +74,7 @@ def _pyarmnn() -> str | None:
 @functools.cache
 def _pyarmnn_under(python: str) -> str | None:
     """Debian's pyarmnn, imported with numpy by the system Python that runs
-    targets/_armnn_worker.py, as the worker imports them."""
+    targets/armnn/_armnn_worker.py, as the worker imports them."""
     if not Path(python).is_file():
         return f"no Python at {python}"
     done = subprocess.run(

@@ -361,10 +361,6 @@ def kept_layout(source: Any) -> tuple[str, ...]:
     return tuple(s.name for s in fed_inputs(source.inputs))
 
 
-# The backends TensorFlow's TFLite converter builds for (their artifact is a .tflite).
-NATIVE_BACKENDS = ("tflite", "tflite_micro", "armnn")
-
-
 def onnx_only_settings(quantization: Any) -> list[str]:
     """The quantization keys set in a recipe that only the ONNX path carries out (TensorFlow's
     own converter has no fallback search, no float outputs or islands, and takes min/max
@@ -382,19 +378,21 @@ def onnx_only_settings(quantization: Any) -> list[str]:
     return [f"quantization.{key}" for key, on in keys.items() if on]
 
 
-def default_via(backend: str, quantization: Any = None) -> str:
-    """A tensorflow source's path when the recipe names none: TensorFlow's own converter for
-    the TFLite family, unless a quantization setting needs the ONNX path."""
-    if backend in NATIVE_BACKENDS and not onnx_only_settings(quantization):
+def default_via(native: bool, quantization: Any = None) -> str:
+    """A tensorflow source's path when the recipe names none: TensorFlow's own converter where
+    it builds for the target (`native`: Backend.tensorflow_native, the TFLite family), unless
+    a quantization setting needs the ONNX path."""
+    if native and not onnx_only_settings(quantization):
         return "native"
     return "onnx"
 
 
-def conversion_path(kind: str, via: str | None, backend: str, quantization: Any = None) -> str:
-    """The pipeline a source of this kind takes to a target of this backend: its kind, or
+def conversion_path(kind: str, via: str | None, native: bool, quantization: Any = None) -> str:
+    """The pipeline a source of this kind takes to a target (`native`: whether TensorFlow's
+    own converter builds for it, Backend.tensorflow_native): its kind, or
     for a tensorflow source `tensorflow` (through ONNX) or `tensorflow_native`
     (`convert.via`, else `default_via`)."""
     if kind != "tensorflow":
         return kind
-    native = (via or default_via(backend, quantization)) == "native"
-    return "tensorflow_native" if native else "tensorflow"
+    chosen = via or default_via(native, quantization)
+    return "tensorflow_native" if chosen == "native" else "tensorflow"

@@ -64,5 +64,8 @@ def pipeline_name(loaded: LoadedRecipe) -> str:
 
     recipe = loaded.recipe
     return conversion_path(
-        recipe.source.kind, recipe.convert.via, loaded.profile.backend, recipe.quantization
+        recipe.source.kind,
+        recipe.convert.via,
+        loaded.profile.family.tensorflow_native,
+        recipe.quantization,
     )

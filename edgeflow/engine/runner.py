@@ -75,7 +75,7 @@ def stage_key(
             "stage": stage.name,
             "version": stage.version,
             "code": keys.edgeflow_code(),
-            "tools": keys.tool_versions(stage.tools, memo),
+            "tools": keys.tool_versions(stage.tools_for(loaded.profile), memo),
             "recipe": keys.recipe_slice(loaded, stage.reads, stage.rule_levels, memo),
             "inputs": {slot: inputs[slot].key for slot in inputs},
         }

@@ -55,7 +55,7 @@ class LoadedRecipe:
             from edgeflow.core.sources import default_via
 
             via = self.recipe.convert.via
-            if via is not None and via != default_via(self.profile.backend, q):
+            if via is not None and via != default_via(self.profile.family.tensorflow_native, q):
                 parts.append(f"via_{via}")
         return "-".join(parts)
 

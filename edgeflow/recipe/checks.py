@@ -12,21 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from edgeflow.targets.profile import TargetProfile
+from edgeflow.targets.registry import offering
 from edgeflow.verify.judge import PER_OUTPUT, thresholds
 
 Found = tuple[str, str, str]
-# Backends whose runtime runs int8-weight, int16-activation ("16x8") models.
-INT16_ACT = ("tflite", "tflite_micro")
-# Backends that build a mixed int8/float artifact (quantization.fallback: auto).
-FALLBACK = ("onnxruntime_micro", "tflite", "tflite_micro", "armnn")
-# Why a backend's profile does not offer int8_weights (measured 2026-12, docs/targets.md).
-NO_INT8_WEIGHTS = {
-    "tflite_micro": "TFLite Micro has no hybrid kernels (int8 weights with float activations)",
-    "armnn": "Arm NN 22's CpuRef refuses TFLite's dynamic-range files (\"input and weights "
-    'types mismatched"; a per-channel FULLY_CONNECTED aborts the process)',
-    "tensorrt": "TensorRT's parser has no DynamicQuantizeLinear, MatMulInteger or ConvInteger "
-    "(onnxruntime's weight-only form)",
-}
 
 
 def calibration_for_int8(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
@@ -141,7 +130,7 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
         return []
     q, found = s["quantization"], []
     if q.mode not in profile.quantization:
-        why = NO_INT8_WEIGHTS.get(profile.backend) if q.mode == "int8_weights" else None
+        why = profile.family.refused_modes.get(q.mode)
         found.append(
             (
                 "quantization.mode",
@@ -150,59 +139,62 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
                 f"choose one of {', '.join(profile.quantization)}",
             )
         )
-    tflite = profile.backend in ("tflite", "tflite_micro", "armnn")
-    if q.mode == "int8_weights" and q.reduce_range is True and tflite:
+    family = profile.family
+    if q.mode == "int8_weights" and q.reduce_range is True and family.quantizes_itself:
         found.append(
             (
                 "quantization.reduce_range",
-                "7-bit weights are onnxruntime's; TensorFlow's dynamic-range converter stores "
-                f"8-bit ones for target '{profile.name}'",
+                f"7-bit weights are onnxruntime's; {family.converter} stores 8-bit ones for "
+                f"target '{profile.name}'",
                 "remove quantization.reduce_range (or set it to auto)",
             )
         )
-    if q.method == "qat" and profile.backend in ("tflite", "tflite_micro", "armnn"):
+    if q.method == "qat" and not family.qat:
+        qat = offering(lambda b: b.qat)
         found.append(
             (
                 "quantization.method",
                 f"target '{profile.name}' cannot take a QAT model's own scales: its converter "
-                "(onnx2tf) calibrates again and cannot carry Q/DQ scales into a .tflite "
-                "(onnx2tf issue 680)",
-                "use onnxruntime_micro or tensorrt, which run the exported Q/DQ as it is",
+                f"({family.converter}) calibrates again and cannot carry Q/DQ scales into a "
+                f"{family.artifact} file",
+                f"use {' or '.join(qat)}, which run the exported Q/DQ as it is",
             )
         )
     if q.mode == "int8":
         found += _calibration_method(s, q, profile)
-    if q.activations == "int16" and (q.mode != "int8" or profile.backend not in INT16_ACT):
+    if q.activations == "int16" and (q.mode != "int8" or not family.int16_activations):
+        sixteen = offering(lambda b: b.int16_activations)
         found.append(
             (
                 "quantization.activations",
                 f"int16 activations need quantization.mode int8 and a target whose runtime "
-                f"has 16x8 kernels ({', '.join(INT16_ACT)}); got mode {q.mode}, target "
+                f"has 16x8 kernels ({', '.join(sixteen)}); got mode {q.mode}, target "
                 f"{profile.name}",
-                "set quantization.activations: int8, or choose tflite or tflite_micro",
+                f"set quantization.activations: int8, or choose {' or '.join(sixteen)}",
             )
         )
     return found
 
 
 def _calibration_method(s: dict[str, Any], q: Any, profile: TargetProfile) -> list[Found]:
-    """The TFLite family calibrates with minmax, percentile or mse (edgeflow's own ranges,
-    for int8 activations through ONNX); onnxruntime's calibrators with minmax, entropy or
-    percentile."""
-    from edgeflow.core.sources import NATIVE_BACKENDS, conversion_path
+    """The methods the target's family calibrates with (Backend.calibration): the TFLite
+    family minmax, percentile or mse (edgeflow's own ranges, for int8 activations through
+    ONNX); onnxruntime's calibrators minmax, entropy or percentile."""
+    from edgeflow.core.sources import conversion_path
 
-    key, method = "quantization.method", q.method
-    if profile.backend not in NATIVE_BACKENDS:
-        if method != "mse":
-            return []
-        why = f"mse ranges are set for the TFLite family ({', '.join(NATIVE_BACKENDS)})"
+    key, method, family = "quantization.method", q.method, profile.family
+    if method == "qat":
+        return []
+    if method not in family.calibration:
+        why = f"target '{profile.name}' calibrates with {_either(family.calibration)}, not {method}"
+        if method == "mse":
+            why += (
+                f" (mse ranges are set for {', '.join(offering(lambda b: 'mse' in b.calibration))})"
+            )
         return [(key, why, "set quantization.method: percentile")]
     source, convert = s.get("source"), s.get("convert")
     via = convert.via if convert is not None else None
-    native = source is not None and conversion_path(source.kind, via, profile.backend, q)
-    if method == "entropy":
-        why = f"target '{profile.name}' calibrates with minmax, percentile or mse, not entropy"
-        return [(key, why, "set quantization.method: percentile")]
+    native = source is not None and conversion_path(source.kind, via, family.tensorflow_native, q)
     if method in ("percentile", "mse") and q.activations == "int16":
         why = f"{method} ranges are set for int8 activations; 16x8 takes min/max"
         return [(key, why, "set quantization.method: minmax")]
@@ -222,7 +214,8 @@ def native_quantization(s: dict[str, Any], profile: TargetProfile | None) -> lis
     if profile is None or source is None or q is None:
         return []
     via = convert.via if convert is not None else None
-    if conversion_path(source.kind, via, profile.backend, q) != "tensorflow_native":
+    native = profile.family.tensorflow_native
+    if conversion_path(source.kind, via, native, q) != "tensorflow_native":
         return []
     return [
         (
@@ -241,12 +234,13 @@ def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> l
     if "quantization" not in s or s["quantization"].fallback == "none":
         return []
     found = []
-    if profile is not None and profile.backend not in FALLBACK:
+    if profile is not None and not profile.family.fallback:
         found.append(
             (
                 "quantization.fallback",
                 f"target '{profile.name}' cannot keep layers float in an int8 build",
-                f"remove quantization.fallback, or choose one of {', '.join(FALLBACK)}",
+                "remove quantization.fallback, or choose one of "
+                + ", ".join(offering(lambda b: b.fallback)),
             )
         )
     measurable = "evaluation" in s and "verify" in s
@@ -398,7 +392,7 @@ def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> li
     """What runs for this source: convert.via only for tensorflow sources, and native only to
     the TFLite family; ast/fx rules only for PyTorch code; onnx rules, export and state only
     where an ONNX graph is made."""
-    from edgeflow.core.sources import NATIVE_BACKENDS, conversion_path
+    from edgeflow.core.sources import conversion_path
 
     source = s.get("source")
     if source is None:
@@ -414,19 +408,20 @@ def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> li
                 "remove convert.via",
             )
         )
-    native_elsewhere = profile is not None and profile.backend not in NATIVE_BACKENDS
+    native_elsewhere = profile is not None and not profile.family.tensorflow_native
     if kind == "tensorflow" and via == "native" and native_elsewhere:
         assert profile is not None
+        natives = offering(lambda b: b.tensorflow_native)
         found.append(
             (
                 "convert.via",
-                f"TensorFlow's TFLite converter builds for {', '.join(NATIVE_BACKENDS)}; "
+                f"TensorFlow's TFLite converter builds for {', '.join(natives)}; "
                 f"target '{profile.name}' is {profile.backend}",
                 "set convert.via: onnx (tf2onnx, then the ONNX pipeline), or leave it unset",
             )
         )
     native = profile is not None and conversion_path(
-        kind, via, profile.backend, s.get("quantization")
+        kind, via, profile.family.tensorflow_native, s.get("quantization")
     ).endswith("native")
     for i, spec in enumerate(s.get("rewrites") or ()):
         level, name = spec.rule.level, spec.rule.name
@@ -528,3 +523,8 @@ SECTIONS = (
     "export",
     "rewrites",
 )
+
+
+def _either(words: tuple[str, ...] | list[str]) -> str:
+    """'a, b or c'."""
+    return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else "".join(words)

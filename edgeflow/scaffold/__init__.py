@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError, RecipeError
-from edgeflow.core.sources import KERAS_SUFFIXES, NATIVE_BACKENDS, SAVED_MODEL_FILES
+from edgeflow.core.sources import KERAS_SUFFIXES, SAVED_MODEL_FILES
 from edgeflow.scaffold.model import KINDS, Asked, Given, Model, parse_input
 from edgeflow.scaffold.render import Plan, batch_axes, data_text, recipe_text, state_links
 
@@ -96,7 +96,7 @@ def init(options: InitOptions) -> Written:
     arrays = _data_arrays(options.data)
     asked = Asked(given, arrays)
     model = _read(options, kind, path, asked, values)
-    native = profile.backend in NATIVE_BACKENDS
+    native = profile.family.tensorflow_native
     plan = _plan(model, options, recipe, data, given, arrays, native)
     if options.data is not None:
         _check_data(options.data, plan)

@@ -16,6 +16,9 @@ from edgeflow.recipe import LoadedRecipe
 from edgeflow.targets.profile import TargetProfile
 
 WARNINGS_FILE = ".warnings.json"
+# In a stage's `tools`: the converter and runtime versions the target's backend declares
+# (Backend.tools), for a stage that reads the target
+BACKEND_TOOLS = "backend"
 
 
 @dataclass(frozen=True)
@@ -30,12 +33,23 @@ class Stage:
     produces: Mapping[str, str] = field(default_factory=dict)  # slot -> file or folder name
     # Dotted recipe keys; "target" is the resolved profile, "recipe_file" the recipe's file stem.
     reads: tuple[str, ...] = ()
-    tools: tuple[str, ...] = ()  # distributions whose versions enter the key
+    tools: tuple[str, ...] = ()  # distributions whose versions enter the key (BACKEND_TOOLS)
     # the levels of the recipe's `rewrites` a stage that reads them sees (and is keyed on):
     # adding an onnx rule leaves the export cached
     rule_levels: tuple[str, ...] = ("ast", "fx", "onnx")
     isolated: bool = False  # run in a worker process, so a native crash is a stage failure
     version: int = 1  # bump when outputs change meaning without a code change
+
+    def tools_for(self, profile: TargetProfile) -> tuple[str, ...]:
+        """The distributions whose versions enter the key, BACKEND_TOOLS replaced by those
+        of the target's backend."""
+        if BACKEND_TOOLS not in self.tools:
+            return self.tools
+        if "target" not in self.reads:
+            raise AssertionError(f"stage '{self.name}' keys on backend tools without the target")
+        backend = profile.family.tools
+        tools = (t for name in self.tools for t in (backend if name == BACKEND_TOOLS else (name,)))
+        return tuple(dict.fromkeys(tools))
 
 
 @dataclass

@@ -63,8 +63,13 @@ def run(ctx: StageContext) -> None:
     from edgeflow.verify.stream import load_steps
 
     recipe, profile = ctx.recipe, ctx.profile
-    if profile.backend == "tensorrt":
-        raise EdgeflowError("bisection converts and runs prefixes: TensorRT cannot run here")
+    if not profile.family.bisect:
+        from edgeflow.targets.registry import offering
+
+        raise EdgeflowError(
+            f"bisection converts and runs prefixes: {profile.backend} cannot run them here",
+            f"bisect a build for {' or '.join(offering(lambda b: b.bisect))}",
+        )
     model = onnx.shape_inference.infer_shapes(onnx.load(str(ctx.inputs["float_onnx"])))
     candidates = cut_points(model)
     if not candidates:

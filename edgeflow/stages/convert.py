@@ -8,20 +8,12 @@ from typing import Any
 
 from edgeflow.core.sources import kept_layout
 from edgeflow.core.specs import FALLBACK_READS, fed_inputs
-from edgeflow.stages.base import Stage, StageContext
+from edgeflow.stages.base import BACKEND_TOOLS, Stage, StageContext
 
-# The converters and runtimes of every backend (Arm NN by its Debian packages' versions), and
-# whether this CPU's int8 kernels saturate (the same int8 model computes other figures).
-RUNTIMES = (
-    "onnxruntime",
-    "ai-edge-litert",
-    "tflite-micro",
-    "tensorflow",
-    "onnx2tf",
-    "flatbuffers",  # rewrites the .ort kernel type table (targets/_ort_format.py)
-    "debian:*armnn*",
-    "host:int8",  # onnxruntime's x86 int8 kernels saturate without VNNI (core/host.py)
-)
+# The target's converter and runtime (Backend.tools), onnxruntime (the source model's
+# reference outputs, and the QDQ models of the quantize stage), and whether this CPU's int8
+# kernels saturate (the same int8 model computes other figures: core/host.py).
+RUNTIMES = ("onnxruntime", "host:int8", BACKEND_TOOLS)
 
 
 def run(ctx: StageContext) -> None:
@@ -36,7 +28,8 @@ def run(ctx: StageContext) -> None:
     artifact_dir = ctx.output("artifact")
     artifact_dir.mkdir()
     calibration, budget = None, None
-    if module.QUANTIZES_ITSELF and recipe.quantization.mode == "int8":
+    itself = ctx.profile.family.quantizes_itself
+    if itself and recipe.quantization.mode == "int8":
         calibration = load_steps(
             recipe.calibration, recipe.source, "calibration", ctx.inputs["onnx"]
         )
@@ -52,7 +45,7 @@ def run(ctx: StageContext) -> None:
                 ctx.warn(note)
     findings: list[dict[str, Any]] = []  # the converted model's operators (judge)
     quantization = ctx.profile.quantization_for(recipe.quantization)
-    found = islands.recorded(ctx.inputs.get("rewrite_target")) if module.QUANTIZES_ITSELF else []
+    found = islands.recorded(ctx.inputs.get("rewrite_target")) if itself else []
     job = ConvertJob(
         onnx=ctx.inputs["onnx"],
         out_dir=artifact_dir,

@@ -114,19 +114,21 @@ def _capture(
     (onnxruntime) or operator by operator (.tflite, `_through_float32`). A runtime that
     computes a tensor wrong is thus still paired at that tensor, and so is an int8 tensor
     whatever its error."""
-    from edgeflow.targets.taps import TFLITE_FAMILY, capture_onnx, capture_tflite
+    from edgeflow.targets.registry import get, offering
+    from edgeflow.targets.taps import capture_onnx, capture_tflite
 
-    if family == "onnxruntime_micro":
+    backend = get(family)
+    if backend.intermediates and backend.tflite is None:  # an onnxruntime model
         captured = capture_onnx(ctx.inputs["onnx"], batches)
         oracle = capture_onnx(ctx.inputs["float_onnx"], batches)
         by_oracle = _oracle_pairing(source, oracle)
         pairing = {t.name: by_oracle[t.name] for t in captured.tensors if t.name in by_oracle}
         how = "by value with the float32 model the converter read, then by tensor name"
         return captured, pairing, dict.fromkeys(pairing, "name"), how
-    if family not in TFLITE_FAMILY:
+    if not backend.intermediates:
         raise EdgeflowError(
             f"the per-layer diff cannot read the tensors of a {family} artifact here",
-            "diff a build for onnxruntime_micro, tflite, tflite_micro or armnn",
+            f"diff a build for {' or '.join(offering(lambda b: b.intermediates))}",
         )
     artifact = ctx.inputs["artifact"] / info["artifact"]
     captured = capture_tflite(family, artifact, info["io"], batches, work)
@@ -219,6 +221,7 @@ def _float32_oracle(ctx: StageContext, family: str, batches: list[Any], work: Pa
     from edgeflow.core.specs import Quantization
     from edgeflow.targets import _onnx2tf, _tflite_layout
     from edgeflow.targets.base import ConvertJob
+    from edgeflow.targets.registry import reference_tflite
     from edgeflow.targets.taps import capture_tflite
 
     kept = kept_layout(ctx.recipe.source)
@@ -235,7 +238,7 @@ def _float32_oracle(ctx: StageContext, family: str, batches: list[Any], work: Pa
     with _onnx2tf.outputs(job, family) as (out, _):
         shutil.copyfile(out / "model_float32.tflite", float32)
     io = _tflite_layout.io_layout(ctx.inputs["float_onnx"], float32, float32, family, kept)
-    return capture_tflite("tflite", float32, io, batches, work)
+    return capture_tflite(reference_tflite(), float32, io, batches, work)
 
 
 def _threshold(recipe: Any) -> float:

@@ -80,13 +80,13 @@ def run(ctx: StageContext) -> None:
 def _why_onnx(ctx: StageContext) -> str:
     """For a TensorFlow source on the ONNX path because its int8 settings need it (convert.via
     unset): which settings, and what TensorFlow's own converter would build instead."""
-    from edgeflow.core.sources import NATIVE_BACKENDS, onnx_only_settings
+    from edgeflow.core.sources import onnx_only_settings
 
     recipe = ctx.recipe
     if recipe.source.kind != "tensorflow" or recipe.convert.via is not None:
         return ""
     needs = onnx_only_settings(recipe.quantization)
-    if not needs or ctx.profile.backend not in NATIVE_BACKENDS:
+    if not needs or not ctx.profile.family.tensorflow_native:
         return ""
     return (
         f"\nthis TensorFlow model takes the ONNX path (tf2onnx) because {' and '.join(needs)} "

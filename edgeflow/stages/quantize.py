@@ -6,12 +6,15 @@ from __future__ import annotations
 import shutil
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import FALLBACK_READS
 from edgeflow.stages.base import Stage, StageContext
+
+if TYPE_CHECKING:
+    from edgeflow.targets.registry import Backend
 
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 # Where onnxruntime's dynamic quantization reads an int8 weight (or table): the input position
@@ -24,9 +27,7 @@ def run(ctx: StageContext) -> None:
     q = ctx.recipe.quantization
     src, dst = ctx.inputs["onnx"], ctx.output("onnx")
     info: dict[str, Any] = {"mode": q.mode}
-    from edgeflow.targets import backend
-
-    if q.mode == "none" or backend(ctx.profile).QUANTIZES_ITSELF:
+    if q.mode == "none" or ctx.profile.family.quantizes_itself:
         shutil.copyfile(src, dst)  # the float model; such a backend quantizes while converting
         info["delegated_to_converter"] = q.mode != "none"
     elif q.mode == "fp16":
@@ -106,7 +107,7 @@ def _int8(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
             return next((feeds for feeds, _ in self.batches), None)
 
     prepared, opset, shapes = _prepared(ctx, src, _ort_quant.QDQ_OPSET, _ort_quant.QDQ_WHY)
-    reduce_range, why = _reduce_range(q.reduce_range, ctx.profile.backend)
+    reduce_range, why = _reduce_range(q.reduce_range, ctx.profile.family)
     extra: dict[str, Any] = {"ActivationSymmetric": q.symmetric, "WeightSymmetric": True}
     method = q.method
     if method == "entropy":  # its ranges as overrides; min/max for nothing else
@@ -187,7 +188,7 @@ def _int8_weights(ctx: StageContext, src: Path, dst: Path) -> dict[str, Any]:
     q = ctx.recipe.quantization
     why = f"int8_weights needs opset {_ort_quant.DYNAMIC_OPSET} (DynamicQuantizeLinear)"
     prepared, opset, shapes = _prepared(ctx, src, _ort_quant.DYNAMIC_OPSET, why)
-    reduce_range, why_range = _reduce_range(q.reduce_range, ctx.profile.backend)
+    reduce_range, why_range = _reduce_range(q.reduce_range, ctx.profile.family)
     graph = onnx.load(str(prepared))
     if _name_nodes(graph):  # onnxruntime's quantizer keeps nodes float by name
         onnx.save(graph, str(prepared))
@@ -287,14 +288,15 @@ def weight_bytes(before: Path, after: Path) -> tuple[dict[str, int], int]:
     return weights, len(int8 & stored)
 
 
-def _reduce_range(setting: bool | str, backend: str) -> tuple[bool, str | None]:
+def _reduce_range(setting: bool | str, family: Backend) -> tuple[bool, str | None]:
     """The reduce_range to quantize with, and for `auto` why: 7-bit weights where the
-    artifact's int8 kernels run on this CPU and saturate with 8-bit ones (onnxruntime_micro
-    on x86 without VNNI), 8-bit everywhere else (TensorRT's kernels do not saturate)."""
+    artifact's int8 kernels run on this CPU and saturate with 8-bit ones (Backend.
+    saturating_int8: onnxruntime's on x86 without VNNI), 8-bit everywhere else (TensorRT's
+    kernels do not saturate)."""
     if setting != "auto":
         return bool(setting), None
-    if backend != "onnxruntime_micro":
-        return False, f"{backend}'s int8 kernels do not saturate: 8-bit weights"
+    if not family.saturating_int8:
+        return False, f"{family.name}'s int8 kernels do not saturate: 8-bit weights"
     from edgeflow.core import host
 
     saturates = host.int8_saturation()

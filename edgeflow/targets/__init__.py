@@ -1,4 +1,5 @@
-"""Targets: profiles as data (targets/*.yaml) and one backend module per target family."""
+"""Targets: profiles as data (targets/*.yaml) and one package per target family, each
+registering its Backend (edgeflow/targets/registry.py)."""
 
 from __future__ import annotations
 
@@ -102,24 +103,6 @@ def _extended(
 
 def backend(profile: TargetProfile) -> ModuleType:
     """The module that converts and runs artifacts for this profile (imported on demand)."""
-    if profile.backend == "onnxruntime_micro":
-        from edgeflow.targets import onnxruntime_micro
+    from edgeflow.targets import registry
 
-        return onnxruntime_micro
-    if profile.backend == "tflite":
-        from edgeflow.targets import tflite
-
-        return tflite
-    if profile.backend == "tflite_micro":
-        from edgeflow.targets import tflite_micro
-
-        return tflite_micro
-    if profile.backend == "armnn":
-        from edgeflow.targets import armnn
-
-        return armnn
-    if profile.backend == "tensorrt":
-        from edgeflow.targets import tensorrt
-
-        return tensorrt
-    raise AssertionError(f"no backend module for '{profile.backend}'")
+    return registry.get(profile.backend).load()

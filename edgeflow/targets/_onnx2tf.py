@@ -58,11 +58,9 @@ from edgeflow.targets._onnx2tf_recurrent import (
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_layout import io_layout
 from edgeflow.targets.base import ConvertJob
+from edgeflow.targets.registry import tflite_runtime
 
 ARTIFACT = "model.tflite"
-# The targets whose runtime has no 0-D tensor: a 0-D output is written as [1]
-# (_onnx2tf_copy._rank1_outputs)
-RANK1_OUTPUTS = ("armnn",)
 # onnx2tf's output file suffix for each quantization mode (full integer: int8 in and out).
 SUFFIX = {
     "none": "float32",
@@ -228,7 +226,9 @@ def outputs(job: ConvertJob, target: str, quantize: Any = None) -> Iterator[tupl
         work = Path(tmp)
         source = work / "model.onnx"
         # a copy: onnx2tf rewrites the file it reads
-        prepare(job.onnx, source, rank1_outputs=target in RANK1_OUTPUTS)
+        # a runtime without 0-D tensors gets a 0-D output as [1] (_onnx2tf_copy._rank1_outputs)
+        rank1 = not tflite_runtime(target).rank0_outputs
+        prepare(job.onnx, source, rank1_outputs=rank1)
         _write_sample_file(work / SAMPLE_FILE)
         options: dict[str, Any] = {}
         if job.kept_layout:  # a channel-last source: its inputs as declared, not transposed

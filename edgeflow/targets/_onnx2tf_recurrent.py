@@ -10,9 +10,10 @@ both converters; a node becomes
   layer carrying the ONNX weights, which TensorFlow's TFLite converter fuses (the layer is
   tagged `lstm_<id>` for that purpose; Keras 3's is not, and becomes a WHILE loop) into
   UNIDIRECTIONAL_SEQUENCE_LSTM (its cell_clip of 10 removed: `unclip_sequence_lstm`).
-  LiteRT and TFLite Micro run it (SEQUENCE_LSTM: the modes in which each does it right);
+  LiteRT and TFLite Micro run it (TfliteRuntime.sequence_lstm: the modes in which each does
+  it right);
   only Y and Y_h: an LSTM whose Y_c is read, or with peepholes, takes a route below;
-- else (LOOPED: every TFLite-family target) the node as a loop over its steps, one WHILE per
+- else (every TFLite-family target) the node as a loop over its steps, one WHILE per
   direction whose body is one step (edgeflow.frameworks.tf_recurrent.looped): every GRU
   (TFLite has no GRU operator, and TFLite Micro hangs on the WHILE loop TensorFlow writes
   for a Keras GRU: its TensorList ops), LSTMs whose Y_c is read or with peepholes, LSTMs in
@@ -48,15 +49,8 @@ import numpy as np
 from edgeflow.frameworks.tf_recurrent import Recurrent, looped, unrolled
 from edgeflow.rules.onnx.recurrent import DEFAULT_ACTIVATIONS
 from edgeflow.targets._tflite_deps import require
+from edgeflow.targets.registry import tflite_runtime
 
-# Per target, the quantization modes in which its runtime runs UNIDIRECTIONAL_SEQUENCE_LSTM
-# right (see the module docstring); elsewhere LSTMs are looped or unrolled.
-SEQUENCE_LSTM = {"tflite": ("none", "fp16"), "tflite_micro": ("none", "fp16", "int8")}
-# The targets whose nodes are converted as loops (for armnn then unrolled in the file:
-# _tflite_unroll.NO_WHILE); elsewhere a node is unrolled in TensorFlow.
-LOOPED = ("tflite", "tflite_micro", "armnn")
-# The targets whose runtime rejects a FULLY_CONNECTED without a bias (Arm NN 22).
-BIASED = ("armnn",)
 SEQUENCE_OP, LOOP, UNROLLED = "sequence op", "loop", "unrolled"  # the routes a node takes
 
 
@@ -75,15 +69,21 @@ def sequence_layers(target: str, mode: str, sixteen: bool = False) -> Iterator[d
         op: importlib.import_module(f"onnx2tf.ops.{op}") for op in ("LSTM", "GRU")
     }
     saved = {op: m.make_node for op, m in modules.items()}
-    layer = mode in SEQUENCE_LSTM.get(target, ())
+    # TfliteRuntime.sequence_lstm: the modes in which the target's runtime runs
+    # UNIDIRECTIONAL_SEQUENCE_LSTM right (see the module docstring); elsewhere a node is a
+    # loop (unrolled in the file where the runtime runs no WHILE: _tflite_unroll), or
+    # unrolled in TensorFlow for 16x8. A runtime that rejects a FULLY_CONNECTED without a
+    # bias (Arm NN 22) gets one.
+    runtime = tflite_runtime(target)
+    layer = mode in runtime.sequence_lstm
     routes: dict[str, str] = {}
     for module in modules.values():
         module.make_node = functools.partial(
             _make_node,
             layer=layer,
-            loop=target in LOOPED and not sixteen,
+            loop=not sixteen,
             int8=mode == "int8",
-            biased=target in BIASED,
+            biased=not runtime.fully_connected_without_bias,
             routes=routes,
         )
     try:

@@ -17,15 +17,13 @@ import numpy as np
 
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_unroll import code_index
-
-# The targets whose runtime rejects a FULLY_CONNECTED with keep_num_dims.
-FLAT_FC = ("armnn",)
+from edgeflow.targets.registry import tflite_runtime
 
 
 def for_target(artifact: Path, target: str) -> int:
     """Flatten the file's kept-dims FULLY_CONNECTEDs in place where `target` needs it; how
     many."""
-    if target not in FLAT_FC:
+    if tflite_runtime(target).kept_dims_fully_connected:
         return 0
     model, count = flatten(artifact.read_bytes(), target)
     if count:

@@ -69,7 +69,9 @@ def io_layout(
     for k, (name, dims) in enumerate(onnx_out):
         pos = order[k]
         shape = tuple(int(d) for d in out_details[pos]["shape"])
-        if not dims and shape == (1,):  # a 0-D output written as [1] (RANK1_OUTPUTS)
+        if not dims and shape == (
+            1,
+        ):  # a 0-D output written as [1] (TfliteRuntime.rank0_outputs false)
             outputs.append({"name": name, "index": pos, "perm": [0], "candidates": [[0]]})
             continue
         if len(shape) != len(dims):

@@ -16,7 +16,6 @@ from __future__ import annotations
 from edgeflow.targets._tflite_graph import TfliteGraph, tflite_graph
 
 WIDE_SOFTMAX = 256  # values on the axis from which the sum can need 9 integer bits
-TRAPPED = ("tflite_micro",)  # the targets whose int8 SOFTMAX is the reference kernel
 WHY = "an int8 SOFTMAX over 256 or more values, which TFLite Micro aborts on"
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from edgeflow.core import resources
 from edgeflow.targets import _tflite_div, _tflite_softmax
 from edgeflow.targets._tflite_graph import TfliteGraph, tflite_graph
+from edgeflow.targets.registry import tflite_runtime
 
 # operator: the inputs whose stored values its int8 kernel copies into the output
 COPIES = {"ONE_HOT": (2, 3)}
@@ -52,7 +53,9 @@ def kept_float(float_model: bytes, target: str) -> list[Kept]:
     graph = tflite_graph(float_model, "tflite")
     divisions = _tflite_div.divisions_kept(graph)
     softmaxes = (
-        _tflite_softmax.wide_in(graph, "FLOAT32") if target in _tflite_softmax.TRAPPED else []
+        _tflite_softmax.wide_in(graph, "FLOAT32")
+        if tflite_runtime(target).reference_int8_softmax
+        else []
     )
     copies = _copies(graph, "FLOAT32")
     kernels = runtime_float_kernels(target)
@@ -96,7 +99,7 @@ def trapped(model: bytes, target: str) -> str:
     graph = tflite_graph(model, "tflite")
     if _tflite_div.trapped_in(graph) > 0:
         return _tflite_div.WHY
-    if target in _tflite_softmax.TRAPPED and _tflite_softmax.wide_in(graph, "INT8"):
+    if tflite_runtime(target).reference_int8_softmax and _tflite_softmax.wide_in(graph, "INT8"):
         return _tflite_softmax.WHY
     if _copies(graph, "INT8"):
         return COPIES_WHY

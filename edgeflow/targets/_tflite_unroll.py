@@ -39,9 +39,8 @@ import numpy as np
 from edgeflow.core.recurrent import MAX_CONCAT_INPUTS
 from edgeflow.targets import emitted
 from edgeflow.targets._tflite_deps import require
+from edgeflow.targets.registry import tflite_runtime
 
-# The targets whose runtime runs no WHILE: their .tflite files' loops are unrolled.
-NO_WHILE = ("armnn",)
 MAX_STEPS = 100_000  # a loop that runs longer is left a loop
 
 # numpy dtypes of the TFLite tensor types written or folded here
@@ -65,7 +64,7 @@ def for_target(artifact: Path, target: str) -> int:
     """Unroll the loops of the .tflite file in place where `target` runs no WHILE; the number
     of loops the file had (0 for a file without)."""
     loops = emitted.counts(artifact, target).get("WHILE", 0)
-    if loops and target in NO_WHILE:
+    if loops and not tflite_runtime(target).while_loops:
         unrolled, _ = unroll(artifact.read_bytes(), target, biased=True)
         artifact.write_bytes(unrolled)
     return loops
@@ -74,7 +73,7 @@ def for_target(artifact: Path, target: str) -> int:
 def int8_note(loops: int, target: str) -> str:
     """The int8 scheme's words for a file's loops (their operators stay float32:
     _tflite_quant.loop_nodes)."""
-    unrolled = " (unrolled in the file)" if target in NO_WHILE else ""
+    unrolled = "" if tflite_runtime(target).while_loops else " (unrolled in the file)"
     return f"; the operators inside its {loops} loops float{unrolled}"
 
 

@@ -1,8 +1,7 @@
-"""What a target backend module provides; one module per backend in edgeflow/targets/.
+"""What a target backend module provides: edgeflow/targets/<family>/backend.py, named by the
+family's registered Backend (targets/registry.py, which also declares what it can do).
 
 A backend module defines:
-- `QUANTIZES_ITSELF: bool`: True when its converter quantizes (e.g. onnx2tf with calibration
-  data); the quantize stage then hands it the float model and the convert stage the samples.
 - `convert(job: ConvertJob) -> dict`: write the artifact into `job.out_dir`; return at least
   {"artifact": main file name, "files": [every file written]}.
 - `open_runner(artifact_dir: Path, info: dict) -> Runner`: the artifact in its real runtime

@@ -64,11 +64,12 @@ def with_shapes(model: Any) -> Any:
 
 
 def estimate(
-    model: Any, quantization: str = "none", backend: str = "", inferred: bool = False
+    model: Any, quantization: str = "none", arena: bool = False, inferred: bool = False
 ) -> MemoryEstimate:
     """Weights and peak activation memory of `model` (an onnx.ModelProto) at `quantization`:
     none, fp16, int8, int8_weights (int8 weights, float activations) or int16_act (int8
-    weights, int16 activations). `inferred`: the
+    weights, int16 activations). `arena`: the runtime plans one arena with its own persistent
+    allocations (TFLite Micro: TfliteRuntime.arena), which are added. `inferred`: the
     model is what `infer_shapes` made of it already (the precheck infers shapes once)."""
     model = model if inferred else with_shapes(model)
     graph = model.graph
@@ -84,7 +85,7 @@ def estimate(
     # a control-flow node's bodies run inside it: the largest body's activations on top
     bodies, body_unknown = _bodies(graph, quantization)
     peak_node = _peak(graph, sizes, first, last)
-    overhead = _tflm_overhead(graph, quantization, aliases) if backend == "tflite_micro" else 0
+    overhead = _tflm_overhead(graph, quantization, aliases) if arena else 0
     # every buffer whose size shape inference could not give (absent, or a dynamic dim)
     unknown = sorted({t for t in first if t not in sizes} | set(body_unknown))
     return MemoryEstimate(weights, plan + bodies, overhead, peak_node, unknown)

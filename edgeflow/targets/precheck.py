@@ -20,10 +20,6 @@ from edgeflow.rules.fixes import FINDINGS, Fix
 from edgeflow.targets.profile import TargetProfile
 
 CONTROL_FLOW = ("If", "Loop", "Scan")
-# Backends whose operator lists are measured by converting and running probe graphs
-# (`python -m edgeflow.targets.derive tflite_family`): an operator no probe has is unmeasured,
-# not known to fail. onnxruntime's and TensorRT's lists are their kernel registries.
-PROBED = ("tflite", "tflite_micro", "armnn")
 # What a finding suggests when no rule removes it: a recipe setting.
 SETTINGS = {"float16": "quantization.mode: none"}
 FLOAT, DOUBLE, FLOAT16 = 1, 11, 10  # onnx.TensorProto data types
@@ -356,7 +352,8 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
             # model, edgeflow hands onnx2tf initializers (targets/_onnx2tf.py), TensorRT folds it.
             continue
         spec = profile.operators.get(op)
-        if spec is None and profile.backend in PROBED and op not in probed_ops():
+        probed = profile.family.operators_from == "probes"
+        if spec is None and probed and op not in probed_ops():
             why = (
                 f"not measured for {profile.name}: no probe graph has it, so its list cannot "
                 "say (precheck.continue_on_failure: true lets the converter try)"
@@ -463,7 +460,8 @@ def check_memory(
     """The memory estimate (see edgeflow.targets.memory) against the board's budgets."""
     from edgeflow.targets.memory import estimate
 
-    est = estimate(model, quantization, profile.backend, inferred)
+    tflite = profile.family.tflite
+    est = estimate(model, quantization, tflite is not None and tflite.arena, inferred)
     chosen = profile.board(board)
     name, limits = chosen if chosen else (None, None)
     summary: dict[str, Any] = {

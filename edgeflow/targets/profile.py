@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -17,6 +17,9 @@ from pydantic import (
 
 from edgeflow.core.islands import Island, IslandKind
 from edgeflow.core.specs import QuantizationMode
+
+if TYPE_CHECKING:
+    from edgeflow.targets.registry import Backend
 
 
 class OpsetRange(BaseModel):
@@ -129,7 +132,7 @@ class TargetProfile(BaseModel):
     # names the build folder (build/<recipe>/<name>-<mode>): a plain file name
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
     description: str = ""
-    backend: Literal["onnxruntime_micro", "tflite", "tflite_micro", "armnn", "tensorrt"]
+    backend: str  # a registered family (edgeflow.targets.registry)
     source: str = Field("", description="where the support data comes from, with versions")
     artifact: str = Field("", description="what the build produces")
     opset: OpsetRange = OpsetRange()
@@ -165,6 +168,34 @@ class TargetProfile(BaseModel):
     # edgeflow.targets.checkers.CHECKERS): what the runtime does with such a node in int8
     # and what the build does about it}, e.g. a DIV by a computed divisor
     int8_warnings: dict[str, dict[str, str]] = {}
+
+    @field_validator("backend")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from edgeflow.core.suggest import did_you_mean
+        from edgeflow.targets.registry import backends
+
+        if name not in backends():
+            hint = did_you_mean(name, backends()) or f"have: {', '.join(backends())}"
+            raise ValueError(f"unknown backend '{name}'; {hint}")
+        return name
+
+    @model_validator(mode="after")
+    def _modes_the_family_builds(self) -> TargetProfile:
+        refused = self.family.refused_modes
+        for mode in self.quantization:
+            if mode in refused:
+                raise ValueError(
+                    f"quantization: the {self.backend} backend cannot build {mode}: {refused[mode]}"
+                )
+        return self
+
+    @property
+    def family(self) -> Backend:
+        """What this profile's backend can do (its registered Backend)."""
+        from edgeflow.targets.registry import get
+
+        return get(self.backend)
 
     @field_validator("rewrites")
     @classmethod

@@ -24,7 +24,6 @@ from edgeflow.targets._tflite_graph import TfliteGraph, TfliteOp, tflite_graph
 from edgeflow.targets._tflite_io import Quant
 from edgeflow.verify.layers import ArtifactTensor
 
-TFLITE_FAMILY = ("tflite", "tflite_micro", "armnn")
 # Operators that only change a tensor's type: skipped when two .tflite graphs are aligned.
 TYPE_ONLY = ("QUANTIZE", "DEQUANTIZE")
 
@@ -101,21 +100,13 @@ def capture_tflite(
 
 
 def open_tflite(target: str, path: Path, layout: dict[str, Any]) -> Any:
-    """The target's own runner for a .tflite file."""
-    if target == "tflite":
-        from edgeflow.targets.tflite import LiteRtRunner
+    """The target's own runner for a .tflite file (its backend module's `tflite_runner`)."""
+    from edgeflow.targets.registry import get
 
-        return LiteRtRunner(path, layout)
-    if target == "tflite_micro":
-        from edgeflow.targets.tflite_micro import MicroRunner, measure_arena
-
-        model = path.read_bytes()
-        return MicroRunner(model, layout, measure_arena(model)[0])
-    if target == "armnn":
-        from edgeflow.targets.armnn import ArmnnRunner
-
-        return ArmnnRunner(path, layout)
-    raise ValueError(f"no TFLite-family runtime '{target}'")
+    family = get(target)
+    if family.tflite is None:
+        raise ValueError(f"no TFLite-family runtime '{target}'")
+    return family.load().tflite_runner(path, layout)
 
 
 def align(float_ops: Sequence[TfliteOp], quant_ops: Sequence[TfliteOp]) -> dict[int, int] | None:

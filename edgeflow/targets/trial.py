@@ -30,7 +30,6 @@ import numpy as np
 
 from edgeflow.core.progress import task
 
-TARGETS = ("tflite", "tflite_micro", "armnn")
 MODES = ("none", "int8")
 # The largest output error, relative to the output's magnitude, that still counts as right.
 TOLERANCE = {"none": 1e-3, "int8": 0.1}
@@ -65,11 +64,12 @@ Plan = tuple[str, str, bool]  # one onnx2tf call: as for target, in mode, per ch
 
 def run_trials(
     trials: Sequence[Trial],
-    targets: Sequence[str] = TARGETS,
+    targets: Sequence[str] | None = None,
     modes: Sequence[str] = MODES,
     progress: Callable[[str, Verdicts], None] | None = None,
 ) -> dict[str, Verdicts]:
     """{trial name: {"target/mode": verdict}} for every trial; int8 only for float32 graphs.
+    `targets`: the .tflite runtimes to try (default: every one probes measure).
 
     The worker announces each step ("convert", then each "target/mode") before it takes it;
     when the worker dies, the step it announced last is the one that killed it: that step
@@ -82,6 +82,10 @@ def run_trials(
             if progress is not None:
                 progress(name, verdicts)
 
+        if targets is None:
+            from edgeflow.targets.registry import measured_tflite
+
+            targets = measured_tflite()
         return _run_trials(trials, targets, modes, record)
 
 
@@ -177,8 +181,11 @@ def try_graph(
     import onnx
 
     from edgeflow.core.errors import EdgeflowError
+    from edgeflow.targets import load_profile
     from edgeflow.targets._onnx2tf_recurrent import holds_sequence_ops
+    from edgeflow.targets.registry import reference_tflite
 
+    litert = reference_tflite()  # the route of a graph converted once for every runtime
     announce = announce or (lambda step: None)
     verdicts: Verdicts = dict(known or {})
     with tempfile.TemporaryDirectory(prefix="edgeflow-trial-") as tmp:
@@ -189,15 +196,17 @@ def try_graph(
         model = onnx.load_from_string(trial.model)
         weights = {t.name for t in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in weights]
-        # One onnx2tf call gives float32 and int8: per channel (tflite, tflite_micro) and per
-        # tensor (armnn). A failed int8 call is retried in float32 alone. LSTM and GRU convert
-        # by target and mode (edgeflow.targets._onnx2tf_recurrent), so a graph with one is
-        # converted for each target and mode on its own.
+        # One onnx2tf call gives float32 and int8: per channel, or per tensor for a runtime
+        # whose int8 fully-connected kernels take no per-channel weights (the profile's
+        # per_channel_dense: armnn). A failed int8 call is retried in float32 alone. LSTM and
+        # GRU convert by target and mode (edgeflow.targets._onnx2tf_recurrent), so a graph
+        # with one is converted for each target and mode on its own.
         announce("convert")
         recurrent = holds_sequence_ops(model)
         both = "int8" if "int8" in modes else "none"
+        channel = {t: load_profile(t).per_channel_dense for t in targets}
         plans = {
-            (t, m): (t, m, t != "armnn") if recurrent else ("tflite", both, t != "armnn")
+            (t, m): (t, m, channel[t]) if recurrent else (litert, both, channel[t])
             for t in targets
             for m in modes
         }
@@ -301,6 +310,7 @@ def _run(
     import json
 
     from edgeflow.targets import emitted
+    from edgeflow.targets.registry import reference_tflite
     from edgeflow.targets.taps import open_tflite
 
     artifact = folder / "model.tflite"
@@ -316,10 +326,11 @@ def _run(
         return Verdict(False, "run", first_lines(str(exc)), builtins)
     steps = [q.scale for q in runner.outputs]
     del runner
-    if mode == "int8" and target != "tflite":
+    litert = reference_tflite()
+    if mode == "int8" and target != litert:
         # The same .tflite in LiteRT, the reference TFLite runtime: another runtime's int8
         # kernels must agree with it to within INT8_STEPS output quantization steps.
-        drift = _int8_drift(got, open_tflite("tflite", artifact, layout).run(trial.feeds), steps)
+        drift = _int8_drift(got, open_tflite(litert, artifact, layout).run(trial.feeds), steps)
         if drift > INT8_STEPS:
             why = f"{drift:.1f} int8 steps from LiteRT's result on the same .tflite"
             return Verdict(False, "compare", why, builtins, _error(got, reference or got))
@@ -382,10 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     import onnx
 
     from edgeflow.targets.probes import NP
+    from edgeflow.targets.registry import measured_tflite
 
     parser = argparse.ArgumentParser(prog="python -m edgeflow.targets.trial")
     parser.add_argument("model", type=Path)
-    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--targets", default=",".join(measured_tflite()))
     args = parser.parse_args(argv)
     model = onnx.load(str(args.model))
     weights = {t.name for t in model.graph.initializer}

@@ -18,6 +18,7 @@ from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import find_recipe, load_recipe
 from edgeflow.stages import convert, quantize
+from edgeflow.targets.registry import backends
 
 
 @pytest.mark.parametrize(
@@ -65,7 +66,7 @@ def test_this_machines_flags_are_read() -> None:
 )
 def test_reduce_range_auto(monkeypatch, setting, backend, saturates, expected) -> None:
     monkeypatch.setattr(host, "int8_saturation", lambda: "x86_64 CPU" if saturates else None)
-    chosen, why = quantize._reduce_range(setting, backend)
+    chosen, why = quantize._reduce_range(setting, backends()[backend])
     assert chosen is expected
     assert (why is None) is (setting != "auto")
 
@@ -81,6 +82,7 @@ def test_the_host_fact_is_in_the_keys_of_quantize_and_convert(monkeypatch) -> No
     """An int8 model quantized (reduce_range auto) or verified on a CPU whose kernels saturate
     is not the result of one whose kernels do not: the fact is part of the key."""
     assert "host:int8" in quantize.STAGE.tools and "host:int8" in convert.RUNTIMES
+    assert "host:int8" in backends()["onnxruntime_micro"].tools
     before = keys.tool_versions(("onnxruntime", "host:int8"))
     monkeypatch.setattr(host, "fact", lambda name: "x86_64: saturating (a test)")
     after = keys.tool_versions(("onnxruntime", "host:int8"))

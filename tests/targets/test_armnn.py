@@ -10,7 +10,7 @@ import pytest
 
 from edgeflow.cli import main
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.targets.armnn import ArmnnRunner
+from edgeflow.targets.armnn.backend import ArmnnRunner
 from tests import needs
 from tests.conftest import DEMO_RECIPE, DEMO_WEIGHTS
 from tests.targets.conftest import needs_tflite

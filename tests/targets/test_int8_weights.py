@@ -341,7 +341,7 @@ def _operators(out: Path) -> list[str]:
 @pytest.mark.usefixtures("offline_env")
 def test_tflite_micro_has_no_hybrid_kernels(builds: dict[str, Any]) -> None:
     """What the recipe check says, measured: TFLM refuses the dynamic-range file."""
-    from edgeflow.targets.tflite_micro import measure_arena
+    from edgeflow.targets.tflite_micro.backend import measure_arena
 
     artifact = builds["tflite-int8_weights"]["out"] / "model.tflite"
     with pytest.raises(EdgeflowError, match="Hybrid models are not supported on TFLite Micro"):
@@ -355,7 +355,7 @@ def test_tflite_micro_has_no_hybrid_kernels(builds: dict[str, Any]) -> None:
 def test_armnn_refuses_the_dynamic_range_file(builds: dict[str, Any]) -> None:
     """What the recipe check says, measured: Arm NN 22's CpuRef takes no hybrid layer (the
     per-channel FULLY_CONNECTED aborts the worker; a convolution is "not supported")."""
-    from edgeflow.targets.armnn import ArmnnRunner
+    from edgeflow.targets.armnn.backend import ArmnnRunner
 
     build = builds["tflite-int8_weights"]
     with pytest.raises(EdgeflowError) as failed:

@@ -76,7 +76,7 @@ def test_estimate_by_hand() -> None:
     weight_only = estimate(model, "int8_weights")  # int8 conv weight; float bias, activations
     assert weight_only.weights_bytes == 36 + 4 * 4 + 2 * 8
     assert weight_only.activations_bytes == fp32.activations_bytes
-    micro = estimate(model, "int8", "tflite_micro")
+    micro = estimate(model, "int8", arena=True)
     assert micro.overhead_bytes > 0
     assert micro.arena_bytes == micro.activations_bytes + micro.overhead_bytes
 

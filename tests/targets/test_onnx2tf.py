@@ -13,8 +13,10 @@ import pytest
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.specs import Quantization, TensorSpec
 from edgeflow.data import Samples
-from edgeflow.targets import _onnx2tf, _onnx2tf_copy, load_profile, tflite, tflite_micro
+from edgeflow.targets import _onnx2tf, _onnx2tf_copy, load_profile
 from edgeflow.targets.base import ConvertJob
+from edgeflow.targets.tflite import backend as tflite
+from edgeflow.targets.tflite_micro import backend as tflite_micro
 from tests.targets.conftest import needs_tflite, tiny_conv_onnx
 
 pytestmark = [

@@ -12,7 +12,6 @@ from onnx import TensorProto as T
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets import load_profile
 from edgeflow.targets.derive import (
-    FAMILY,
     MARKER,
     family_builtins,
     family_operators,
@@ -22,6 +21,7 @@ from edgeflow.targets.derive import (
 )
 from edgeflow.targets.precheck import check, render_table, to_json
 from edgeflow.targets.profile import TargetProfile
+from edgeflow.targets.registry import measured_tflite
 from tests import needs
 from tests.targets.conftest import needs_tflite
 from tests.targets.opzoo import DW, W, X, _const, single
@@ -43,7 +43,7 @@ def test_onnxruntime_micro_operators_are_those_of_the_installed_onnxruntime() ->
 
 
 @needs_tflite
-@pytest.mark.parametrize("target", FAMILY)
+@pytest.mark.parametrize("target", measured_tflite())
 def test_measured_profiles_name_the_installed_tools(target: str) -> None:
     """The tflite-family lists are measurements of these versions (derive tflite_family)."""
     if target == "armnn":

@@ -11,8 +11,9 @@ import onnxruntime as ort
 import torch
 
 from edgeflow.core.specs import Quantization, TensorSpec
-from edgeflow.targets import load_profile, onnxruntime_micro
+from edgeflow.targets import load_profile
 from edgeflow.targets.base import ConvertJob
+from edgeflow.targets.onnxruntime_micro import backend as onnxruntime_micro
 
 
 def test_two_conversions_give_one_file_that_computes_the_same(tmp_path: Path) -> None:

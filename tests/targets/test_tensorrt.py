@@ -16,7 +16,7 @@ from edgeflow.cli import main
 from edgeflow.targets import load_profile
 from edgeflow.targets.derive import render_tensorrt, tensorrt_operators
 from edgeflow.targets.precheck import check
-from edgeflow.targets.tensorrt import gpu_unavailable
+from edgeflow.targets.tensorrt.backend import gpu_unavailable
 from tests.report import plots_in
 from tests.targets.opzoo import X, _const, single
 

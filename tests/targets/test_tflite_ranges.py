@@ -172,7 +172,10 @@ def test_the_recipe_refuses_a_method_its_path_cannot_take() -> None:
     assert "target 'tflite' calibrates with minmax, percentile or mse, not entropy" in entropy
     assert entropy.endswith("hint: set quantization.method: percentile")
     (mse,) = _problems({"target": "onnxruntime_micro", "quantization.method": "mse"})
-    assert "mse ranges are set for the TFLite family (tflite, tflite_micro, armnn)" in mse
+    assert (
+        "target 'onnxruntime_micro' calibrates with minmax, entropy or percentile, not mse "
+        "(mse ranges are set for armnn, tflite, tflite_micro)" in mse
+    )
     (sixteen,) = _problems(
         {"target": "tflite", "quantization.method": "mse", "quantization.activations": "int16"}
     )

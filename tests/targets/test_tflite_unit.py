@@ -19,12 +19,12 @@ from edgeflow.targets import (
     _tflite_layout,
     backend,
     load_profile,
-    tflite,
-    tflite_micro,
 )
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_io import Quant
 from edgeflow.targets.base import ConvertJob, channel_last
+from edgeflow.targets.tflite import backend as tflite
+from edgeflow.targets.tflite_micro import backend as tflite_micro
 from tests.conftest import DEMO_RECIPE, REPO
 from tests.targets.conftest import needs_tflite
 
@@ -43,7 +43,8 @@ def job(tmp_path: Path, target: str, **quantization: object) -> ConvertJob:
 def test_profiles_select_their_backends() -> None:
     assert backend(load_profile("tflite")) is tflite
     assert backend(load_profile("tflite_micro")) is tflite_micro
-    assert tflite.QUANTIZES_ITSELF and tflite_micro.QUANTIZES_ITSELF
+    assert load_profile("tflite").family.quantizes_itself
+    assert load_profile("tflite_micro").family.quantizes_itself
     assert "fp16" not in load_profile("tflite_micro").quantization
 
 
@@ -242,9 +243,11 @@ def test_what_decides_the_retry_is_in_the_convert_key() -> None:
     a retry is reused only for the same ONNX model, onnx2tf and TensorFlow versions and
     edgeflow code (the retry's own), all in the convert stage's key."""
     from edgeflow.stages.convert import STAGE
+    from edgeflow.targets import load_profile
 
     assert STAGE.consumes == ("onnx",)
-    assert {"onnx2tf", "tensorflow"} <= set(STAGE.tools)
+    for target in ("tflite", "tflite_micro", "armnn"):
+        assert {"onnx2tf", "tensorflow"} <= set(STAGE.tools_for(load_profile(target)))
     assert STAGE.reads[:2] == ("target", "quantization")
 
 

@@ -80,7 +80,7 @@ def test_graphs_run_in_one_worker_and_int8_only_for_float_inputs() -> None:
 def test_arena_search_survives_sizes_that_crash_tflite_micro(tmp_path: Path) -> None:
     """A MEAN model: TFLM segfaults at some arena sizes below the one it needs, and its
     recorded total is too small for the int8 model (MEAN's Prepare takes temporary memory)."""
-    from edgeflow.targets.tflite_micro import measure_arena
+    from edgeflow.targets.tflite_micro.backend import measure_arena
     from edgeflow.targets.trial import _convert
 
     case = single("GlobalAveragePool", "GlobalAveragePool", X)

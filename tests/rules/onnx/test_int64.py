@@ -181,8 +181,9 @@ def test_reduced_onnxruntime_build_needs_no_int64_kernels(
     build compiles (it folds Range/Sub away itself). After the rule, Slice needs only int32
     indices and Gather gains int32 (the data-dependent index keeps its int64 kernel)."""
     from edgeflow.core.specs import Quantization
-    from edgeflow.targets import load_profile, onnxruntime_micro
+    from edgeflow.targets import load_profile
     from edgeflow.targets.base import ConvertJob
+    from edgeflow.targets.onnxruntime_micro import backend as onnxruntime_micro
 
     profile = load_profile("onnxruntime_micro")
     configs = {}

@@ -24,7 +24,6 @@ from edgeflow.targets.base import ConvertJob, NotVerified
 
 ARTIFACT = "model.onnx"
 ENGINE = "model.engine"
-QUANTIZES_ITSELF = False  # int8 arrives as QDQ from the quantize stage
 WORKSPACE = 1 << 30
 
 

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.targets._ort_format import canonical
 from edgeflow.targets.base import ConvertJob
+from edgeflow.targets.onnxruntime_micro._ort_format import canonical
 from edgeflow.verify.runners import OnnxRunner
 
 ARTIFACT = "model.ort"
 OPS_CONFIG = "required_operators_and_types.config"
-QUANTIZES_ITSELF = False  # int8 arrives as onnxruntime QDQ from the quantize stage
 
 
 def convert(job: ConvertJob) -> dict[str, Any]:

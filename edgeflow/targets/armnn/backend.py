@@ -35,7 +35,6 @@ from edgeflow.targets._tflite_quant import own_int8
 from edgeflow.targets.base import ConvertJob
 
 TARGET = "armnn"
-QUANTIZES_ITSELF = True  # onnx2tf calibrates int8 itself, as for tflite
 WORKER = Path(__file__).with_name("_armnn_worker.py")
 BACKEND = "CpuRef"
 PACKAGES = "python3-pyarmnn libarmnn-cpuref-backend22 libarmnntfliteparser22"
@@ -68,12 +67,38 @@ def _modes(mode: str) -> None:
         )
 
 
+def runtime_version() -> str:
+    """The runtime as a measured profile's header names it (pyarmnn's, under its Python)."""
+    try:
+        run = subprocess.run(
+            [python(), "-c", "import pyarmnn; print(pyarmnn.ARMNN_VERSION)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "Arm NN not installed (CpuRef)"
+    return f"Arm NN {run.stdout.strip()} (CpuRef)"
+
+
+def kernel_symbols() -> tuple[Path, str, str]:
+    """Where the runtime registers its kernels: (library, symbol pattern, what they are)."""
+    library = Path("/usr/lib/x86_64-linux-gnu/libarmnnTfLiteParser.so.22")
+    return library, r"TfLiteParser::Parse([A-Za-z0-9]+)\(", "TfLite parser functions"
+
+
 def open_runner(artifact_dir: Path, info: dict[str, Any]) -> ArmnnRunner:
     return ArmnnRunner(artifact_dir / info["artifact"], info["io"])
 
 
 def python() -> str:
     return os.environ.get("EDGEFLOW_ARMNN_PYTHON", "/usr/bin/python3")
+
+
+def tflite_runner(path: Path, layout: dict[str, Any]) -> ArmnnRunner:
+    """Any .tflite file (a probe's, one with every tensor an output) in this runtime."""
+    return ArmnnRunner(path, layout)
 
 
 class ArmnnRunner(TfliteRunner):

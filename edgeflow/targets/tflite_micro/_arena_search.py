@@ -2,7 +2,7 @@
 
 TFLite Micro can crash (SIGSEGV) when the arena is too small, not only fail: seen with a
 MEAN model at arena sizes both far below and just above its persistent ("tail") allocations.
-edgeflow.targets.tflite_micro runs this file with the model path, a range and a guess (the
+edgeflow.targets.tflite_micro.backend runs this file with the model path, a range and a guess (the
 total TFLM's recording allocator reported, usually a few bytes above the smallest): low does
 not allocate; high does, or is 0 when no size is known to allocate. The guess is tried
 first; from there the search gallops (steps from 16 bytes, TFLM's buffer alignment, each

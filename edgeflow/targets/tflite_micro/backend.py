@@ -23,7 +23,6 @@ from edgeflow.targets._tflite_quant import own_int8
 from edgeflow.targets.base import ConvertJob
 
 TARGET = "tflite_micro"
-QUANTIZES_ITSELF = True  # onnx2tf calibrates int8 itself from the recipe's samples
 ARENA_LIMIT = 256 * 1024 * 1024  # the largest arena tried; far above any microcontroller
 _TOTAL = re.compile(r"Arena allocation total (\d+) bytes")
 _ALLOC_FAILURE = ("Failed to allocate", "Failed starting model allocation")
@@ -67,10 +66,31 @@ def _trial_runner(path: Path, io: dict[str, Any]) -> MicroRunner:
     return MicroRunner(model, io, measure_arena(model)[0])
 
 
+def runtime_version() -> str:
+    """The runtime as a measured profile's header names it."""
+    from edgeflow.targets._onnx2tf import _version
+
+    return f"tflite-micro {_version('tflite-micro')}"
+
+
+def kernel_symbols() -> tuple[Path, str, str]:
+    """Where the runtime registers its kernels: (library, symbol pattern, what they are)."""
+    import tflite_micro
+
+    library = Path(tflite_micro.__file__).parent / "python/tflite_micro/_runtime.so"
+    return library, r"Register_([A-Z0-9_]+)", "registered kernels"
+
+
 def open_runner(artifact_dir: Path, info: dict[str, Any]) -> MicroRunner:
     model = (artifact_dir / info["artifact"]).read_bytes()
     arena = info.get("arena_bytes") or measure_arena(model)[0]
     return MicroRunner(model, info["io"], arena)
+
+
+def tflite_runner(path: Path, layout: dict[str, Any]) -> MicroRunner:
+    """Any .tflite file (a probe's, one with every tensor an output) in TFLite Micro."""
+    model = path.read_bytes()
+    return MicroRunner(model, layout, measure_arena(model)[0])
 
 
 def _load(model: bytes, arena: int, err: CStderr) -> Any:

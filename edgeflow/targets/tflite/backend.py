@@ -20,7 +20,6 @@ from edgeflow.targets._tflite_quant import own_int8
 from edgeflow.targets.base import ConvertJob
 
 TARGET = "tflite"
-QUANTIZES_ITSELF = True  # onnx2tf calibrates int8 itself from the recipe's samples
 
 
 def convert(job: ConvertJob) -> dict[str, Any]:
@@ -35,8 +34,20 @@ def convert_native(job: Any, check: Any) -> dict[str, Any]:
     return _tf_native.convert(job, TARGET, check)
 
 
+def runtime_version() -> str:
+    """The runtime as a measured profile's header names it."""
+    from edgeflow.targets._onnx2tf import _version
+
+    return f"ai-edge-litert {_version('ai-edge-litert')}"
+
+
 def open_runner(artifact_dir: Path, info: dict[str, Any]) -> LiteRtRunner:
     return LiteRtRunner(artifact_dir / info["artifact"], info["io"])
+
+
+def tflite_runner(path: Path, layout: dict[str, Any]) -> LiteRtRunner:
+    """Any .tflite file (a probe's, one with every tensor an output) in this runtime."""
+    return LiteRtRunner(path, layout)
 
 
 class LiteRtRunner(TfliteRunner):

@@ -1,4 +1,4 @@
-"""Runs a .tflite model in Arm NN; started by edgeflow.targets.armnn in its own process.
+"""Runs a .tflite model in Arm NN; started by edgeflow.targets.armnn.backend in its own process.
 
 Run with the Python that Debian's python3-pyarmnn is built for (/usr/bin/python3), not
 edgeflow's: this file imports only pyarmnn and numpy. Arm NN aborts the whole process on
