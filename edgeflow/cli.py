@@ -370,7 +370,8 @@ def _report(path: Path, open_it: bool) -> int:
         if missing:
             raise EdgeflowError(
                 f"{path} lacks {', '.join(missing)}: the page is made from them",
-                "build it again with `edgeflow run` (an older edgeflow wrote no checks.json)",
+                "build it again with `edgeflow run` (an older edgeflow wrote neither report.json "
+                "nor checks.json)",
             )
         page = replace_file(path, "report.html", html.render_build(files))
     elif sweep_file.name == "sweep.json" and sweep_file.is_file():

@@ -78,12 +78,18 @@ class Cache:
         return os.access(path, os.W_OK)
 
     def get_or_create(
-        self, stage: str, key: str, produce: Callable[[Path], None], meta: dict[str, object]
+        self,
+        stage: str,
+        key: str,
+        produce: Callable[[Path], None],
+        meta: dict[str, object],
+        stale: Callable[[Path], str | None] = lambda entry: None,
     ) -> tuple[Path, bool]:
         """The entry for `key`, made by `produce(tmp_dir)` if absent or damaged; returns
-        (dir, was_cached)."""
+        (dir, was_cached). `stale(entry)` says what is wrong with a sound entry's records
+        (an older edgeflow's): such an entry counts as damaged, and is made again."""
         final = self.entry(stage, key)
-        present, damage = _state(final)
+        present, damage = _state(final, stale)
         if present and damage is None:
             return self._hit(stage, key, final)
         if not self.writable():
@@ -94,7 +100,7 @@ class Cache:
             )
         try:
             with self._lock(key):
-                present, damage = _state(final)
+                present, damage = _state(final, stale)
                 if present and damage is None:
                     return self._hit(stage, key, final)
                 if present:
@@ -265,10 +271,12 @@ class Cache:
         return Counter((e["stage"], e["event"]) for e in map(json.loads, lines))
 
 
-def _state(entry: Path) -> tuple[bool, str | None]:
+def _state(
+    entry: Path, stale: Callable[[Path], str | None] = lambda entry: None
+) -> tuple[bool, str | None]:
     """Whether something is at an entry's path, and what is wrong with it (None: sound)."""
     if entry.is_dir():
-        return True, check_entry(entry)
+        return True, check_entry(entry) or stale(entry)
     if os.path.lexists(entry):
         return True, "a file, not a folder" if entry.is_file() else "not a folder"
     return False, None

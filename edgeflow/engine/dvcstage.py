@@ -14,6 +14,7 @@ from pathlib import Path
 
 from edgeflow.core.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError
 from edgeflow.core.loader import display_path
+from edgeflow.core.records import read_record
 from edgeflow.engine import owned
 from edgeflow.engine.dvcfile import plan
 from edgeflow.engine.dvcparams import Params, read_params
@@ -78,7 +79,7 @@ def run_stage(
     for message in messages:
         echo("  warning: " + message.replace("\n", "\n  "))
     if step.last:
-        metrics = json.loads((out / "metrics.json").read_text())
+        metrics = read_record("metrics", out / "metrics.json").dump()
         if metrics.get("not_verified") and not loaded.recipe.verify.allow_unverified:
             print(f"NOT VERIFIED: {metrics['not_verified']}", file=sys.stderr)
             return EXIT_NOT_VERIFIED

@@ -12,6 +12,7 @@ from typing import Any
 from edgeflow.core import progress
 from edgeflow.core.errors import AtRecipeKey, EdgeflowError, InternalError, StageFailed
 from edgeflow.core.loader import relocated
+from edgeflow.core.records import RECORDS, read_record, stale
 from edgeflow.core.refs import file_sha256
 from edgeflow.engine import keys
 from edgeflow.engine.cache import Cache, slot_digest
@@ -27,6 +28,7 @@ PUBLISHED_SLOTS = (
     "artifact",
     "metrics",
     "report",
+    "report_record",
     "html",
     "checks",
     "plots",
@@ -165,7 +167,7 @@ def _run_build(
             raise
     if all(o.status == "cached" for o in result.outcomes):
         echo(f"  nothing to do: all {len(result.outcomes)} stages cached")
-    checks = json.loads(slots["checks"].path.read_text()) if "checks" in slots else []
+    checks = read_record("checks", slots["checks"].path).dump() if "checks" in slots else []
     result.failed_checks = [c["message"] for c in checks if not c["passed"]]
     missed = [c for c in checks if not c["passed"] and c["metric"] not in NOT_NUMERICAL]
     if diff == "layers" or (missed and loaded.recipe.diff.on_failure):
@@ -178,7 +180,7 @@ def _run_build(
         build.run(STAGES["html"])
     published = {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots}
     publish(result.build_dir, published, loaded.path)
-    result.metrics = json.loads((result.build_dir / "metrics.json").read_text())
+    result.metrics = read_record("metrics", result.build_dir / "metrics.json").dump()
     return result
 
 
@@ -212,7 +214,9 @@ class _Build:
         }
         try:
             with progress.task(stage.name):
-                entry, cached = self.cache.get_or_create(stage.name, key, produce, meta)
+                entry, cached = self.cache.get_or_create(
+                    stage.name, key, produce, meta, lambda entry: _stale_record(stage, entry)
+                )
         except InternalError:
             _report(echo, result, stage.name, "failed", start, key)
             raise
@@ -267,6 +271,16 @@ class _Build:
         if found.get("bisect"):  # the diff could not locate it: the bisection's turn
             self.notice(f"  {found['bisect']}: bisecting")
             self.diagnose("bisect", forced, published)
+
+
+def _stale_record(stage: Stage, entry: Path) -> str | None:
+    """What is wrong with a cached entry's records (one an older edgeflow wrote), if anything."""
+    for slot, name in stage.produces.items():
+        if slot in RECORDS:
+            found = stale(slot, entry / name)
+            if found:
+                return found
+    return None
 
 
 def seed_slots(loaded: LoadedRecipe, seeds: dict[str, str]) -> dict[str, Slot]:

@@ -1,10 +1,10 @@
 """report.html and sweep.html: the report as a page people look at, self-contained.
 
-A build's page is made from the files of its build folder alone (report.md, metrics.json,
+A build's page is made from the files of its build folder alone (report.json, metrics.json,
 checks.json, verify.json, precheck.json and the CSV tables), so `edgeflow report BUILD_DIR`
-can make it again. It holds report.md's text (rendered with markdown-it, raw HTML off) with
-the plots drawn from the same figures, inline as SVG: no script, no font, no request leaves
-the page.
+can make it again. It holds the report's sections (report.json: the record report.md is
+joined from, rendered with markdown-it, raw HTML off) with the plots drawn from the same
+figures, inline as SVG: no script, no font, no request leaves the page.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edgeflow.core.records import read_record
 from edgeflow.report import plots
 
 # The files of a build folder the page is made from; the first five are always there.
-REQUIRED = ("report.md", "metrics.json", "checks.json", "verify.json", "precheck.json")
+REQUIRED = ("report.json", "metrics.json", "checks.json", "verify.json", "precheck.json")
 OPTIONAL = ("layers.csv", "layers_diff.csv", "diff.json")
 SOURCES = (*REQUIRED, *OPTIONAL)
 
@@ -50,14 +51,15 @@ def render_build(files: Mapping[str, Path]) -> str:
     missing = [name for name in REQUIRED if name not in files]
     if missing:
         raise FileNotFoundError(f"a build's report needs {', '.join(missing)}")
-    text = files["report.md"].read_text(encoding="utf-8")
-    metrics, checks = _json(files["metrics.json"]), _json(files["checks.json"])
-    verify, precheck = _json(files["verify.json"]), _json(files["precheck.json"])
-    sections = _sections(text)
-    first_line, _, intro = sections.pop("").partition("\n")
-    title = first_line.lstrip("# ")
-    sections.pop("Thresholds", None)  # drawn from checks.json, with pass and FAIL marked
-    body = [_header(title, metrics), _thresholds(checks), _markdown(intro)]
+    report = read_record("report_record", files["report.json"])
+    metrics = read_record("metrics", files["metrics.json"]).dump()
+    checks = read_record("checks", files["checks.json"]).dump()
+    verify = read_record("verify", files["verify.json"]).dump()
+    precheck = _json(files["precheck.json"])
+    title = report.title
+    # Thresholds: drawn from checks.json, with pass and FAIL marked
+    sections = {s.heading: s.body for s in report.sections if s.heading != "Thresholds"}
+    body = [_header(title, metrics), _thresholds(checks), _markdown(report.intro)]
     verified = not metrics.get("not_verified")
     if verified:
         body.append(_latency(verify))
@@ -292,16 +294,6 @@ def _plot(name: str, svg: str, caption: str, square: bool = False) -> str:
         f'<figure class="{kind}" id="plot-{_e(name)}">{svg}'
         f"<figcaption>{_e(caption)}</figcaption></figure>"
     )
-
-
-def _sections(text: str) -> dict[str, str]:
-    """report.md cut at its `## ` headings: heading -> body; "" -> the title and intro."""
-    parts = text.split("\n## ")
-    found = {"": parts[0]}
-    for part in parts[1:]:
-        heading, _, rest = part.partition("\n")
-        found[heading.strip()] = rest
-    return found
 
 
 def _markdown(text: str) -> str:

@@ -1,18 +1,30 @@
-"""report.md: what was built, how it compares with the source model, and what each stage did."""
+"""report.md: what was built, how it compares with the source model, and what each stage did.
+
+`render` gives it as a ReportRecord (edgeflow.core.records): a title, an intro and titled
+sections of markdown. report.md joins them; report.html renders the same record with its
+plots, so nothing reads the markdown back.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from edgeflow.core.records import ReportRecord, Section
 from edgeflow.targets.memory import memory_line
 from edgeflow.targets.precheck import entry, render_table
 
 
 def render(
-    title: str, metrics: dict[str, Any], checks: list[dict[str, Any]], details: dict[str, Any]
-) -> str:
+    title: str,
+    about: str,
+    metrics: dict[str, Any],
+    checks: list[dict[str, Any]],
+    details: dict[str, Any],
+) -> ReportRecord:
+    """The report of a build: `title` names it, `about` is the recipe's own name and
+    description ("" when it sets neither)."""
     if metrics.get("not_verified"):
-        return _not_verified(title, metrics, details)
+        return _not_verified(title, about, metrics, details)
     lat = metrics["latency_ms"]
     verdict = "VERIFIED" if metrics["verified"] else "NOT VERIFIED"
     runs = details["verify"]
@@ -22,9 +34,8 @@ def render(
         if stream
         else f"{runs['samples']} evaluation samples"
     )
-    lines = [
-        f"# {title}",
-        "",
+    intro = [
+        *([about, ""] if about else []),
         f"**{verdict}**: target `{metrics['target']}`, quantization `{metrics['quantization']}`, "
         f"{samples}, runtime `{runs['runtime']}`.",
         "",
@@ -33,10 +44,8 @@ def render(
         *_agreement_rows(metrics),
         f"| latency p50 / p90 | {lat['p50']:.3f} / {lat['p90']:.3f} ms |",
         f"| artifact size | {metrics['size_bytes']:,} bytes |",
-        "",
-        "## Thresholds",
-        "",
     ]
+    lines: list[str] = []
     if checks:
         lines += ["| check | value | threshold | result |", "|---|---|---|---|"]
         lines += [
@@ -49,13 +58,18 @@ def render(
         lines += ["", *(f"- **FAIL**: {m}" for m in failed)] if failed else []
     else:
         lines.append("No thresholds set in the recipe's `verify:` section.")
-    lines += ["", *_per_output(details["verify"]["agreement"])]
-    lines += stream_lines(stream)
-    lines += _stages(metrics, details)
-    return "\n".join(lines) + "\n"
+    sections = [Section(heading="Thresholds", body=_text(lines))]
+    sections.append(_per_output(details["verify"]["agreement"]))
+    sections += stream_sections(stream)
+    sections.append(_stages(metrics, details))
+    return ReportRecord(title=title, intro=_text(intro), sections=sections)
 
 
-def stream_lines(stream: dict[str, Any] | None) -> list[str]:
+def _text(lines: list[str]) -> str:
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def stream_sections(stream: dict[str, Any] | None) -> list[Section]:
     """A stateful model's error step by step (source.state): where it starts, ends, peaks,
     and how it grows along the sequence."""
     if not stream:
@@ -63,8 +77,6 @@ def stream_lines(stream: dict[str, Any] | None) -> list[str]:
     steps = stream["steps"]
     marks = sorted({1, max(1, steps // 4), max(1, steps // 2), max(1, 3 * steps // 4), steps})
     lines = [
-        "## Streaming",
-        "",
         f"{stream['sequences']} sequences of {steps} steps, each run from the initial state "
         "with its state outputs fed back, in the source model and in the artifact. The error "
         "of each step is the largest |artifact - source| over the sequences, relative to the "
@@ -82,7 +94,7 @@ def stream_lines(stream: dict[str, Any] | None) -> list[str]:
             + " | ".join(_g(per_step[m - 1]) for m in marks)
             + f" | {_g(o['worst'])} ({o['worst_step']}) | {growth} |"
         )
-    return [*lines, ""]
+    return [Section(heading="Streaming", body=_text(lines))]
 
 
 def one_line(metrics: dict[str, Any]) -> str:
@@ -220,19 +232,17 @@ def _g(value: float | None) -> str:
     return "n/a (no finite outputs)" if value is None else f"{value:.3g}"
 
 
-def _per_output(agreement: dict[str, Any]) -> list[str]:
+def _per_output(agreement: dict[str, Any]) -> Section:
     if "per_image" in agreement:
-        lines = ["## Per image", "", "| image | source | artifact | matched | max box diff |"]
+        lines = ["| image | source | artifact | matched | max box diff |"]
         lines.append("|---|---|---|---|---|")
         for i, o in enumerate(agreement["per_image"]):
             lines.append(
                 f"| {i} | {o['reference']} | {o['artifact']} | {o['matched']} | "
                 f"{o['max_box_diff_px']:.3g} px |"
             )
-        return lines
+        return Section(heading="Per image", body=_text(lines))
     lines = [
-        "## Per output",
-        "",
         "| output | shape | kind | SQNR | relative error | max abs diff | agreement | NaN/Inf |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -248,7 +258,7 @@ def _per_output(agreement: dict[str, Any]) -> list[str]:
             f"{o.get('non_finite_samples', 0)} samples |"
         )
     lines += ["", *TRUST]
-    return lines
+    return Section(heading="Per output", body=_text(lines))
 
 
 def _batched(o: dict[str, Any]) -> str:
@@ -267,16 +277,16 @@ TRUST = (
 )
 
 
-def _not_verified(title: str, metrics: dict[str, Any], details: dict[str, Any]) -> str:
-    lines = [
-        f"# {title}",
-        "",
+def _not_verified(
+    title: str, about: str, metrics: dict[str, Any], details: dict[str, Any]
+) -> ReportRecord:
+    intro = [
+        *([about, ""] if about else []),
         f"**NOT VERIFIED**: {metrics['not_verified']}. The artifact was built "
         f"({metrics['size_bytes']:,} bytes) but not run in `{metrics['target']}`'s runtime, so "
         "nothing was compared with the source model.",
-        *_stages(metrics, details),
     ]
-    return "\n".join(lines) + "\n"
+    return ReportRecord(title=title, intro=_text(intro), sections=[_stages(metrics, details)])
 
 
 def _target_rules(info: dict[str, Any]) -> list[str]:
@@ -351,8 +361,8 @@ def changed_ops(record: dict[str, Any]) -> list[tuple[str, int, int]]:
     return [(n, b, a) for n, b, a in found if b != a]
 
 
-def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
-    lines = ["", "## Stages", ""]
+def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> Section:
+    lines: list[str] = []
     lines += load_lines(details.get("source", {}))
     lines += path_lines(details)
     rules = details.get("rewrite", {}).get("rules", [])
@@ -421,7 +431,7 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> list[str]:
             f"({host['size_bytes']:,} bytes, ONNX Runtime{took}); verified together with "
             "the artifact"
         )
-    return lines
+    return Section(heading="Stages", body=_text(lines))
 
 
 def _quantize_lines(q: dict[str, Any] | None) -> list[str]:

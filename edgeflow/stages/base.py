@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeflow.core.records import RECORDS, read_record
 from edgeflow.recipe import LoadedRecipe
 from edgeflow.targets.profile import TargetProfile
 
@@ -88,13 +89,32 @@ class StageContext:
     def output(self, slot: str) -> Path:
         return self.out_dir / self.stage.produces[slot]
 
+    def write(self, slot: str, record: Any) -> Path:
+        """Write the record of `slot` (its model: edgeflow.core.records.RECORDS), validated: a
+        record that does not fit its model is a bug here, not in the reader."""
+        model = RECORDS[slot]
+        value = record if isinstance(record, model) else model.model_validate(record)
+        return self._json(slot, value.dump())
+
+    def read(self, slot: str) -> Any:
+        """The record of an input slot, validated against its model."""
+        return read_record(slot, self.inputs[slot])
+
     def write_json(self, slot: str, data: Any) -> Path:
+        """A slot's JSON that has no record model (yet): a file of this stage's own."""
+        if slot in RECORDS:
+            raise AssertionError(f"slot '{slot}' has a record model: write it with ctx.write")
+        return self._json(slot, data)
+
+    def read_json(self, slot: str) -> Any:
+        if slot in RECORDS:
+            raise AssertionError(f"slot '{slot}' has a record model: read it with ctx.read")
+        return json.loads(self.inputs[slot].read_text(encoding="utf-8"))
+
+    def _json(self, slot: str, data: Any) -> Path:
         path = self.output(slot)
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         return path
-
-    def read_json(self, slot: str) -> Any:
-        return json.loads(self.inputs[slot].read_text(encoding="utf-8"))
 
 
 class RecipeView:

@@ -20,9 +20,9 @@ def run(ctx: StageContext) -> None:
 
 STAGE = Stage(
     name="html",
-    description="Write report.html: report.md's figures with plots, one self-contained page.",
+    description="Write report.html: the report's figures with plots, one self-contained page.",
     run=run,
-    consumes=("report", "metrics", "checks", "verify", "precheck"),
+    consumes=("report_record", "metrics", "checks", "verify", "precheck"),
     optional=("layers", "layers_diff", "diff"),  # no layers.csv on TensorFlow's native path
     produces={"html": "report.html"},
     tools=("matplotlib", "markdown-it-py"),

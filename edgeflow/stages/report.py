@@ -1,9 +1,11 @@
-"""report: metrics.json in the fixed shape DVC and CI read, the threshold checks, report.md."""
+"""report: metrics.json in the fixed shape DVC and CI read, the threshold checks, report.md
+(and report.json, the same report as a record for report.html)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from edgeflow.core.records import RECORDS, ReportRecord
 from edgeflow.stages.base import Stage, StageContext
 
 ACCURACY = ("source", "artifact", "drop")
@@ -50,7 +52,7 @@ def run(ctx: StageContext) -> None:
     from edgeflow.verify.judge import build_checks, fallback_checks, thresholds
 
     details = {
-        slot: ctx.read_json(slot)
+        slot: ctx.read(slot).dump() if slot in RECORDS else ctx.read_json(slot)
         for slot in (*DETAIL_SLOTS, "rewrite", "export")
         if slot in ctx.inputs
     }
@@ -103,10 +105,21 @@ def run(ctx: StageContext) -> None:
         }
         checks += fallback_checks(mixed)
     metrics["verified"] = all(c["passed"] for c in checks)
-    ctx.write_json("metrics", metrics)
-    ctx.write_json("checks", checks)
+    _write(ctx, metrics, checks, render(*_title(ctx), metrics, checks, details), v)
+
+
+def _write(
+    ctx: StageContext,
+    metrics: dict[str, Any],
+    checks: list[dict[str, Any]],
+    report: ReportRecord,
+    v: dict[str, Any],
+) -> None:
+    ctx.write("metrics", metrics)
+    ctx.write("checks", checks)
+    ctx.write("report_record", report)
     _write_plots(ctx, v)
-    ctx.output("report").write_text(render(_title(ctx), metrics, checks, details), encoding="utf-8")
+    ctx.output("report").write_text(report.markdown(), encoding="utf-8")
 
 
 # Per output in metrics.json: its kind, the scale-free figures, its kind's own figure (with
@@ -209,24 +222,20 @@ def _not_verified(ctx: StageContext, v: dict, details: dict) -> None:
         "latency_ms": None,
         "size_bytes": int(v["size_bytes"]),
     }
-    ctx.write_json("metrics", metrics)
-    ctx.write_json("checks", [])
-    _write_plots(ctx, v)
-    ctx.output("report").write_text(render(_title(ctx), metrics, [], details), encoding="utf-8")
+    _write(ctx, metrics, [], render(*_title(ctx), metrics, [], details), v)
 
 
-def _title(ctx: StageContext) -> str:
-    """The build, then the recipe's own name and description where it sets them."""
+def _title(ctx: StageContext) -> tuple[str, str]:
+    """The build, and the recipe's own name and description where it sets them."""
     recipe = ctx.recipe
     title = f"{ctx.recipe_file} -> {ctx.profile.name}-{recipe.quantization.mode}"
     about = [f"recipe `{recipe.name}`" if recipe.name else "", recipe.description]
-    about_text = ": ".join(a for a in about if a)
-    return f"{title}\n\n{about_text}" if about_text else title
+    return title, ": ".join(a for a in about if a)
 
 
 STAGE = Stage(
     name="report",
-    description="Write metrics.json, the threshold checks and report.md.",
+    description="Write metrics.json, the threshold checks and report.md (and as report.json).",
     run=run,
     consumes=REQUIRED,
     # the ONNX stages' records; the native TensorFlow path has none of them
@@ -235,6 +244,7 @@ STAGE = Stage(
         "metrics": "metrics.json",
         "checks": "checks.json",
         "report": "report.md",
+        "report_record": "report.json",  # report.md as data, for report.html
         "plots": "plots",
     },
     reads=(

@@ -48,7 +48,7 @@ def run(ctx: StageContext) -> None:
         if "host" in convert_info:  # the artifact, then the generated host post-processing
             runner = HostChained(runner, load_host(ctx.inputs["artifact"]))
     except NotVerified as exc:  # the runtime cannot run here: say so, compare nothing
-        ctx.write_json(
+        ctx.write(
             "verify",
             {
                 "runtime": profile.backend,
@@ -98,7 +98,7 @@ def run(ctx: StageContext) -> None:
             ref = [last_steps(r, samples.steps) for r in reference]
             out = [last_steps(o, samples.steps) for o in outputs]
         accuracy = accuracy_of(agreement, ref, out, samples.labels)
-    ctx.write_json(
+    ctx.write(
         "verify",
         {
             "runtime": profile.backend,

@@ -71,7 +71,7 @@ def test_edgeflow_report_names_what_a_folder_lacks(tmp_path: Path, builds: Path,
         (old / name).write_bytes((builds / "build" / "digits_cnn" / DEMO / name).read_bytes())
     assert main(["report", str(old)]) == 2
     err = capsys.readouterr().err
-    assert "lacks checks.json" in err and "edgeflow run" in err
+    assert "lacks report.json, checks.json" in err and "edgeflow run" in err
 
 
 def test_confusion_counts_what_the_artifact_picked_for_each_source_class() -> None:

@@ -1,0 +1,285 @@
+"""The records stages write and other stages and processes read, as pydantic models.
+
+A slot's record is validated when a stage writes it (`StageContext.write`) and when one reads
+it (`StageContext.read`, `read_record`), so a renamed key fails where it is written, not at
+report time in another process. The model of a slot is `RECORDS[slot]`; a slot without one
+is a file the stage owns (a model, a CSV). A cache entry whose record no longer validates
+(written by an older edgeflow) is damaged: it is computed again (engine/cache.py).
+
+metrics.json keeps the shape DVC and CI read: `Metrics` dumps only the keys a build set,
+and docs/metrics.schema.json is its JSON schema (tests/core/test_records.py keeps the two in
+step).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, RootModel, ValidationError
+
+from edgeflow.core.errors import EdgeflowError
+
+
+class Record(BaseModel):
+    """A stage's JSON record: every key declared, dumped with the keys that were set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def dump(self) -> Any:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+# --- verify.json -------------------------------------------------------------------------
+
+
+class Latency(Record):
+    """Latency on this machine, in ms, over `runs` timed runs after `warmup` ones."""
+
+    p50: float
+    p90: float
+    runs: int
+    warmup: int
+    samples: list[float]  # every timed run, for the report's latency plot
+
+
+class VerifyRecord(Record):
+    """verify.json: the artifact run in the target's runtime against the source model."""
+
+    runtime: str  # the backend that ran it
+    samples: int
+    metric: str  # evaluation.metric
+    # the runtime cannot run here (TensorRT without a GPU): why; nothing was compared
+    not_verified: str | None = None
+    accuracy: dict[str, float] | None  # source, artifact, drop (top-1 with labels)
+    # Comparison.agreement (edgeflow.verify.judge): the figures of every output
+    agreement: dict[str, Any] | None
+    latency_ms: Latency | None
+    size_bytes: int
+    extra: dict[str, Any]  # the runner's own figures (arena_bytes, armnn_version, ...)
+    stream: dict[str, Any] | None = None  # a stateful model's per-step error and its drift
+    steps: dict[str, Any] | None = None  # a TensorFlow source through ONNX: each step's error
+
+
+# --- checks.json -------------------------------------------------------------------------
+
+
+class Check(Record):
+    """One threshold of the build, measured."""
+
+    metric: str  # the recipe key, e.g. verify.min_sqnr_db
+    value: float | int | None  # None: it could not be measured (non-finite outputs)
+    threshold: float | int | None
+    passed: bool
+    message: str
+    origin: str | None = None  # where the threshold came from (the recipe key or a default)
+    output: str | int | None = None  # for a per-output threshold: the output
+
+
+class Checks(RootModel[list[Check]]):
+    """checks.json: every check of the build, in order."""
+
+    def dump(self) -> Any:
+        return [c.dump() for c in self.root]
+
+
+# --- metrics.json ------------------------------------------------------------------------
+
+
+class AccuracyFigures(Record):
+    source: float
+    artifact: float
+    drop: float
+
+
+class Retrieval(Record):
+    """A sentence-embedding output: does the artifact rank the pairs as the source does?"""
+
+    pairs: int
+    candidates: int
+    rank_kept: float
+    recall_at_1_source: float
+    recall_at_1_artifact: float
+    mean_rank_source: float
+    mean_rank_artifact: float
+
+
+class OutputFigures(Record):
+    """One output's figures: its kind, the scale-free ones, and its kind's own."""
+
+    kind: str
+    relative_error: float | None  # max |artifact - source| over the output's range
+    sqnr_db: float | None = None
+    max_abs_diff: float | None = None
+    top1: float | None = None
+    sequence: float | None = None
+    sequences: int | None = None
+    decision: float | None = None
+    cosine_min: float | None = None
+    cosine_mean: float | None = None
+    retrieval: Retrieval | None = None
+    retrieval_skipped: str | None = None
+    batch_axis: int | None = None  # where its samples are, when not axis 0
+    match_rate: float | None = None  # detections
+
+
+class TaskMetric(Record):
+    name: str
+    value: float | None
+
+
+class AgreementFigures(Record):
+    """The artifact against the source model: over all outputs, and per output."""
+
+    top1: float | None = None
+    max_abs_diff: float | None = None
+    max_relative_diff: float | None = None
+    non_finite_samples: int | None = None
+    min_sqnr_db: float | None = None
+    outputs: dict[str, OutputFigures] | None = None
+    task_metric: TaskMetric | None = None
+    # evaluation.metric: detections
+    match_rate: float | None = None
+    matched: int | None = None
+    reference_detections: int | None = None
+    artifact_detections: int | None = None
+    max_box_diff_px: float | None = None
+    max_box_diff_relative: float | None = None
+    max_score_diff: float | None = None
+
+
+class LatencyFigures(Record):
+    p50: float
+    p90: float
+
+
+class StreamOutput(Record):
+    first: float
+    last: float
+    worst: float
+    growth: float | None
+
+
+class StreamFigures(Record):
+    steps: int
+    outputs: dict[str, StreamOutput]
+
+
+class ConversionFigures(Record):
+    """A TensorFlow or JAX source: its path, and the error each step added."""
+
+    framework: str
+    path: str  # native or onnx
+    source_to_onnx: float | None = None
+    onnx_to_target: float | None = None
+    source_to_target: float | None = None
+
+
+class FallbackFigures(Record):
+    mixes: int
+    seconds: float | None
+    met: bool
+    stopped_by: str | None
+
+
+class Metrics(Record):
+    """metrics.json, the file DVC and CI read (`dvc metrics show`, `dvc exp show`)."""
+
+    recipe: str
+    target: str
+    quantization: str
+    verified: bool
+    not_verified: str | None = None  # why the runtime could not run here
+    accuracy: AccuracyFigures | None
+    agreement: AgreementFigures | None
+    latency_ms: LatencyFigures | None
+    size_bytes: int
+    # the runner's own figures
+    arena_bytes: int | None = None  # TFLite Micro: the smallest arena the model runs in
+    arena_predicted_bytes: int | None = None  # the precheck's estimate of it
+    armnn_version: str | None = None
+    armnn_backend: str | None = None
+    host_postprocess_ms_p50: float | None = None  # postprocess.cut: the host part's time
+    ingest: list[str] | None = None  # what ingest did to a file from another exporter
+    auto_rewrites: list[str] | None = None  # what `rewrites: auto` chose, as entries
+    conversion: ConversionFigures | None = None
+    stream: StreamFigures | None = None
+    float_layers: int | None = None  # quantization.fallback: auto
+    fallback: FallbackFigures | None = None
+
+
+# --- report.json -------------------------------------------------------------------------
+
+
+class Section(Record):
+    heading: str
+    body: str  # markdown
+
+
+class ReportRecord(Record):
+    """report.md as data: report.md joins it, report.html renders it with its plots."""
+
+    title: str  # the build, then the recipe's own name and description
+    intro: str  # the verdict line and the headline figures (markdown)
+    sections: list[Section]
+
+    def markdown(self) -> str:
+        parts = [f"# {self.title}", "", self.intro.rstrip("\n"), ""]
+        for section in self.sections:
+            parts += [f"## {section.heading}", "", section.body.rstrip("\n"), ""]
+        return "\n".join(parts).rstrip("\n") + "\n"
+
+
+# The record of each slot that has one (a slot's name means the same data in every pipeline).
+RECORDS: dict[str, type[Record] | type[Checks]] = {
+    "verify": VerifyRecord,
+    "checks": Checks,
+    "metrics": Metrics,
+    "report_record": ReportRecord,
+}
+
+
+def read_record(slot: str, path: Path) -> Any:
+    """The record of `slot` in `path`, validated; a file an older edgeflow wrote, or one
+    edited by hand, is an error that says so."""
+    model = RECORDS[slot]
+    try:
+        return model.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise EdgeflowError(
+            f"{path} is not a {slot} record this edgeflow reads: {_problems(exc)}",
+            "build it again with this edgeflow (`edgeflow run`); cached entries are remade",
+        ) from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise EdgeflowError(f"cannot read {path}: {exc}") from exc
+
+
+def stale(slot: str, path: Path) -> str | None:
+    """What is wrong with the record of `slot` in `path` (None: it validates)."""
+    try:
+        RECORDS[slot].model_validate_json(path.read_text(encoding="utf-8"))
+    except (ValidationError, OSError, ValueError) as exc:
+        return f"{path.name} is not this edgeflow's {slot} record: {_problems(exc)}"
+    return None
+
+
+def _problems(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        errors = [
+            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        return "; ".join(errors[:3]) + more
+    return str(exc).splitlines()[0]
+
+
+def metrics_schema() -> str:
+    """metrics.json's JSON schema, as docs/metrics.schema.json holds it."""
+    schema = Metrics.model_json_schema(mode="serialization")
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # python -m edgeflow.core.records > docs/metrics.schema.json
+    print(metrics_schema(), end="")
