@@ -209,6 +209,114 @@ class Metrics(Record):
     fallback: FallbackFigures | None = None
 
 
+# --- precheck.json -----------------------------------------------------------------------
+
+
+class FindingRecord(Record):
+    """One precheck finding (edgeflow.targets.precheck.Finding, as written)."""
+
+    operator: str
+    reason: str
+    nodes: list[str]  # the first 20
+    count: int
+    rule: str  # the suggested rule ("" when none removes it)
+    options: dict[str, Any]
+    severity: str  # error or warning
+    tried: list[str]  # rules that declare it and leave it on this model
+
+
+class MemoryRecord(Record):
+    """The memory estimate against the board (edgeflow.targets.memory)."""
+
+    quantization: str
+    weights_bytes: int
+    activations_bytes: int
+    overhead_bytes: int
+    arena_bytes: int
+    peak_node: str
+    unknown_sizes: list[str]
+    board: str | None
+    ram_bytes: int | None
+    flash_bytes: int | None
+
+
+class PrecheckRecord(Record):
+    """precheck.json: the model against the target, before converting."""
+
+    target: str
+    passed: bool
+    findings: list[FindingRecord]
+    memory: MemoryRecord | None  # None on TensorFlow's native path
+    ops: dict[str, int]  # operator counts (ONNX ops, or the builtins the native path wrote)
+    path: str | None = None  # the native path: what was checked
+
+
+# --- diff.json, bisect.json --------------------------------------------------------------
+
+
+class Divergence(Record):
+    tensor: str
+    op: str
+    node: str
+    fused_nodes: list[str]
+    artifact_tensor: str
+    paired_by: str
+    worst_part: str | None
+    parts: list[str]
+    sqnr_db: float | str | None  # "inf" for an exact tensor (JSON has no inf)
+    inputs_sqnr_db: float | str | None
+
+
+class Worst(Record):
+    tensor: str
+    sqnr_db: float | str | None
+
+
+class DiffRecord(Record):
+    """diff.json: every tensor of the artifact against the source (layers_diff.csv has each)."""
+
+    target: str
+    runtime: str
+    mode: str
+    samples: int
+    pairing: str  # how the artifact's tensors were paired with the source's
+    source_tensors: int
+    artifact_tensors: int
+    compared: int
+    paired_by: dict[str, int]
+    min_sqnr_db: float
+    first_divergence: Divergence | None
+    line: str  # the finding, one line
+    hint: str | None
+    bisect: str | None  # why the diff could not locate it: the bisection's turn
+    worst: Worst | None
+
+
+class Attempt(Record):
+    """One prefix of the model, cut at a tensor, converted and run."""
+
+    index: int  # the cut tensor's position among the candidates
+    tensor: str
+    op: str
+    node: str
+    verdict: str  # ok, diverges, convert, run, crash
+    detail: str
+    sqnr_db: float | None
+
+
+class BisectRecord(Record):
+    """bisect.json: the shortest prefix of the model that fails."""
+
+    target: str
+    mode: str
+    candidates: int
+    min_sqnr_db: float
+    attempts: list[Attempt]
+    first_failing: Attempt | None
+    last_passing: Attempt | None
+    line: str
+
+
 # --- report.json -------------------------------------------------------------------------
 
 
@@ -237,6 +345,9 @@ RECORDS: dict[str, type[Record] | type[Checks]] = {
     "checks": Checks,
     "metrics": Metrics,
     "report_record": ReportRecord,
+    "precheck": PrecheckRecord,
+    "diff": DiffRecord,
+    "bisect": BisectRecord,
 }
 
 

@@ -258,7 +258,7 @@ class _Build:
                 raise
             self.notice(f"  the {what} failed: {exc.render()}")
             return
-        found = json.loads(self.slots[name].path.read_text())
+        found = read_record(name, self.slots[name].path).dump()
         self.notice(f"  {found['line']}")
         if found.get("hint"):
             self.notice(f"  hint: {found['hint']}")

@@ -55,7 +55,7 @@ def render_build(files: Mapping[str, Path]) -> str:
     metrics = read_record("metrics", files["metrics.json"]).dump()
     checks = read_record("checks", files["checks.json"]).dump()
     verify = read_record("verify", files["verify.json"]).dump()
-    precheck = _json(files["precheck.json"])
+    precheck = read_record("precheck", files["precheck.json"]).dump()
     title = report.title
     # Thresholds: drawn from checks.json, with pass and FAIL marked
     sections = {s.heading: s.body for s in report.sections if s.heading != "Thresholds"}
@@ -68,7 +68,8 @@ def render_build(files: Mapping[str, Path]) -> str:
     for heading, part in sections.items():
         if heading == "Stages":  # what the build found along the graph, then how it ran
             if verified and "layers_diff.csv" in files and "diff.json" in files:
-                body.append(_layers(_rows(files["layers_diff.csv"]), _json(files["diff.json"])))
+                diff = read_record("diff", files["diff.json"]).dump()
+                body.append(_layers(_rows(files["layers_diff.csv"]), diff))
             if "layers.csv" in files:
                 body.append(_memory(_rows(files["layers.csv"]), precheck, metrics))
         if heading == "Per output" and verified:

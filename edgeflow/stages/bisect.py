@@ -109,7 +109,7 @@ def run(ctx: StageContext) -> None:
     shutil.rmtree(work, ignore_errors=True)
     first = next((a for a in attempts if a.failed and _is_boundary(a, attempts)), None)
     last_ok = max((a for a in attempts if not a.failed), key=lambda a: a.index, default=None)
-    ctx.write_json(
+    ctx.write(
         "bisect",
         {
             "target": profile.name,

@@ -61,7 +61,7 @@ def run(ctx: StageContext) -> None:
     unlocated = _unlocated(pairs, divergence, {o.name for o in model.graph.output})
     write_csv(ctx.output("layers_diff"), pairs)
     worst = min(pairs, key=lambda p: p.sqnr_db, default=None)
-    ctx.write_json(
+    ctx.write(
         "diff",
         {
             "target": profile.name,

@@ -46,7 +46,7 @@ def run(ctx: StageContext) -> None:
     # a source rule (ast, fx) is suggested where the recipe can take it: a pytorch source
     findings = to_json(check(model, ctx.profile, mode, ctx.recipe.source.kind) + too_big)
     passed = not errors(findings)
-    ctx.write_json(
+    ctx.write(
         "precheck",
         {
             "target": ctx.profile.name,

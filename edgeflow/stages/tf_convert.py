@@ -67,7 +67,7 @@ def run(ctx: StageContext) -> None:
         findings += check_builtins(counts, profile, q.mode, q.activations, "(convert.via: onnx)")
         table = to_json(findings)
         passed = not errors(table)
-        ctx.write_json(
+        ctx.write(
             "precheck",
             {
                 "target": profile.name,
