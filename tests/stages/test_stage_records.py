@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,9 @@ import torch
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.records import VerifyRecord
 from edgeflow.recipe import LoadedRecipe, load_recipe
+from edgeflow.rules import builtin_rules
+from edgeflow.rules.order import misordered
+from edgeflow.targets import load_profile
 from edgeflow.zoo.digits import DigitsCNN
 from tests.conftest import DEMO_WEIGHTS
 from tests.stages.stagekit import Slots
@@ -123,8 +127,6 @@ def test_precheck_fails_on_an_operator_the_target_lacks(recipe: Path, tmp_path: 
     (tmp_path / "targets" / "no_conv.yaml").write_text(
         "extends: onnxruntime_micro\nname: no_conv\noperators: {Conv: {kernels: []}}\n"
     )
-    import os
-
     cwd = Path.cwd()
     os.chdir(tmp_path)
     try:
@@ -210,3 +212,34 @@ def test_report_md_and_html_come_from_one_record(float32: Slots) -> None:
     page = float32.paths["html"].read_text()
     assert html.escape(record.title) in page
     assert page.count("<svg") >= 3  # latency, outputs, confusion
+
+
+def test_rewrite_onnx_records_each_recipe_rule_with_its_contract(
+    recipe: Path, tmp_path: Path
+) -> None:
+    upgraded = loaded(recipe, rewrites=[{"rule": "onnx.convert_opset", "opset": 18}])
+    slots = Slots.seeded(upgraded, tmp_path)
+    slots.through(["ingest", "rewrite_onnx"])
+    (rule,) = slots.record("rewrite_onnx")["rules"]
+    assert rule["rule"] == "onnx.convert_opset" and rule["options"] == {"opset": 18}
+    assert rule["sites"][0]["message"] == "opset 17 -> 18; 0 nodes adapted"
+    assert "ONNX checker" in rule["contract"]
+    model = onnx.load(str(slots.paths["onnx"]))
+    assert {o.domain: o.version for o in model.opset_import}[""] == 18
+
+
+def test_rewrite_target_applies_the_profile_defaults_in_their_order(
+    recipe: Path, tmp_path: Path
+) -> None:
+    """armnn's defaults, each recorded (most do not apply to a CNN); a recipe that turns them
+    off gets none."""
+    slots = Slots.seeded(loaded(recipe, target="armnn"), tmp_path / "on")
+    slots.through(["ingest", "rewrite_onnx", "rewrite_target"])
+    record = slots.record("rewrite_target")
+    names = [r["rule"] for r in record["rules"]]
+    assert names == [r["rule"] for r in load_profile("armnn").rewrites]
+    assert not misordered([builtin_rules()[n] for n in names])
+    assert all(r["ops"]["after"]["Conv"] == 3 for r in record["rules"])
+    off = Slots.seeded(loaded(recipe, target="armnn", target_rewrites=False), tmp_path / "off")
+    off.through(["ingest", "rewrite_onnx", "rewrite_target"])
+    assert off.record("rewrite_target")["off"] and not off.record("rewrite_target")["rules"]
