@@ -18,7 +18,7 @@ import torch
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.records import VerifyRecord
-from edgeflow.recipe import LoadedRecipe, load_recipe
+from edgeflow.recipe import LoadedRecipe, find_recipe, load_recipe
 from edgeflow.rules import builtin_rules
 from edgeflow.rules.order import misordered
 from edgeflow.targets import load_profile
@@ -243,3 +243,41 @@ def test_rewrite_target_applies_the_profile_defaults_in_their_order(
     off = Slots.seeded(loaded(recipe, target="armnn", target_rewrites=False), tmp_path / "off")
     off.through(["ingest", "rewrite_onnx", "rewrite_target"])
     assert off.record("rewrite_target")["off"] and not off.record("rewrite_target")["rules"]
+
+
+@pytest.fixture(scope="module")
+def pytorch(tmp_path_factory: pytest.TempPathFactory) -> Slots:
+    """The demo's PyTorch head (load, rewrite, export) with an fx rule in its rewrites."""
+    demo = load_recipe(
+        find_recipe("digits_cnn"),
+        {"rewrites": [{"rule": "fx.replace_activation", "from": "relu", "to": "relu6"}]},
+    )
+    slots = Slots.seeded(demo, tmp_path_factory.mktemp("pytorch"))
+    slots.through(["load", "rewrite", "export"])
+    return slots
+
+
+def test_load_runs_the_module_on_the_evaluation_split(pytorch: Slots) -> None:
+    source = pytorch.record("source")
+    assert source["model"] == "edgeflow.zoo.digits:DigitsCNN" and source["parameters"] == 14474
+    assert source["output_shapes"] == [[10]] and source["evaluation_samples"] == 360
+    assert np.load(pytorch.paths["reference"])["arr_0"].shape == (360, 10)
+
+
+def test_rewrite_records_each_site_and_what_it_changed(pytorch: Slots) -> None:
+    record = pytorch.record("rewrite")
+    (rule,) = record["rules"]
+    assert rule["rule"] == "fx.replace_activation" and rule["level"] == "fx"
+    assert [site["status"] for site in rule["sites"]] == ["changed"] * 3  # the three ReLUs
+    # ReLU6 clips what ReLU passed above 6: the module computes something else, and says so
+    assert record["numerics_changed_by"] == ["fx.replace_activation"]
+    assert record["max_abs_diff"] > 1.0  # measured 3.50 on the test split
+
+
+def test_export_writes_a_checked_model_with_the_declared_names(pytorch: Slots) -> None:
+    record = pytorch.record("export")
+    assert record["inputs"] == ["image"] and record["outputs"] == ["logits"]
+    assert record["ops"]["Conv"] == 3 and record["nodes"] == sum(record["ops"].values())
+    model = onnx.load(str(pytorch.paths["onnx"]))
+    onnx.checker.check_model(model, full_check=True)
+    assert {o.domain: o.version for o in model.opset_import}[""] == record["opset"]
