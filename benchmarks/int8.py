@@ -88,7 +88,7 @@ def mcnemar(plain: list[bool], other: list[bool]) -> tuple[int, int, float]:
 
 
 def _has_fallback() -> bool:
-    from edgeflow.core.specs import Quantization
+    from edgeflow.schema.sections import Quantization
 
     return "fallback" in Quantization.model_fields
 
@@ -243,7 +243,7 @@ def _plain_ort(job: dict[str, Any], names: list[str], batch: int, work: Path) ->
 def _plain_onnx2tf(job: dict[str, Any], work: Path) -> Any:
     """onnx2tf's full-integer int8 with its default per-channel weights, in the target's
     own runtime (edgeflow's onnx2tf call only keeps it offline: the same options)."""
-    from edgeflow.core.specs import Quantization
+    from edgeflow.schema.sections import Quantization
     from edgeflow.targets import _onnx2tf, _tflite_layout
     from edgeflow.targets.base import ConvertJob
     from edgeflow.targets.taps import open_tflite

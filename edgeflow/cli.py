@@ -24,11 +24,9 @@ usage: edgeflow run recipe=NAME|PATH [target=NAME] [quantization=PRESET] [KEY=VA
 Build, verify and report a recipe. Arguments are Hydra overrides:
   recipe=digits_cnn                a recipe from ./recipes/ or the built-ins, or a YAML path
   target=onnxruntime_micro         a target profile from ./targets/ or the built-ins
-  quantization=int8                a preset (none, fp16, int8, int8_per_tensor, int8_symmetric,
-                                   int16_act, int8_fallback, int8_float_outputs, int8_weights)
+  quantization=int8                a preset ({presets})
   quantization.mode=fp16           or any single quantization key
-  verify.max_abs_diff=1e-4         any key of the recipe's other sections (source, export,
-                                   convert, optimize, calibration, evaluation, precheck, verify)
+  verify.max_abs_diff=1e-4         any key of the recipe's other sections ({sections})
   convert.via=onnx                 a tensorflow source: tf2onnx and the ONNX pipeline, not
                                    TensorFlow's own TFLite converter (native)
   target_rewrites=false            skip the target profile's default rewrites
@@ -50,6 +48,23 @@ the stage lines only, without escape sequences. Errors go to stderr.
 A key nothing reads is an error. Exit status: 0 verified, 1 a threshold missed, a tool crash
 or a bug in edgeflow, 2 a problem for you to fix, 3 NOT VERIFIED (the runtime is absent).
 """
+
+
+def run_help() -> str:
+    """RUN_HELP with the presets and the recipe's sections as the schema has them."""
+    import textwrap
+
+    from edgeflow.hydra_app import keyed_sections
+    from edgeflow.schema.sections import QUANTIZATION_PRESETS
+
+    def listed(words: list[str] | tuple[str, ...], first: int) -> str:
+        text = ", ".join(words)
+        lines = textwrap.wrap(text, 97 - 35, initial_indent=" " * first)
+        return "\n".join([lines[0].lstrip(), *(" " * 35 + line for line in lines[1:])])
+
+    presets = [p for p in QUANTIZATION_PRESETS if p != "recipe"]
+    return RUN_HELP.format(presets=listed(presets, 12), sections=listed(keyed_sections(), 40))
+
 
 DIFF_HELP = """\
 usage: edgeflow diff RECIPE [--bisect] [--quiet] [target=NAME] [quantization=PRESET]
@@ -240,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     fix.add_argument("-q", "--quiet", action="store_true", help="each build's summary only")
     if argv[:1] == ["run"] and any(a in ("-h", "--help") for a in argv[1:]):
-        print(RUN_HELP)
+        print(run_help())
         return 0
     if argv[:1] == ["diff"] and any(a in ("-h", "--help") for a in argv[1:]):
         print(DIFF_HELP)
@@ -488,9 +503,9 @@ def _precheck(
 def _explain(name: str, as_json: bool, rewrites: bool) -> int:
     import json
 
-    from edgeflow.core.sources import PyTorchSource
     from edgeflow.explain import explain, render_table, to_json
     from edgeflow.recipe import find_recipe, load_recipe
+    from edgeflow.schema.source import PyTorchSource
 
     loaded = load_recipe(find_recipe(name))
     kind = loaded.recipe.source.kind

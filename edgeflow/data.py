@@ -11,7 +11,7 @@ import numpy as np
 
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.refs import ImportRef, user_frame
-from edgeflow.core.specs import DatasetSpec, StateLink, TensorSpec, data_inputs
+from edgeflow.schema.sections import DatasetSpec, StateLink, TensorSpec, data_inputs
 
 LABEL_KEY = "label"
 

@@ -297,9 +297,9 @@ def explain_tensorflow(recipe: Any) -> list[Attempt]:
     builtins only: the TF ops it cannot lower, by node) and tf2onnx (the ops it cannot
     convert; then the ONNX graph's hazards), each with what would help."""
     from edgeflow.core.errors import EdgeflowError
-    from edgeflow.core.signatures import fed_inputs
     from edgeflow.frameworks import tensorflow as tfw
     from edgeflow.frameworks.tf2onnx import export_onnx
+    from edgeflow.schema.signatures import fed_inputs
     from edgeflow.targets import _tf_native
 
     source = recipe.source

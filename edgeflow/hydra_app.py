@@ -16,13 +16,14 @@ import sys
 import threading
 import time
 import traceback
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from edgeflow.core import progress, resources
 from edgeflow.core.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError, InternalError
-from edgeflow.core.specs import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
+from edgeflow.schema.sections import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
 
 _exit_codes: list[int] = []
 _results: list[Any] = []  # the BuildResults of the builds run in this process (run_hydra)
@@ -198,6 +199,22 @@ def recipe_sections() -> tuple[str, ...]:
     from edgeflow.recipe.schema import Recipe
 
     return tuple(name for name in Recipe.model_fields if name not in NOT_SET_AS_KEYS)
+
+
+@functools.cache
+def keyed_sections() -> tuple[str, ...]:
+    """The recipe sections with keys of their own (`verify.max_abs_diff=1e-4`), as the
+    schema declares them: those whose value is a model (or a choice of models)."""
+    from pydantic import BaseModel
+
+    from edgeflow.recipe.schema import Recipe
+
+    def models(annotation: Any) -> bool:
+        if isinstance(annotation, type):
+            return issubclass(annotation, BaseModel)
+        return any(models(arg) for arg in typing.get_args(annotation))
+
+    return tuple(n for n in recipe_sections() if models(Recipe.model_fields[n].annotation))
 
 
 RUN_KEYS = ("recipe", "target", "quantization", "cache_dir", "build_dir")

@@ -9,8 +9,8 @@ import numpy as np
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.refs import ImportRef, user_frame
-from edgeflow.core.sources import PyTorchSource
-from edgeflow.core.specs import TensorSpec
+from edgeflow.schema.sections import TensorSpec
+from edgeflow.schema.source import PyTorchSource
 
 if TYPE_CHECKING:
     import torch

@@ -124,7 +124,7 @@ def needs_a_missing_package() -> torch.nn.Module:
 
 def test_a_model_whose_package_is_missing_is_a_user_error() -> None:
     from edgeflow.core.errors import EdgeflowError
-    from edgeflow.core.sources import PyTorchSource
+    from edgeflow.schema.source import PyTorchSource
     from edgeflow.source import build_module
 
     def source(model: str) -> PyTorchSource:

@@ -333,7 +333,7 @@ def test_a_dvc_remote_shares_stage_results_between_machines(tmp_path: Path) -> N
 
 def test_params_take_every_quantization_key_of_the_recipe() -> None:
     """A build in params.yaml can set any key a recipe's quantization section has."""
-    from edgeflow.core.specs import QUANTIZATION_KEYS
     from edgeflow.engine.dvcparams import QuantizationKeys
+    from edgeflow.schema.sections import QUANTIZATION_KEYS
 
     assert tuple(QuantizationKeys.model_fields) == QUANTIZATION_KEYS

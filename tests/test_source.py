@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import TensorSpec
 from edgeflow.data import Samples
+from edgeflow.schema.sections import TensorSpec
 from edgeflow.source import run_module
 
 SPECS = [TensorSpec(name="x", shape=[1, 2, 3])]

@@ -57,7 +57,7 @@ class BuildParams(BaseModel):
     @field_validator("quantization")
     @classmethod
     def _known_preset(cls, value: Any) -> Any:
-        from edgeflow.core.specs import QUANTIZATION_PRESETS
+        from edgeflow.schema.sections import QUANTIZATION_PRESETS
 
         if isinstance(value, str) and value not in QUANTIZATION_PRESETS:
             raise ValueError(f"unknown preset '{value}' (have: {', '.join(QUANTIZATION_PRESETS)})")
@@ -93,7 +93,7 @@ class Params(BaseModel):
                 f"{PARAMS_FILE}: no build '{build}' (have: {', '.join(self.builds)})",
                 "add it under builds:, then run `edgeflow dvc init` again",
             )
-        from edgeflow.core.specs import QUANTIZATION_PRESETS
+        from edgeflow.schema.sections import QUANTIZATION_PRESETS
 
         spec = self.builds[build]
         quantization = self.quantization.model_dump(exclude_none=True)
@@ -149,8 +149,8 @@ def compose(root: Path) -> dict[str, Any]:
 def product_builds(
     targets: list[str] | None, quantizations: list[str] | None
 ) -> dict[str, BuildParams]:
-    from edgeflow.core.specs import QUANTIZATION_PRESETS
     from edgeflow.core.suggest import did_you_mean
+    from edgeflow.schema.sections import QUANTIZATION_PRESETS
 
     for preset in quantizations or []:
         if preset not in QUANTIZATION_PRESETS:
@@ -174,7 +174,7 @@ def hydra_files(root: Path, params: Params) -> dict[Path, str]:
     """conf/config.yaml (edgeflow's keys updated, the rest kept) and the generated groups:
     conf/target/<profile>.yaml and conf/quantization/<preset>.yaml, so that `dvc exp run
     -S target=armnn -S quantization=int8_per_tensor -S quantization.mode=none` composes."""
-    from edgeflow.core.specs import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
+    from edgeflow.schema.sections import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
 
     files = {}
     # Hydra reads the package directive from the first line only

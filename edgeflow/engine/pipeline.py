@@ -60,7 +60,7 @@ def pipeline_name(loaded: LoadedRecipe) -> str:
     """The pipeline a loaded recipe's build runs: its source kind's, or for a tensorflow
     source the native or the ONNX path (convert.via, or the default for the target and the
     quantization settings)."""
-    from edgeflow.core.sources import conversion_path
+    from edgeflow.schema.source import conversion_path
 
     recipe = loaded.recipe
     return conversion_path(

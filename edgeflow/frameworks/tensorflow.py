@@ -22,11 +22,11 @@ import numpy as np
 from edgeflow.core import savedmodel
 from edgeflow.core.errors import EdgeflowError, MissingDependency, first_line
 from edgeflow.core.refs import ImportRef, user_frame
-from edgeflow.core.signatures import fed_inputs
+from edgeflow.schema.signatures import fed_inputs
 
 if TYPE_CHECKING:
-    from edgeflow.core.sources import TensorFlowSource
-    from edgeflow.core.specs import TensorSpec
+    from edgeflow.schema.sections import TensorSpec
+    from edgeflow.schema.source import TensorFlowSource
 
 SIGNATURE = "serving_default"
 LOOPS = "serving_loops"  # a Keras model's recurrent layers as loops (save_canonical)
@@ -217,8 +217,8 @@ def _saved_model(path: Path, tf: Any) -> TfModel:
 def signature_problems(model: TfModel, specs: list[TensorSpec]) -> list[tuple[str, str, str]]:
     """The recipe's inputs against the model's: names, dtypes, ranks and fixed sizes, as
     (dotted recipe key, message, hint) for every problem."""
-    from edgeflow.core.signatures import SHAPE_HINT, shape_clash
     from edgeflow.core.suggest import did_you_mean
+    from edgeflow.schema.signatures import SHAPE_HINT, shape_clash
 
     problems = []
     declared = {s.name for s in specs}

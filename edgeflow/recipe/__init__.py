@@ -52,7 +52,7 @@ class LoadedRecipe:
         if q.mode in ("int8", "int8_weights"):
             parts += [k for k, on in BUILD_SUFFIXES.items() if on(q)]
         if self.recipe.source.kind == "tensorflow":  # the path, where it is not the default
-            from edgeflow.core.sources import default_via
+            from edgeflow.schema.source import default_via
 
             via = self.recipe.convert.via
             if via is not None and via != default_via(self.profile.family.tensorflow_native, q):

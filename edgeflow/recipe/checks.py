@@ -8,7 +8,8 @@ validate is skipped: their own problems are reported instead.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from edgeflow.targets.profile import TargetProfile
@@ -16,9 +17,10 @@ from edgeflow.targets.registry import offering
 from edgeflow.verify.judge import PER_OUTPUT, thresholds
 
 Found = tuple[str, str, str]
+Sections = Mapping[str, Any]  # section name -> its validated model (those a check declares)
 
 
-def calibration_for_int8(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def calibration_for_int8(s: Sections, profile: TargetProfile | None) -> list[Found]:
     if "quantization" not in s or "calibration" not in s:
         return []
     q = s["quantization"]
@@ -33,7 +35,7 @@ def calibration_for_int8(s: dict[str, Any], profile: TargetProfile | None) -> li
     return []
 
 
-def thresholds_fit_the_metric(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def thresholds_fit_the_metric(s: Sections, profile: TargetProfile | None) -> list[Found]:
     if "evaluation" not in s or "verify" not in s:
         return []
     metric, verify = s["evaluation"].metric, s["verify"]
@@ -62,7 +64,7 @@ DEFAULT_NAME = re.compile(r"output(_\d+)?")
 THRESHOLD_KINDS = {key: kinds[0] for key, kinds, _, _ in PER_OUTPUT}
 
 
-def outputs_are_the_models(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def outputs_are_the_models(s: Sections, profile: TargetProfile | None) -> list[Found]:
     """evaluation.outputs names outputs the model has (where the recipe can tell which) and
     does not come with the padded detections form, which is compared as a whole."""
     from edgeflow.core.suggest import did_you_mean
@@ -102,7 +104,7 @@ def outputs_are_the_models(s: dict[str, Any], profile: TargetProfile | None) -> 
     return found
 
 
-def thresholds_fit_the_kinds(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def thresholds_fit_the_kinds(s: Sections, profile: TargetProfile | None) -> list[Found]:
     """A per-output threshold that no declared output can give (every output of source.outputs
     is declared, none of the kind it reads): refused here, not a figure that means nothing."""
     if "evaluation" not in s or "verify" not in s or s.get("source") is None:
@@ -125,7 +127,7 @@ def thresholds_fit_the_kinds(s: dict[str, Any], profile: TargetProfile | None) -
     return found
 
 
-def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def quantization_fits_the_target(s: Sections, profile: TargetProfile | None) -> list[Found]:
     if profile is None or "quantization" not in s:
         return []
     q, found = s["quantization"], []
@@ -176,11 +178,11 @@ def quantization_fits_the_target(s: dict[str, Any], profile: TargetProfile | Non
     return found
 
 
-def _calibration_method(s: dict[str, Any], q: Any, profile: TargetProfile) -> list[Found]:
+def _calibration_method(s: Sections, q: Any, profile: TargetProfile) -> list[Found]:
     """The methods the target's family calibrates with (Backend.calibration): the TFLite
     family minmax, percentile or mse (edgeflow's own ranges, for int8 activations through
     ONNX); onnxruntime's calibrators minmax, entropy or percentile."""
-    from edgeflow.core.sources import conversion_path
+    from edgeflow.schema.source import conversion_path
 
     key, method, family = "quantization.method", q.method, profile.family
     if method == "qat":
@@ -204,11 +206,11 @@ def _calibration_method(s: dict[str, Any], q: Any, profile: TargetProfile) -> li
     return []
 
 
-def native_quantization(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def native_quantization(s: Sections, profile: TargetProfile | None) -> list[Found]:
     """What TensorFlow's own converter does not do, asked of a recipe that names it
     (convert.via: native): the fallback search and float outputs run on the ONNX path's
     files; a native build would ignore them. Left unset, such a recipe takes the ONNX path."""
-    from edgeflow.core.sources import conversion_path, onnx_only_settings
+    from edgeflow.schema.source import conversion_path, onnx_only_settings
 
     source, convert, q = s.get("source"), s.get("convert"), s.get("quantization")
     if profile is None or source is None or q is None:
@@ -228,7 +230,7 @@ def native_quantization(s: dict[str, Any], profile: TargetProfile | None) -> lis
     ]
 
 
-def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def fallback_has_a_budget(s: Sections, profile: TargetProfile | None) -> list[Found]:
     """quantization.fallback: auto needs a target that builds mixed files and a threshold
     the search can measure (edgeflow.verify.judge: the int8 thresholds on the outputs)."""
     if "quantization" not in s or s["quantization"].fallback == "none":
@@ -259,7 +261,7 @@ def fallback_has_a_budget(s: dict[str, Any], profile: TargetProfile | None) -> l
     return found
 
 
-def board_of_the_target(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def board_of_the_target(s: Sections, profile: TargetProfile | None) -> list[Found]:
     from edgeflow.core.suggest import did_you_mean
 
     if profile is None or "precheck" not in s:
@@ -271,7 +273,7 @@ def board_of_the_target(s: dict[str, Any], profile: TargetProfile | None) -> lis
     return [("precheck.board", f"target '{profile.name}' has no board '{board}'", hint)]
 
 
-def onnx_source_reads(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def onnx_source_reads(s: Sections, profile: TargetProfile | None) -> list[Found]:
     """An ONNX source parses, its graph is well formed, its initializers hold their data and
     its weights fit in memory (nothing of it runs; its external data files are only stat'ed)."""
     from edgeflow.core.onnxfile import hint_for, onnx_problems
@@ -286,7 +288,7 @@ def onnx_source_reads(s: dict[str, Any], profile: TargetProfile | None) -> list[
     ]
 
 
-def weights_are_a_checkpoint(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def weights_are_a_checkpoint(s: Sections, profile: TargetProfile | None) -> list[Found]:
     """A PyTorch source's weights file is a torch.save checkpoint, by its first bytes."""
     from edgeflow.checkpoint import WEIGHTS_HINT, checkpoint_problem
 
@@ -297,13 +299,13 @@ def weights_are_a_checkpoint(s: dict[str, Any], profile: TargetProfile | None) -
     return [("source.weights", f"{source.weights.name} {problem}", WEIGHTS_HINT)] if problem else []
 
 
-def inputs_fit_the_model(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def inputs_fit_the_model(s: Sections, profile: TargetProfile | None) -> list[Found]:
     """An ONNX source's declared inputs against its graph's: names, dtypes, ranks, and the
     sizes of its fixed dims (its -1, 0 and symbolic dims take the recipe's)."""
     from edgeflow.core.onnxfile import onnx_problems
     from edgeflow.core.onnxgraph import graph_inputs
-    from edgeflow.core.signatures import SHAPE_HINT, shape_clash
     from edgeflow.core.suggest import did_you_mean
+    from edgeflow.schema.signatures import SHAPE_HINT, shape_clash
 
     source = s.get("source")
     if source is None or source.kind != "onnx" or onnx_problems(source.model):
@@ -345,14 +347,14 @@ def inputs_fit_the_model(s: dict[str, Any], profile: TargetProfile | None) -> li
     return found
 
 
-def datasets_fit_the_inputs(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def datasets_fit_the_inputs(s: Sections, profile: TargetProfile | None) -> list[Found]:
     """A .npz / .npy dataset's file kind and arrays (their headers) against the fed inputs:
     every axis but the batch axis of the declared shape (datasets from code are checked when
     loaded)."""
     from pathlib import Path
 
-    from edgeflow.core.specs import data_inputs
     from edgeflow.data import FILE_HINT, SHAPE_HINT, array_shapes, file_problem, shape_mismatch
+    from edgeflow.schema.sections import data_inputs
 
     source = s.get("source")
     if source is None:
@@ -388,11 +390,11 @@ def datasets_fit_the_inputs(s: dict[str, Any], profile: TargetProfile | None) ->
     return found
 
 
-def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> list[Found]:
+def paths_fit_the_source(s: Sections, profile: TargetProfile | None) -> list[Found]:
     """What runs for this source: convert.via only for tensorflow sources, and native only to
     the TFLite family; ast/fx rules only for PyTorch code; onnx rules, export and state only
     where an ONNX graph is made."""
-    from edgeflow.core.sources import conversion_path
+    from edgeflow.schema.source import conversion_path
 
     source = s.get("source")
     if source is None:
@@ -446,7 +448,7 @@ def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> li
             )
     export = s.get("export")
     if export is not None and kind == "pytorch":
-        from edgeflow.core.specs import exporter_opset_problem
+        from edgeflow.schema.sections import exporter_opset_problem
 
         problem = exporter_opset_problem(export)
         if problem:
@@ -495,34 +497,62 @@ def paths_fit_the_source(s: dict[str, Any], profile: TargetProfile | None) -> li
     return found
 
 
-CHECKS: tuple[Callable[[dict[str, Any], TargetProfile | None], list[Found]], ...] = (
-    calibration_for_int8,
-    thresholds_fit_the_metric,
-    outputs_are_the_models,
-    thresholds_fit_the_kinds,
-    quantization_fits_the_target,
-    fallback_has_a_budget,
-    native_quantization,
-    board_of_the_target,
-    onnx_source_reads,
-    weights_are_a_checkpoint,
-    inputs_fit_the_model,
-    datasets_fit_the_inputs,
-    paths_fit_the_source,
+@dataclass(frozen=True)
+class Check:
+    """A check across sections, with the sections it reads: the loader validates those on
+    their own when the whole recipe does not (SECTIONS), and hands the check only them."""
+
+    run: Callable[[Sections, TargetProfile | None], list[Found]]
+    reads: tuple[str, ...]
+
+    def __call__(self, sections: Sections, profile: TargetProfile | None) -> list[Found]:
+        return self.run(Declared(sections, self), profile)
+
+
+class Declared(Mapping[str, Any]):
+    """The sections a check declared; reading another one is a bug in the check (it would be
+    left out of SECTIONS, so not validated on its own)."""
+
+    def __init__(self, sections: Sections, check: Check) -> None:
+        self._sections, self._check = sections, check
+
+    def _declared(self, key: str) -> str:
+        if key not in self._check.reads:
+            name = getattr(self._check.run, "__name__", "a check")
+            raise AssertionError(f"{name} reads '{key}' without declaring it in CHECKS")
+        return key
+
+    def __getitem__(self, key: str) -> Any:
+        return self._sections[self._declared(key)]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._declared(key) in self._sections
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in self._check.reads if k in self._sections)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+CHECKS: tuple[Check, ...] = (
+    Check(calibration_for_int8, ("quantization", "calibration")),
+    Check(thresholds_fit_the_metric, ("evaluation", "verify")),
+    Check(outputs_are_the_models, ("evaluation", "source")),
+    Check(thresholds_fit_the_kinds, ("evaluation", "source", "verify")),
+    Check(quantization_fits_the_target, ("quantization", "convert", "source")),
+    Check(fallback_has_a_budget, ("quantization", "evaluation", "verify")),
+    Check(native_quantization, ("quantization", "convert", "source")),
+    Check(board_of_the_target, ("precheck",)),
+    Check(onnx_source_reads, ("source",)),
+    Check(weights_are_a_checkpoint, ("source",)),
+    Check(inputs_fit_the_model, ("source",)),
+    Check(datasets_fit_the_inputs, ("source", "calibration", "evaluation")),
+    Check(paths_fit_the_source, ("source", "convert", "export", "quantization", "rewrites")),
 )
-# The sections the checks read: validated on their own when the whole recipe does not.
-SECTIONS = (
-    "quantization",
-    "calibration",
-    "evaluation",
-    "verify",
-    "precheck",
-    "target",
-    "source",
-    "convert",
-    "export",
-    "rewrites",
-)
+# The sections the checks read, and the target (its profile): validated on their own when the
+# whole recipe does not, so that the checks still run.
+SECTIONS = tuple(dict.fromkeys(("target", *(k for c in CHECKS for k in c.reads))))
 
 
 def _either(words: tuple[str, ...] | list[str]) -> str:

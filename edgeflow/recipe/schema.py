@@ -1,6 +1,6 @@
 """The recipe schema: every field a recipe may have, validated before any stage runs.
 
-The sections are edgeflow.core.specs' models; this module composes them with the target
+The sections are edgeflow.schema.sections' models; this module composes them with the target
 profile (by name or inline) and the resolved rewrite rules."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pydantic import (
     ValidationInfo,
 )
 
-from edgeflow.core.sources import ConvertOptions, Source
-from edgeflow.core.specs import (
+from edgeflow.rules.base import RuleSpec
+from edgeflow.schema.sections import (
     DatasetSpec,
     Diff,
     Evaluation,
@@ -30,7 +30,7 @@ from edgeflow.core.specs import (
     Verify,
     user_error,
 )
-from edgeflow.rules.base import RuleSpec
+from edgeflow.schema.source import ConvertOptions, Source
 from edgeflow.targets.profile import TargetProfile
 
 

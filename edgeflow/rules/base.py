@@ -17,8 +17,8 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from edgeflow.core.specs import TensorSpec
 from edgeflow.rules.fixes import Fix
+from edgeflow.schema.sections import TensorSpec
 
 Level = Literal["ast", "fx", "onnx"]
 LEVEL_ORDER: dict[str, int] = {"ast": 0, "fx": 1, "onnx": 2}

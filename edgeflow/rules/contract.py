@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.errors import first_line
-from edgeflow.core.specs import TensorSpec
+from edgeflow.schema.sections import TensorSpec
 
 NOISE = 1e-5  # float32 rounding when a step reorders arithmetic, relative to the output range
 

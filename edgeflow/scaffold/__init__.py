@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError, RecipeError
-from edgeflow.core.sources import KERAS_SUFFIXES, SAVED_MODEL_FILES
 from edgeflow.scaffold.model import KINDS, Asked, Given, Model, parse_input
 from edgeflow.scaffold.render import Plan, batch_axes, data_text, recipe_text, state_links
+from edgeflow.schema.source import KERAS_SUFFIXES, SAVED_MODEL_FILES
 
 DEFAULT_TARGET = "onnxruntime_micro"
 __all__ = ["DEFAULT_TARGET", "KINDS", "InitOptions", "Written", "init"]
@@ -343,8 +343,8 @@ def _sequences(model: Model, states: set[str], arrays: dict[str, tuple[int, ...]
 
 def _check_data(path: Path, plan: Plan) -> None:
     """The --data arrays against the inputs the recipe declares."""
-    from edgeflow.core.specs import TensorSpec
     from edgeflow.data import array_shapes, shape_mismatch
+    from edgeflow.schema.sections import TensorSpec
 
     arrays = array_shapes(path)
     for t in plan.data_inputs():

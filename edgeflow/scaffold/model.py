@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError, first_line
-from edgeflow.core.signatures import DTYPES
 from edgeflow.core.suggest import did_you_mean
+from edgeflow.schema.signatures import DTYPES
 
 KINDS = ("onnx", "tensorflow", "pytorch", "jax")
 BATCH = 1  # the size an open leading (batch) dim gets

@@ -29,8 +29,8 @@ import numpy as np
 
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, ToolCrashed
-from edgeflow.core.sources import kept_layout
-from edgeflow.core.specs import fed_inputs
+from edgeflow.schema.sections import fed_inputs
+from edgeflow.schema.source import kept_layout
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 from edgeflow.stages.diff import READS as DIFF_READS

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from edgeflow.core.sources import kept_layout
-from edgeflow.core.specs import FALLBACK_READS, fed_inputs
+from edgeflow.schema.sections import FALLBACK_READS, fed_inputs
+from edgeflow.schema.source import kept_layout
 from edgeflow.stages.base import BACKEND_TOOLS, Stage, StageContext
 
 # The target's converter and runtime (Backend.tools), onnxruntime (the source model's

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.sources import kept_layout
-from edgeflow.core.specs import fed_inputs
+from edgeflow.schema.sections import fed_inputs
+from edgeflow.schema.source import kept_layout
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 
@@ -218,7 +218,7 @@ def _through_float32(
 
 def _float32_oracle(ctx: StageContext, family: str, batches: list[Any], work: Path) -> Any:
     """onnx2tf's float32 conversion of the model the converter read, captured in LiteRT."""
-    from edgeflow.core.specs import Quantization
+    from edgeflow.schema.sections import Quantization
     from edgeflow.targets import _onnx2tf, _tflite_layout
     from edgeflow.targets.base import ConvertJob
     from edgeflow.targets.registry import reference_tflite

@@ -6,7 +6,7 @@ from collections import Counter
 
 from edgeflow.core.errors import EdgeflowError, first_line
 from edgeflow.core.onnxgraph import name_outputs
-from edgeflow.core.specs import default_output_names, fed_inputs
+from edgeflow.schema.sections import default_output_names, fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 
 

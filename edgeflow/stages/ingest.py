@@ -12,8 +12,8 @@ from edgeflow.core.onnxfile import check_onnx_file
 from edgeflow.core.onnxgraph import copy_model, name_outputs
 from edgeflow.core.onnxoutputs import type_outputs
 from edgeflow.core.onnxsession import checking_session
-from edgeflow.core.signatures import SHAPE_HINT, shape_clash
-from edgeflow.core.specs import TensorSpec
+from edgeflow.schema.sections import TensorSpec
+from edgeflow.schema.signatures import SHAPE_HINT, shape_clash
 from edgeflow.stages._normalise import (
     evaluated,
     fold_constants,

@@ -8,8 +8,8 @@ from edgeflow.stages.tf_export import record_export
 
 
 def run(ctx: StageContext) -> None:
-    from edgeflow.core.signatures import fed_inputs
     from edgeflow.frameworks import jax as jaxw
+    from edgeflow.schema.signatures import fed_inputs
     from edgeflow.stages.verify import read_reference
 
     source = ctx.recipe.source

@@ -8,9 +8,9 @@ from edgeflow.stages.load import save_reference
 
 
 def run(ctx: StageContext) -> None:
-    from edgeflow.core.specs import default_output_names
     from edgeflow.data import load_samples
     from edgeflow.frameworks import jax as jaxw
+    from edgeflow.schema.sections import default_output_names
     from edgeflow.verify.runners import BatchAxes, WithConstants, batching, run_all
     from edgeflow.verify.stream import run_stream
 

@@ -85,7 +85,7 @@ def save_reference(
                 "run the model on those samples in Python: check its weights and that the "
                 "data is scaled as the model expects",
             )
-    from edgeflow.core.specs import default_output_names
+    from edgeflow.schema.sections import default_output_names
 
     # the names beside the arrays: what evaluation.outputs and the report call each output
     named = names if names and len(names) == len(outputs) else default_output_names(len(outputs))

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from edgeflow.core.errors import StageFailed
-from edgeflow.core.specs import fed_inputs
+from edgeflow.schema.sections import fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 
 TOLERANCE = 1e-4  # constant folding reorders float arithmetic (e.g. BatchNorm into Conv)

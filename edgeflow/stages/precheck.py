@@ -80,7 +80,7 @@ def run(ctx: StageContext) -> None:
 def _why_onnx(ctx: StageContext) -> str:
     """For a TensorFlow source on the ONNX path because its int8 settings need it (convert.via
     unset): which settings, and what TensorFlow's own converter would build instead."""
-    from edgeflow.core.sources import onnx_only_settings
+    from edgeflow.schema.source import onnx_only_settings
 
     recipe = ctx.recipe
     if recipe.source.kind != "tensorflow" or recipe.convert.via is not None:
@@ -99,9 +99,9 @@ def _auto_rewrites(ctx: StageContext, model: Any, mode: str) -> tuple[Any, str]:
     """The model with `rewrites: auto`'s rules applied, each with its contract checked as a
     recipe's rule is (rewrite_auto.json: the rules chosen, what each removed, what is left),
     and them in one line."""
-    from edgeflow.core.specs import fed_inputs
     from edgeflow.rules.apply import apply_rules
     from edgeflow.rules.base import RewriteContext, RuleSpec
+    from edgeflow.schema.sections import fed_inputs
     from edgeflow.targets.auto_rewrites import search
 
     if not ctx.recipe.rewrites_auto:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import FALLBACK_READS
+from edgeflow.schema.sections import FALLBACK_READS
 from edgeflow.stages.base import Stage, StageContext
 
 if TYPE_CHECKING:

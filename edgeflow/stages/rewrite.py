@@ -140,9 +140,9 @@ def rewritten_module(
     `rewrites: auto` chose, each in its level's place (`check`: enforce each rule's
     contract, as the rewrite stage does; the export stage re-applies the same deterministic
     rules without checking them again)."""
-    from edgeflow.core.sources import PyTorchSource
     from edgeflow.rules.apply import apply_rules
     from edgeflow.rules.base import RewriteContext
+    from edgeflow.schema.source import PyTorchSource
     from edgeflow.source import build_module
 
     assert isinstance(recipe.source, PyTorchSource)  # the pipeline of pytorch sources

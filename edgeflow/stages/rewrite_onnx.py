@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from edgeflow.core.specs import fed_inputs
+from edgeflow.schema.sections import fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 
 

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import fed_inputs
+from edgeflow.schema.sections import fed_inputs
 from edgeflow.stages.base import Stage, StageContext
 from edgeflow.stages.convert import RUNTIMES
 

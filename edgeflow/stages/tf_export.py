@@ -11,8 +11,8 @@ from edgeflow.stages.base import Stage, StageContext
 
 
 def run(ctx: StageContext) -> None:
-    from edgeflow.core.signatures import fed_inputs
     from edgeflow.frameworks.tf2onnx import export_onnx
+    from edgeflow.schema.signatures import fed_inputs
     from edgeflow.stages.verify import read_reference
 
     source = ctx.recipe.source
@@ -32,8 +32,8 @@ def record_export(
     import numpy as np
     import onnx
 
-    from edgeflow.core.signatures import fed_inputs
     from edgeflow.data import load_samples
+    from edgeflow.schema.signatures import fed_inputs
     from edgeflow.verify.compare import step_errors
     from edgeflow.verify.runners import BatchAxes, OnnxRunner, batching, run_all
     from edgeflow.verify.stream import run_stream

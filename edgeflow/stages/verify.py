@@ -126,7 +126,7 @@ def read_reference(path: Any, declared: list[str] | None) -> tuple[list[np.ndarr
     ingest stage stored beside them, else the recipe's source.outputs or the export's."""
     import numpy as np
 
-    from edgeflow.core.specs import default_output_names
+    from edgeflow.schema.sections import default_output_names
 
     with np.load(path) as ref:
         count = sum(1 for f in ref.files if f.startswith("arr_"))

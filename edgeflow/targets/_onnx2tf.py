@@ -38,7 +38,7 @@ import numpy as np
 
 from edgeflow.core import islands, progress
 from edgeflow.core.errors import EdgeflowError, first_line
-from edgeflow.core.sources import batch_size
+from edgeflow.schema.source import batch_size
 from edgeflow.targets import (
     _tflite_fc,
     _tflite_islands,

@@ -40,8 +40,8 @@ from edgeflow.targets._tflite_quant import (
 )
 
 if TYPE_CHECKING:
-    from edgeflow.core.specs import Quantization, TensorSpec
     from edgeflow.data import Samples
+    from edgeflow.schema.sections import Quantization, TensorSpec
     from edgeflow.targets.profile import TargetProfile
 
 ARTIFACT = "model.tflite"

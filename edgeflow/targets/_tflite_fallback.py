@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from edgeflow.core.sources import batch_size
+from edgeflow.schema.source import batch_size
 from edgeflow.targets import _onnx2tf, _tflite_layout, _tflite_quant
 from edgeflow.targets._tflite_tensors import all_tensors
 from edgeflow.targets.base import ConvertJob

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core import islands
-from edgeflow.core.sources import batch_size
+from edgeflow.schema.source import batch_size
 from edgeflow.targets.base import ConvertJob
 
 # TFLite operators that move values without computing them

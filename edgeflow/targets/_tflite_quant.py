@@ -17,15 +17,15 @@ import numpy as np
 
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, first_line
-from edgeflow.core.sources import batch_size
+from edgeflow.schema.source import batch_size
 from edgeflow.targets import _onnx2tf, _tflite_islands, _tflite_ranges, _tflite_traps
 from edgeflow.targets._tflite_deps import require
 from edgeflow.targets._tflite_layout import input_order
 from edgeflow.targets.base import ConvertJob
 
 if TYPE_CHECKING:
-    from edgeflow.core.specs import TensorSpec
     from edgeflow.data import Samples
+    from edgeflow.schema.sections import TensorSpec
 
 Feeds = dict[str, np.ndarray]
 

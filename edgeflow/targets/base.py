@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from edgeflow.core.islands import Island
-    from edgeflow.core.specs import Quantization, TensorSpec
     from edgeflow.data import Samples
+    from edgeflow.schema.sections import Quantization, TensorSpec
     from edgeflow.targets.profile import TargetProfile
     from edgeflow.verify.fallback import Budget
 

@@ -182,7 +182,7 @@ def _input_specs(model: Any) -> list[Any]:
     """The graph's inputs as the recipe would declare them (static shapes only)."""
     import onnx
 
-    from edgeflow.core.specs import TensorSpec
+    from edgeflow.schema.sections import TensorSpec
 
     initializers = {t.name for t in model.graph.initializer}
     specs = []

@@ -16,7 +16,7 @@ from pydantic import (
 )
 
 from edgeflow.core.islands import Island, IslandKind
-from edgeflow.core.specs import QuantizationMode
+from edgeflow.schema.sections import QuantizationMode
 
 if TYPE_CHECKING:
     from edgeflow.targets.registry import Backend

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from edgeflow.core.specs import QuantizationMode
+from edgeflow.schema.sections import QuantizationMode
 
 CalibrationMethod = Literal["minmax", "entropy", "percentile", "mse"]
 

@@ -250,7 +250,7 @@ def _convert(
     import json
     import shutil
 
-    from edgeflow.core.specs import Quantization, TensorSpec
+    from edgeflow.schema.sections import Quantization, TensorSpec
     from edgeflow.targets import _onnx2tf, _tflite_layout
     from edgeflow.targets._tflite_quant import own_int8
     from edgeflow.targets.base import ConvertJob

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeflow.core.specs import OutputSpec, default_output_names
+from edgeflow.schema.sections import OutputSpec, default_output_names
 from edgeflow.verify.kinds import BoxMatching, agreement, judged, sqnr_db
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import QUALITY_THRESHOLDS
+from edgeflow.schema.sections import QUALITY_THRESHOLDS
 from edgeflow.verify import judge
 from edgeflow.verify.kinds import power_db
 

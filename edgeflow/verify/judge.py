@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import (
+from edgeflow.schema.sections import (
     DEFAULT_MIN_SQNR_DB,
     QUALITY_THRESHOLDS,
     DetectionChecks,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import (
+from edgeflow.schema.sections import (
     ClassesOutput,
     DetectionChecks,
     DetectionsOutput,

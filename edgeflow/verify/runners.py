@@ -11,9 +11,9 @@ import numpy as np
 
 from edgeflow.core import progress
 from edgeflow.core.errors import AtRecipeKey, EdgeflowError
-from edgeflow.core.sources import batch_size
-from edgeflow.core.specs import default_output_names
 from edgeflow.data import Samples
+from edgeflow.schema.sections import default_output_names
+from edgeflow.schema.source import batch_size
 
 
 class Runner(Protocol):

@@ -17,8 +17,8 @@ import numpy as np
 
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import DatasetSpec, StateLink, TensorSpec, default_output_names
 from edgeflow.data import Samples, load_samples, step_axis
+from edgeflow.schema.sections import DatasetSpec, StateLink, TensorSpec, default_output_names
 from edgeflow.verify.runners import BatchAxes, Runner, batching
 
 

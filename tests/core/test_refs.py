@@ -12,8 +12,8 @@ from edgeflow.core.codehash import closure_files, find_spec
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.refcheck import TORCH_MODULE, is_stdlib_file, is_stdlib_module, subclass_of
 from edgeflow.core.refs import ImportRef
-from edgeflow.core.sources import PyTorchSource
-from edgeflow.core.specs import DatasetSpec, TensorSpec
+from edgeflow.schema.sections import DatasetSpec, TensorSpec
+from edgeflow.schema.source import PyTorchSource
 
 
 @pytest.fixture

@@ -312,8 +312,8 @@ def test_allowed_ops_pass_the_check(tf, recipe_dir: Path) -> None:
 def test_no_false_positive_on_plain_saved_models(tf, recipe_dir: Path) -> None:
     """Keras exports, a tf.Module with variables, and the canonical SavedModel of the
     repository's Keras demos: nothing refused, though each holds the saver's checkpoint ops."""
-    from edgeflow.core.signatures import TensorSpec
     from edgeflow.frameworks import tensorflow as tfw
+    from edgeflow.schema.signatures import TensorSpec
     from edgeflow.zoo import digits_keras
 
     save_plain(tf, recipe_dir / "keras_export")

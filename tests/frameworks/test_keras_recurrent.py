@@ -79,8 +79,8 @@ def test_the_loops_compute_what_keras_does(tmp_path: Path) -> None:
     sequences; the loops' file has none of the ops TFLite Micro lacks."""
     import importlib.util
 
-    from edgeflow.core.specs import TensorSpec
     from edgeflow.frameworks import tensorflow as tfw
+    from edgeflow.schema.sections import TensorSpec
     from edgeflow.targets import emitted
 
     (tmp_path / "model.py").write_text(MODELS, encoding="utf-8")

@@ -11,9 +11,9 @@ import onnxruntime as ort
 import pytest
 
 from edgeflow.core.errors import EdgeflowError, MissingDependency
-from edgeflow.core.signatures import TensorSpec
 from edgeflow.frameworks.tensorflow import from_keras, save_canonical
 from edgeflow.frameworks.tf2onnx import export_onnx, require
+from edgeflow.schema.signatures import TensorSpec
 from tests import needs
 
 tf = needs.module("tensorflow")

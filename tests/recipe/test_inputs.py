@@ -17,9 +17,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgeflow.cli import main
 from edgeflow.core.errors import EdgeflowError, RecipeError
-from edgeflow.core.specs import DatasetSpec, TensorSpec
 from edgeflow.data import load_samples
 from edgeflow.recipe import load_recipe
+from edgeflow.schema.sections import DatasetSpec, TensorSpec
 from tests.recipe.test_errors import GOOD, problems
 
 ONNX_RECIPE = """

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeflow.core.specs import ClassesOutput, DetectionsOutput, ProbabilityOutput
 from edgeflow.recipe import load_recipe
+from edgeflow.schema.sections import ClassesOutput, DetectionsOutput, ProbabilityOutput
 from tests.recipe.test_errors import GOOD, problems
 
 NAMED = GOOD.replace(

@@ -14,10 +14,10 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from edgeflow.core.errors import EdgeflowError, InternalError, StageFailed
-from edgeflow.core.specs import TensorSpec
 from edgeflow.rules.apply import apply_rules
 from edgeflow.rules.base import AstRule, OnnxRule, RewriteContext, RuleResult, RuleSpec
 from edgeflow.rules.onnx.simplify import Simplify
+from edgeflow.schema.sections import TensorSpec
 
 SPECS = [TensorSpec(name="x", shape=[1, 4])]
 

@@ -9,9 +9,9 @@ import onnx
 import pytest
 
 from edgeflow.core.errors import EdgeflowError, RecipeError
-from edgeflow.core.specs import DatasetSpec, TensorSpec
 from edgeflow.data import Samples, load_samples
 from edgeflow.recipe import load_recipe
+from edgeflow.schema.sections import DatasetSpec, TensorSpec
 from tests.signatures.models import reshape_model
 
 RECIPE = """

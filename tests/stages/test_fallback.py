@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from edgeflow.core.errors import RecipeError
-from edgeflow.core.specs import Verify
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.pipeline import pipeline_name
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
+from edgeflow.schema.sections import Verify
 from edgeflow.verify import fallback, judge
 from edgeflow.zoo.digits import DigitsCNN
 from tests import needs
@@ -307,7 +307,7 @@ def test_no_mix_within_the_budget_fails_and_keeps_the_closest(tmp_path: Path, wr
 def test_the_search_compares_outputs_as_verify_declares_them() -> None:
     """evaluation.outputs reaches the fallback's figures: a [N, 10] output declared `values`
     has no top-1 figure (it was scored as a class vector), and its name is the declared one."""
-    from edgeflow.core.specs import ValuesOutput
+    from edgeflow.schema.sections import ValuesOutput
 
     rng = np.random.default_rng(0)
     reference = [rng.standard_normal((6, 10)).astype(np.float32)]

@@ -109,7 +109,7 @@ def test_its_verify_and_diff_defaults() -> None:
     """25 dB on the outputs and 20 dB per tensor unless the recipe says (docs/recipe.md: its
     healthy builds measured 34.8-51.4 dB at the output, 26.9-42.9 dB at their lowest tensor);
     verify.by_mode takes the mode."""
-    from edgeflow.core.specs import Verify
+    from edgeflow.schema.sections import Verify
     from edgeflow.verify.judge import thresholds
     from edgeflow.verify.layers import DIVERGENCE_DB
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import Quantization, TensorSpec
 from edgeflow.data import Samples
+from edgeflow.schema.sections import Quantization, TensorSpec
 from edgeflow.targets import _onnx2tf, _onnx2tf_copy, load_profile
 from edgeflow.targets.base import ConvertJob
 from edgeflow.targets.tflite import backend as tflite

@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from edgeflow.core.specs import Quantization, TensorSpec
+from edgeflow.schema.sections import Quantization, TensorSpec
 from edgeflow.targets import load_profile
 from edgeflow.targets.base import ConvertJob
 from edgeflow.targets.onnxruntime_micro import backend as onnxruntime_micro

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeflow.core.specs import Quantization, TensorSpec
+from edgeflow.schema.sections import Quantization, TensorSpec
 from edgeflow.targets import _onnx2tf, _tflite_div, _tflite_quant, load_profile
 from edgeflow.targets.base import ConvertJob
 from edgeflow.targets.precheck import check

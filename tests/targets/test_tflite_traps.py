@@ -80,8 +80,8 @@ def test_tensorflows_int8_one_hot_writes_its_off_value_on_another_grid(tmp_path:
     import tensorflow as tf
     from tensorflow.lite.python import convert
 
-    from edgeflow.core.specs import Quantization, TensorSpec
     from edgeflow.data import Samples
+    from edgeflow.schema.sections import Quantization, TensorSpec
     from edgeflow.targets import _onnx2tf, _tflite_quant, load_profile
     from edgeflow.targets.base import ConvertJob
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from edgeflow.core.errors import EdgeflowError, MissingDependency, RecipeError
-from edgeflow.core.specs import Quantization, TensorSpec
 from edgeflow.recipe import load_recipe
+from edgeflow.schema.sections import Quantization, TensorSpec
 from edgeflow.targets import (
     _onnx2tf,
     _onnx2tf_copy,

@@ -12,13 +12,13 @@ from pydantic import ValidationError
 
 from edgeflow.core.errors import AtRecipeKey, EdgeflowError
 from edgeflow.core.loader import relocated
-from edgeflow.core.specs import (
+from edgeflow.data import Samples
+from edgeflow.schema.sections import (
     ClassesOutput,
     DetectionChecks,
     DetectionsOutput,
     ValuesOutput,
 )
-from edgeflow.data import Samples
 from edgeflow.verify.compare import compare_outputs
 from edgeflow.verify.kinds import BoxMatching
 from edgeflow.verify.runners import BatchAxes, run_all

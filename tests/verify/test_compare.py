@@ -11,7 +11,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 from edgeflow.cli import main
-from edgeflow.core.specs import Verify
+from edgeflow.schema.sections import Verify
 from edgeflow.verify.compare import compare_outputs
 from edgeflow.verify.judge import build_checks, thresholds
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import EmbeddingOutput, Verify
 from edgeflow.recipe import load_recipe
 from edgeflow.report.markdown import kind_figures
+from edgeflow.schema.sections import EmbeddingOutput, Verify
 from edgeflow.verify.compare import compare_outputs
 from edgeflow.verify.judge import build_checks, thresholds
 from tests.recipe.test_errors import problems

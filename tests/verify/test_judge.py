@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from edgeflow.core.errors import EdgeflowError, RecipeError
-from edgeflow.core.specs import Verify
 from edgeflow.recipe import load_recipe
+from edgeflow.schema.sections import Verify
 from edgeflow.verify import judge
 from edgeflow.verify.judge import Comparison, build_checks, quality_checks, thresholds
 

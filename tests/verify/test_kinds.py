@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import (
+from edgeflow.report.markdown import one_line
+from edgeflow.schema.sections import (
     ClassesOutput,
     DetectionChecks,
     DetectionsOutput,
@@ -18,7 +19,6 @@ from edgeflow.core.specs import (
     Span,
     Verify,
 )
-from edgeflow.report.markdown import one_line
 from edgeflow.stages.report import _agreement
 from edgeflow.verify.compare import compare_outputs
 from edgeflow.verify.judge import build_checks, thresholds

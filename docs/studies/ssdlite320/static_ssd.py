@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from common import VERSIONS, build_model, inputs
-from edgeflow.core.specs import TensorSpec
+from edgeflow.schema.sections import TensorSpec
 from edgeflow.rules.ast.replacements.torchvision_detection import (
     check_ssd,
     prepare_ssd,

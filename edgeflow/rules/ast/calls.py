@@ -47,7 +47,7 @@ def _replacement_path(text: str) -> str:
     """An import path of code the model will call: never the standard library's (as every
     code reference, see edgeflow.core.refcheck; checked again on the object when loaded)."""
     from edgeflow.core.refcheck import StdlibRef, is_stdlib_module
-    from edgeflow.core.specbase import user_error as located
+    from edgeflow.schema.base import user_error as located
 
     module = _import_path(text).partition(":")[0]
     if is_stdlib_module(module):

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from edgeflow.core.specs import user_error
 from edgeflow.rules.base import FxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import arg, finish, label, module_of, order, to_graph_module
+from edgeflow.schema.sections import user_error
 
 if TYPE_CHECKING:
     from torch.fx import GraphModule, Node

@@ -14,10 +14,10 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import user_error
 from edgeflow.rules.base import CODE_REF, FxRule, RewriteContext, RuleOptions, RuleResult, Site
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import EXPORT, finish, to_graph_module
+from edgeflow.schema.sections import user_error
 
 
 def _import_path(text: str) -> str:

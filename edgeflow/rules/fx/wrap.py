@@ -16,7 +16,6 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field, field_validator
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.core.specs import user_error
 from edgeflow.rules.base import (
     CODE_REF,
     FxRule,
@@ -28,6 +27,7 @@ from edgeflow.rules.base import (
 )
 from edgeflow.rules.fixes import Fix
 from edgeflow.rules.fx._graph import SYMBOLIC, first_line
+from edgeflow.schema.sections import user_error
 
 
 class WrapLeaf(FxRule):

@@ -31,7 +31,7 @@ class ConvertOpset(OnnxRule):
         def _known(cls, opset: int) -> int:
             import onnx.defs
 
-            from edgeflow.core.specs import user_error
+            from edgeflow.schema.sections import user_error
 
             newest = onnx.defs.onnx_opset_version()
             if not 7 <= opset <= newest:

@@ -20,8 +20,8 @@ def _known_pass(name: str) -> str:
     """An onnxoptimizer pass name, or a located error with the closest valid one."""
     import onnxoptimizer
 
-    from edgeflow.core.specs import user_error
     from edgeflow.core.suggest import did_you_mean
+    from edgeflow.schema.sections import user_error
 
     known = onnxoptimizer.get_available_passes()
     if name not in known:

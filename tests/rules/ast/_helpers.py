@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from edgeflow.core.specs import TensorSpec
 from edgeflow.rules.ast._source import rewritten_sources
 from edgeflow.rules.base import AstRule, RewriteContext, RuleResult
+from edgeflow.schema.sections import TensorSpec
 
 
 def specs(*shapes: tuple[int, ...], dtype: str = "float32") -> list[TensorSpec]:

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from edgeflow.core.specs import TensorSpec
 from edgeflow.rules.base import FxRule, RewriteContext, RuleResult
 from edgeflow.rules.fx._graph import EXPORT
+from edgeflow.schema.sections import TensorSpec
 
 SAMPLES = 3  # random input batches compared, besides the declared example inputs
 

@@ -9,8 +9,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeflow.core.onnxgraph import op_counts, same_graph
-from edgeflow.core.specs import TensorSpec
 from edgeflow.rules.base import RewriteContext, RuleResult
+from edgeflow.schema.sections import TensorSpec
 
 NP_TYPES = {
     TensorProto.FLOAT: np.float32,

@@ -180,7 +180,7 @@ def test_reduced_onnxruntime_build_needs_no_int64_kernels(
     """convert_onnx_models_to_ort's type-reduced operator config lists the kernels a minimal
     build compiles (it folds Range/Sub away itself). After the rule, Slice needs only int32
     indices and Gather gains int32 (the data-dependent index keeps its int64 kernel)."""
-    from edgeflow.core.specs import Quantization
+    from edgeflow.schema.sections import Quantization
     from edgeflow.targets import load_profile
     from edgeflow.targets.base import ConvertJob
     from edgeflow.targets.onnxruntime_micro import backend as onnxruntime_micro

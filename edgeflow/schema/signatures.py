@@ -13,7 +13,7 @@ from pydantic import (
     model_validator,
 )
 
-from edgeflow.core.specbase import Strict, _existing_file, user_error
+from edgeflow.schema.base import Strict, _existing_file, user_error
 
 MAX_DIM = 2**31 - 1  # what ONNX and the runtimes index tensors with
 MAX_ELEMENTS = 2**31  # per input tensor (8 GiB of float32): beyond it nothing here runs

@@ -1,6 +1,6 @@
 """The recipe's `source` section: one pydantic model per source kind (pytorch, onnx,
 tensorflow, jax), their shared signature fields and checks, and which pipeline each takes
-to a target (conversion_path). Re-exported by edgeflow.core.specs."""
+to a target (conversion_path). Re-exported by edgeflow.schema.sections."""
 
 from __future__ import annotations
 
@@ -20,13 +20,8 @@ from pydantic import (
 from edgeflow.core import savedmodel
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.refs import ImportRef
-from edgeflow.core.signatures import (
-    StateLink,
-    TensorSpec,
-    data_inputs,
-    fed_inputs,
-)
-from edgeflow.core.specbase import (
+from edgeflow.core.suggest import closest
+from edgeflow.schema.base import (
     CodeRef,
     RecipeFile,
     Strict,
@@ -36,7 +31,12 @@ from edgeflow.core.specbase import (
     _import_ref,
     user_error,
 )
-from edgeflow.core.suggest import closest
+from edgeflow.schema.signatures import (
+    StateLink,
+    TensorSpec,
+    data_inputs,
+    fed_inputs,
+)
 
 
 class DynamicBatch(Strict):

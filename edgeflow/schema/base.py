@@ -1,5 +1,5 @@
 """What every recipe section is built from: the strict base model, the validation error the
-loader prints as it is, and the file and code-reference field types (edgeflow.core.specs)."""
+loader prints as it is, and the file and code-reference field types (edgeflow.schema.sections)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 A leaf module: rules, targets and the data code take TensorSpec, DatasetSpec and the other
 sections from here; edgeflow.recipe.schema composes them (with the target profile and the
 resolved rules) into the Recipe. The base model and field types are in
-edgeflow.core.specbase, an input's signature (TensorSpec) in edgeflow.core.signatures, the
-`source` section's kinds in edgeflow.core.sources."""
+edgeflow.schema.base, an input's signature (TensorSpec) in edgeflow.schema.signatures, the
+`source` section's kinds in edgeflow.schema.source."""
 
 from __future__ import annotations
 
@@ -22,18 +22,18 @@ from pydantic import (
 
 from edgeflow.core.islands import IslandKind
 from edgeflow.core.refs import ImportRef
-
-# An input's signature and the helpers the stages read it with, as every layer imports them
-from edgeflow.core.signatures import StateLink as StateLink
-from edgeflow.core.signatures import TensorSpec as TensorSpec
-from edgeflow.core.signatures import data_inputs as data_inputs
-from edgeflow.core.signatures import fed_inputs as fed_inputs
-from edgeflow.core.specbase import (
+from edgeflow.schema.base import (
     Strict,
     _existing_file,
     _import_ref,
     user_error,
 )
+
+# An input's signature and the helpers the stages read it with, as every layer imports them
+from edgeflow.schema.signatures import StateLink as StateLink
+from edgeflow.schema.signatures import TensorSpec as TensorSpec
+from edgeflow.schema.signatures import data_inputs as data_inputs
+from edgeflow.schema.signatures import fed_inputs as fed_inputs
 
 
 def _dataset_ref(value: Any, info: ValidationInfo) -> ImportRef | Path:
