@@ -33,7 +33,8 @@ def test_a_check_that_reads_an_undeclared_section_is_caught() -> None:
     fails at once instead of reading what the loader never checked."""
 
     def peeks(s, profile):  # reads source, declares quantization only
-        return [] if s.get("source") is None else []
+        source = s.get("source")
+        return [("source", f"{source}", "")]
 
     loaded = load_recipe(find_recipe("digits_cnn"))
     sections = {name: getattr(loaded.recipe, name) for name in checks.SECTIONS}
