@@ -209,6 +209,68 @@ class Metrics(Record):
     fallback: FallbackFigures | None = None
 
 
+# --- quantize.json, convert.json ---------------------------------------------------------
+
+
+class QuantizeRecord(Record):
+    """quantize.json: what the quantize stage made of the optimized model (onnxruntime's
+    quantizer, or the float model handed on to a converter that quantizes itself)."""
+
+    mode: str
+    nodes: int  # of the model it wrote
+    ops: dict[str, int]
+    delegated_to_converter: bool | None = None  # the converter quantizes (onnx2tf)
+    # int8 and int8_weights (onnxruntime)
+    per_channel: bool | None = None
+    symmetric: bool | None = None
+    reduce_range: bool | None = None
+    reduce_range_auto: str | None = None  # why `auto` chose as it did
+    method: str | None = None
+    entropy_bins: int | None = None
+    calibration_samples: int | None = None
+    imposed_by_target: dict[str, bool] | None = None
+    float_outputs: list[str] | None = None  # nodes writing the outputs, kept float
+    float_infinities: list[str] | None = None  # nodes reading an infinite constant
+    refused_by_quantizer: list[str] | None = None  # nodes the quantizer failed on
+    float_islands: dict[str, Any] | None = None  # quantization.keep_float
+    opset_converted: dict[str, Any] | None = None  # the source was below opset 13
+    shape_inference: dict[str, Any] | None = None
+    fallback: dict[str, Any] | None = None  # quantization.fallback: auto, the search
+    scheme: str | None = None  # int8_weights: in words
+    weights: dict[str, Any] | None = None
+    int8_tensors: int | None = None
+    kept_float: dict[str, Any] | None = None
+    qat: bool | None = None  # method qat: the exported Q/DQ as it is
+    weights_folded_to_int8: int | None = None
+
+
+class ConvertRecord(Record):
+    """convert.json: what the target's converter wrote (the artifact's files, its operators,
+    its I/O layout, and each backend's own figures)."""
+
+    artifact: str  # the main file's name
+    files: list[str]  # every file written
+    target: str
+    size_bytes: int
+    operators: list[str] | None = None
+    converter: str | None = None  # the tool and its version
+    convert_seconds: float | None = None
+    path: str | None = None  # "native": TensorFlow's own converter
+    io: dict[str, Any] | None = None  # the .tflite's inputs and outputs: index, layout, name
+    emitted: list[dict[str, Any]] | None = None  # the artifact's operators against the profile
+    imposed_by_target: dict[str, bool] | None = None
+    int8: dict[str, Any] | None = None  # a converter that quantizes itself: its scheme
+    int8_weights: dict[str, Any] | None = None
+    fallback: dict[str, Any] | None = None  # the fallback search of a converter's build
+    retry: dict[str, Any] | None = None  # onnx2tf's parameter replacement, when it took one
+    host: dict[str, Any] | None = None  # postprocess.cut: the part that runs on the host
+    arena_bytes: int | None = None  # TFLite Micro: the smallest arena it allocates in
+    arena_recorded_bytes: int | None = None
+    engine: str | None = None  # TensorRT: the engine file (None: no GPU to build it)
+    tensorrt: str | None = None  # its version
+    not_verified: str | None = None  # why the runtime cannot run here
+
+
 # --- precheck.json -----------------------------------------------------------------------
 
 
@@ -346,6 +408,8 @@ RECORDS: dict[str, type[Record] | type[Checks]] = {
     "metrics": Metrics,
     "report_record": ReportRecord,
     "precheck": PrecheckRecord,
+    "quantize": QuantizeRecord,
+    "convert": ConvertRecord,
     "diff": DiffRecord,
     "bisect": BisectRecord,
 }

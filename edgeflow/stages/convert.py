@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +72,7 @@ def run(ctx: StageContext) -> None:
     if tail is not None and tail.is_file():  # postprocess.cut: the tail runs on the host
         info["host"] = postprocess.write_host(tail, artifact_dir, info["artifact"])
         info["files"] = [*info["files"], *info["host"]["files"]]
-    ctx.output("convert").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    ctx.write("convert", info)
 
 
 def judge(ctx: StageContext, artifact: Path, found: list[dict[str, Any]]) -> None:

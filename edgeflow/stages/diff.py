@@ -13,7 +13,6 @@ the record asks for the bisection (`bisect`), which the runner then runs.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -45,7 +44,7 @@ def run(ctx: StageContext) -> None:
     batches = list(batches_of(samples, *batching(recipe.source), recipe.diff.samples))
     model = onnx.load(str(ctx.inputs["source_onnx"]))
     source = source_graph(model, batches)
-    info = json.loads(ctx.inputs["convert"].read_text())
+    info = ctx.read("convert").dump()
     work = ctx.out_dir / ".work"
     work.mkdir()
     try:

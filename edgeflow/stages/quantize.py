@@ -43,7 +43,7 @@ def run(ctx: StageContext) -> None:
         info.update(_int8(ctx, src, dst))
     ops = Counter(n.op_type for n in onnx.load(str(dst)).graph.node)
     info.update(nodes=sum(ops.values()), ops=dict(ops))
-    ctx.write_json("quantize", info)
+    ctx.write("quantize", info)
 
 
 PREPARED, UPGRADED = "preprocessed.onnx", "upgraded.onnx"  # in the stage's own out_dir

@@ -10,7 +10,6 @@ precheck.continue_on_failure), before the target's runtime first loads the file.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from edgeflow.core.errors import EdgeflowError
@@ -107,7 +106,7 @@ def run(ctx: StageContext) -> None:
         info["imposed_by_target"] = imposed
     info["target"] = profile.name
     info["size_bytes"] = (artifact_dir / info["artifact"]).stat().st_size
-    ctx.output("convert").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    ctx.write("convert", info)
 
 
 STAGE = Stage(

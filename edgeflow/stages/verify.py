@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError
@@ -42,7 +41,7 @@ def run(ctx: StageContext) -> None:
         )
     reference, names = read_reference(ctx.inputs["reference"], recipe.source.outputs)
     _declared_outputs_exist(recipe.evaluation.outputs, names)
-    convert_info = json.loads(ctx.inputs["convert"].read_text())
+    convert_info = ctx.read("convert").dump()
     try:
         runner = backend(profile).open_runner(ctx.inputs["artifact"], convert_info)
         if "host" in convert_info:  # the artifact, then the generated host post-processing

@@ -144,24 +144,24 @@ def test_precheck_fails_on_an_operator_the_target_lacks(recipe: Path, tmp_path: 
 
 def test_quantize_passes_float32_through_and_quantizes_int8(float32: Slots, int8: Slots) -> None:
     passed = float32.record("quantize")
-    assert passed["mode"] == "none" and not passed["delegated_to_converter"]
+    assert passed.mode == "none" and not passed.delegated_to_converter
     assert (
         float32.paths["onnx"].read_bytes()
         == (float32.root / "optimize" / "model.onnx").read_bytes()
     )
     record = int8.record("quantize")
-    assert record["mode"] == "int8" and record["method"] == "minmax"
+    assert record.mode == "int8" and record.method == "minmax" and record.calibration_samples
     model = onnx.load(str(int8.root / "quantize" / "model.onnx"))
     assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) >= 3
 
 
 def test_convert_writes_the_ort_file_and_its_operators(float32: Slots) -> None:
     record = float32.record("convert")
-    assert record["artifact"] == "model.ort" and record["target"] == "onnxruntime_micro"
+    assert record.artifact == "model.ort" and record.target == "onnxruntime_micro"
     artifact = float32.paths["artifact"] / "model.ort"
-    assert record["size_bytes"] == artifact.stat().st_size
+    assert record.size_bytes == artifact.stat().st_size
     # onnxruntime's fixed optimizations fused Conv and Relu
-    assert "com.microsoft;1;FusedConv" in record["operators"]
+    assert record.operators and "com.microsoft;1;FusedConv" in record.operators
 
 
 def test_verify_compares_the_artifact_with_the_source(float32: Slots, int8: Slots) -> None:
