@@ -515,7 +515,7 @@ def _explain(name: str, as_json: bool, rewrites: bool) -> int:
         attempts = explain_tensorflow(loaded.recipe)
     elif isinstance(source := loaded.recipe.source, PyTorchSource):
         from edgeflow.source import build_module
-        from edgeflow.stages.rewrite import rewritten_module
+        from edgeflow.stages._rewritten import rewritten_module
 
         if rewrites:
             module, _, _ = rewritten_module(loaded.recipe, loaded.path.parent)

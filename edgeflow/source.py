@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,9 +20,53 @@ if TYPE_CHECKING:
     from edgeflow.verify.runners import BatchAxes
 
 
+# The module this process built last, pristine, by what built it (its code's hash, its
+# arguments, its weights' hash), with what loading its weights noted: a build's load, rewrite
+# and export stages run in one worker and each needs the module, which is built once and
+# copied (constructing it and loading a checkpoint again costs more than a copy).
+_BUILT: dict[str, tuple[torch.nn.Module, list[str]]] = {}
+
+
 def build_module(source: PyTorchSource, notes: list[str] | None = None) -> torch.nn.Module:
     """Instantiate `source.model(**init)`, load its weights (weights_only=True), set eval mode;
-    `notes` gets what loading the checkpoint had to do (edgeflow.checkpoint)."""
+    `notes` gets what loading the checkpoint had to do (edgeflow.checkpoint). A module built
+    before in this process from the same code, arguments and weights is copied instead."""
+    import contextlib
+    import copy
+
+    key = _built_key(source)
+    if key in _BUILT:
+        module, noted = _BUILT[key]
+        if notes is not None:
+            notes += noted
+        return copy.deepcopy(module)
+    noted = []
+    module = _build(source, noted)
+    if notes is not None:
+        notes += noted
+    _BUILT.clear()
+    with contextlib.suppress(Exception):  # a module that cannot be copied is built each time
+        _BUILT[key] = (copy.deepcopy(module), noted)
+    return module
+
+
+def _built_key(source: PyTorchSource) -> str:
+    import json
+
+    from edgeflow.core.refs import file_sha256
+
+    ref: Any = source.model
+    weights = source.weights
+    parts = [
+        ref.fingerprint() if isinstance(ref, ImportRef) else str(ref),
+        source.init,
+        None if weights is None else [str(weights), file_sha256(Path(weights))],
+        source.weights_key,
+    ]
+    return json.dumps(parts, sort_keys=True, default=repr)
+
+
+def _build(source: PyTorchSource, notes: list[str]) -> torch.nn.Module:
     import torch
 
     from edgeflow.checkpoint import load_weights
@@ -66,7 +111,7 @@ def build_module(source: PyTorchSource, notes: list[str] | None = None) -> torch
         raise EdgeflowError(f"{ref} built a {type(module).__name__}, not a torch.nn.Module")
     if source.weights is not None:
         note = load_weights(module, source.weights, source.weights_key, str(ref))
-        if note and notes is not None:
+        if note:
             notes.append(note)
     return module.eval()
 

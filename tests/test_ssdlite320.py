@@ -23,7 +23,7 @@ from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import find_recipe, load_recipe
 from edgeflow.source import build_module
-from edgeflow.stages.rewrite import rewritten_module
+from edgeflow.stages._rewritten import rewritten_module
 from edgeflow.verify.detections import padded
 from tests import needs
 

@@ -15,7 +15,7 @@ def run(ctx: StageContext) -> None:
     import torch
 
     from edgeflow.source import bound_module, example_inputs, flat_tensors
-    from edgeflow.stages.rewrite import rewritten_module, specs_of
+    from edgeflow.stages._rewritten import rewritten_module, specs_of
 
     source, options = ctx.recipe.source, ctx.recipe.export
     auto = ctx.read_json("rewrite").get("auto")  # the rules `rewrites: auto` chose

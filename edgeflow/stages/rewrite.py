@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeflow.core.errors import EdgeflowError
-from edgeflow.rules.base import LEVEL_ORDER, RuleSpec
+from edgeflow.rules.base import RuleSpec
+from edgeflow.stages._rewritten import rewritten_module, specs_of
 from edgeflow.stages.base import Stage, StageContext
 
 if TYPE_CHECKING:
@@ -133,28 +134,6 @@ STAGE = Stage(
 )
 
 
-def rewritten_module(
-    recipe: Recipe, base_dir: Path, check: bool = False, auto: tuple[RuleSpec, ...] = ()
-) -> tuple[Any, list[dict[str, Any]], dict[str, str]]:
-    """The recipe's PyTorch module with its ast.* and fx.* rules applied, and those
-    `rewrites: auto` chose, each in its level's place (`check`: enforce each rule's
-    contract, as the rewrite stage does; the export stage re-applies the same deterministic
-    rules without checking them again)."""
-    from edgeflow.rules.apply import apply_rules
-    from edgeflow.rules.base import RewriteContext
-    from edgeflow.schema.source import PyTorchSource
-    from edgeflow.source import build_module
-
-    assert isinstance(recipe.source, PyTorchSource)  # the pipeline of pytorch sources
-    module = build_module(recipe.source)
-    dynamic = recipe.source.dynamic_batch is not None
-    # a detector's rules may change its output form: the stage compares detections as sets
-    numerics = check and recipe.evaluation.metric != "detections"
-    ctx = RewriteContext(list(recipe.source.inputs), base_dir, dynamic, numerics)
-    specs = sorted([*recipe.rewrites, *auto], key=lambda s: LEVEL_ORDER[s.rule.level])
-    return apply_rules(module, specs, ("ast", "fx"), ctx, check)
-
-
 MAX_ROUNDS = 8  # rules tried in turn on one export failure after another
 
 
@@ -231,14 +210,3 @@ def _failure(attempt: Any) -> str:
     gives its generated code anew each time (`<eval_with_key>.108:13`)."""
     place = re.sub(r"<eval_with_key>\.\d+", "<eval_with_key>", attempt.location or attempt.error)
     return f"{attempt.cause} ({place})"
-
-
-def specs_of(chosen: list[dict[str, Any]]) -> tuple[RuleSpec, ...]:
-    """The RuleSpecs of `rewrites: auto`'s choice, as rewrite.json records it."""
-    from edgeflow.rules import builtin_rules
-
-    known = builtin_rules()
-    return tuple(
-        RuleSpec(known[c["rule"]], known[c["rule"]].Options.model_validate(c["options"]), c["rule"])
-        for c in chosen
-    )

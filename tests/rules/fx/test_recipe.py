@@ -14,7 +14,7 @@ from edgeflow.core.errors import RecipeError
 from edgeflow.core.refs import ImportRef
 from edgeflow.recipe import load_recipe
 from edgeflow.source import build_module
-from edgeflow.stages.rewrite import rewritten_module
+from edgeflow.stages._rewritten import rewritten_module
 from tests.rules.fx.helpers import ops
 
 MODEL = """
