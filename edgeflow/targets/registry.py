@@ -150,3 +150,9 @@ def tflite_runtime(name: str) -> TfliteRuntime:
     if traits is None:
         raise AssertionError(f"backend '{name}' does not run .tflite files")
     return traits
+
+
+def like(base: Backend, **differences: object) -> Backend:
+    """A backend that shares `base`'s converter and is declared by what differs (validated:
+    an unknown or mistyped capability is refused)."""
+    return Backend.model_validate({**base.model_dump(), **differences})

@@ -14,6 +14,7 @@ from edgeflow.targets.registry import (
     Backend,
     TfliteRuntime,
     backends,
+    like,
     measured_tflite,
     offering,
     reference_tflite,
@@ -36,6 +37,8 @@ def test_every_capability_is_required() -> None:
     del declared["fallback"]
     with pytest.raises(ValidationError, match="fallback"):
         Backend.model_validate(declared)
+    with pytest.raises(ValidationError, match="fallbak"):  # a family declared by differences
+        like(backends()["tflite"], fallbak=False)
 
 
 def test_each_family_is_one_folder_with_its_module_and_profile() -> None:

@@ -2,10 +2,6 @@
 
 from edgeflow.targets.registry import Backend, TfliteRuntime
 
-# What the three .tflite families share (their files come from onnx2tf or TensorFlow's
-# converter, targets/_onnx2tf.py and _tf_native.py); each family's BACKEND adds its own.
-TFLITE_TOOLS = ("tensorflow", "onnx2tf", "ai-edge-litert", "flatbuffers")
-
 BACKEND = Backend(
     name="tflite",
     summary="LiteRT (TensorFlow Lite): .tflite run in ai-edge-litert",
@@ -13,7 +9,9 @@ BACKEND = Backend(
     artifact=".tflite",
     converter="onnx2tf",
     operators_from="probes",
-    tools=TFLITE_TOOLS,
+    # its files come from onnx2tf or TensorFlow's converter (targets/_onnx2tf.py,
+    # _tf_native.py), as for tflite_micro and armnn, which declare what differs from this
+    tools=("tensorflow", "onnx2tf", "ai-edge-litert", "flatbuffers"),
     quantizes_itself=True,  # onnx2tf calibrates int8 itself from the recipe's samples
     refused_modes={},
     calibration=("minmax", "percentile", "mse"),

@@ -1,30 +1,19 @@
 """TensorFlow Lite Micro: a .tflite run in the tflite-micro interpreter, with its arena."""
 
-from edgeflow.targets.registry import Backend, TfliteRuntime
-from edgeflow.targets.tflite import TFLITE_TOOLS
+from edgeflow.targets.registry import TfliteRuntime, like
+from edgeflow.targets.tflite import BACKEND as LITERT
 
-BACKEND = Backend(
+# onnx2tf's .tflite, as for LiteRT (edgeflow/targets/tflite/__init__.py), with these differences
+BACKEND = like(
+    LITERT,
     name="tflite_micro",
     summary="TensorFlow Lite Micro: .tflite run in the tflite-micro interpreter, arena measured",
     module="edgeflow.targets.tflite_micro.backend",
-    artifact=".tflite",
-    converter="onnx2tf",
-    operators_from="probes",
-    tools=(*TFLITE_TOOLS, "tflite-micro"),
-    quantizes_itself=True,
+    tools=(*LITERT.tools, "tflite-micro"),
     refused_modes={
         "fp16": "TFLite Micro has no float16 kernels",
         "int8_weights": "TFLite Micro has no hybrid kernels (int8 weights with float activations)",
     },
-    calibration=("minmax", "percentile", "mse"),
-    qat=False,
-    int16_activations=True,
-    fallback=True,
-    saturating_int8=False,
-    tensorflow_native=True,
-    layout="channel_last",
-    intermediates=True,
-    bisect=True,
     tflite=TfliteRuntime(
         reference=False,
         arena=True,
