@@ -52,11 +52,7 @@ def kept_float(float_model: bytes, target: str) -> list[Kept]:
     with nothing to keep left out)."""
     graph = tflite_graph(float_model, "tflite")
     divisions = _tflite_div.divisions_kept(graph)
-    softmaxes = (
-        _tflite_softmax.wide_in(graph, "FLOAT32")
-        if tflite_runtime(target).reference_int8_softmax
-        else []
-    )
+    softmaxes = _tflite_softmax.wide_in(graph, "FLOAT32") if _reference_softmax(target) else []
     copies = _copies(graph, "FLOAT32")
     kernels = runtime_float_kernels(target)
     lacking = _of(graph, kernels, "FLOAT32")
@@ -99,7 +95,7 @@ def trapped(model: bytes, target: str) -> str:
     graph = tflite_graph(model, "tflite")
     if _tflite_div.trapped_in(graph) > 0:
         return _tflite_div.WHY
-    if tflite_runtime(target).reference_int8_softmax and _tflite_softmax.wide_in(graph, "INT8"):
+    if _reference_softmax(target) and _tflite_softmax.wide_in(graph, "INT8"):
         return _tflite_softmax.WHY
     if _copies(graph, "INT8"):
         return COPIES_WHY
@@ -126,6 +122,11 @@ def _listed(measured: Any) -> tuple[list[str], dict[str, str]]:
 
 
 @functools.cache
+def _reference_softmax(target: str) -> bool:
+    """Whether the target's int8 SOFTMAX is the reference kernel ("": no target named)."""
+    return bool(target) and tflite_runtime(target).reference_int8_softmax
+
+
 def runtime_float_kernels(backend: str) -> frozenset[str]:
     """float_kernels of the runtime of a TFLite-family backend, from its built-in profile (the
     runtime's measured builtins: a user's profile of that backend runs the same kernels)."""
