@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import html
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -301,10 +300,6 @@ def _markdown(text: str) -> str:
     from markdown_it import MarkdownIt
 
     return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
-
-
-def _json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
