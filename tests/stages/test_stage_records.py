@@ -1,8 +1,8 @@
-"""Each stage of the ONNX pipeline on its own: the files it is given in, the record it writes
-out, and its errors (stagekit runs a stage in this process, without the engine or cache).
+"""Each stage on its own: the files it is given in, the record it writes out, and its
+errors (stagekit runs a stage in this process, without the engine or the cache).
 
-The model is the demo's trained digits CNN exported to ONNX; the figures are this model's on
-sklearn's digits test split (360 images)."""
+The models are the demos' trained digits CNNs (PyTorch, exported to ONNX for the ONNX
+pipeline, and Keras); the figures are theirs on sklearn's digits test split (360 images)."""
 
 from __future__ import annotations
 
@@ -281,3 +281,45 @@ def test_export_writes_a_checked_model_with_the_declared_names(pytorch: Slots) -
     model = onnx.load(str(pytorch.paths["onnx"]))
     onnx.checker.check_model(model, full_check=True)
     assert {o.domain: o.version for o in model.opset_import}[""] == record["opset"]
+
+
+@pytest.fixture(scope="module")
+def keras(tmp_path_factory: pytest.TempPathFactory) -> Slots:
+    """The Keras demo's head (tf_load), then TensorFlow's own converter, int8 (tf_convert)."""
+    demo = load_recipe(
+        find_recipe("digits_keras"), {"target": "tflite", "quantization.mode": "int8"}
+    )
+    slots = Slots.seeded(demo, tmp_path_factory.mktemp("keras"))
+    slots.through(["tf_load", "tf_convert"])
+    return slots
+
+
+def test_tf_load_runs_the_keras_model_and_saves_it(keras: Slots) -> None:
+    source = keras.record("source")
+    assert source["model"] == "edgeflow.zoo.digits_keras:digits_cnn"
+    assert source["framework"].startswith("tensorflow ") and source["parameters"] == 14570
+    assert source["inputs"][0]["shape"] == [1, 8, 8, 1]  # channel-last, as Keras declares it
+    assert (keras.paths["saved_model"] / "saved_model.pb").is_file()
+
+
+def test_tf_convert_checks_the_builtins_it_wrote(keras: Slots) -> None:
+    """TensorFlow's converter, full-integer: the precheck record is of the .tflite's
+    builtins against the profile's measured ones, and convert.json says which path."""
+    precheck = keras.record("precheck")
+    assert precheck.passed and precheck.memory is None
+    assert precheck.path is not None and precheck.path.startswith("native")
+    assert "CONV_2D(RELU)" in precheck.ops
+    convert = keras.record("convert")
+    assert convert.path == "native" and convert.artifact == "model.tflite"
+    assert convert.int8 is not None and convert.converter and "TFLiteConverter" in convert.converter
+
+
+def test_tf_export_measures_what_tf2onnx_changed(keras: Slots, tmp_path: Path) -> None:
+    demo = load_recipe(find_recipe("digits_keras"), {"target": "tflite", "convert.via": "onnx"})
+    slots = Slots(demo, tmp_path, dict(keras.paths))
+    slots.run("tf_export")
+    record = slots.record("export")
+    assert record["exporter"] == "tf2onnx" and record["outputs"] == ["logits"]
+    (error,) = record["error_vs_source"]  # the ONNX model in onnxruntime against Keras
+    assert error["name"] == "logits" and error["max_abs_diff"] < 1e-4
+    assert "onnx_reference" in slots.paths
