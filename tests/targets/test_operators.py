@@ -16,9 +16,8 @@ from edgeflow.targets.derive import (
     family_builtins,
     family_operators,
     family_versions,
-    onnxruntime_kernels,
-    render,
 )
+from edgeflow.targets.onnxruntime_micro.derive import onnxruntime_kernels, render
 from edgeflow.targets.precheck import check, render_table, to_json
 from edgeflow.targets.profile import TargetProfile
 from edgeflow.targets.registry import measured_tflite

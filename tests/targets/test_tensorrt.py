@@ -14,9 +14,9 @@ from onnx import numpy_helper
 
 from edgeflow.cli import main
 from edgeflow.targets import load_profile
-from edgeflow.targets.derive import render_tensorrt, tensorrt_operators
 from edgeflow.targets.precheck import check
 from edgeflow.targets.tensorrt.backend import gpu_unavailable
+from edgeflow.targets.tensorrt.derive import render_tensorrt, tensorrt_operators
 from tests.report import plots_in
 from tests.targets.opzoo import X, _const, single
 
