@@ -2,7 +2,7 @@
 errors (stagekit runs a stage in this process, without the engine or the cache).
 
 The models are the demos' trained digits CNNs (PyTorch, exported to ONNX for the ONNX
-pipeline, and Keras); the figures are theirs on sklearn's digits test split (360 images)."""
+pipeline, Keras and Flax); the figures are theirs on sklearn's digits test split (360 images)."""
 
 from __future__ import annotations
 
@@ -323,3 +323,19 @@ def test_tf_export_measures_what_tf2onnx_changed(keras: Slots, tmp_path: Path) -
     (error,) = record["error_vs_source"]  # the ONNX model in onnxruntime against Keras
     assert error["name"] == "logits" and error["max_abs_diff"] < 1e-4
     assert "onnx_reference" in slots.paths
+
+
+def test_the_jax_head_loads_and_exports_the_flax_model(tmp_path: Path) -> None:
+    """jax_load runs the Flax demo on the evaluation split; jax_export (jax2onnx) writes a
+    model whose outputs it measured against those (error_vs_source)."""
+    slots = Slots.seeded(load_recipe(find_recipe("digits_jax")), tmp_path)
+    slots.through(["jax_load", "jax_export"])
+    source = slots.record("source")
+    assert source["framework"].startswith("jax ") and source["parameters"] == 14570
+    assert source["model"] == "edgeflow.zoo.digits_flax:digits_cnn"
+    record = slots.record("export")
+    assert record["exporter"] == "jax2onnx" and record["ops"]["Conv"] == 3
+    (error,) = record["error_vs_source"]
+    assert error["name"] == "logits" and error["max_abs_diff"] < 1e-4  # measured 5.7e-6
+    model = onnx.load(str(slots.paths["onnx"]))
+    assert [o.name for o in model.graph.output] == record["outputs"] == ["logits"]
