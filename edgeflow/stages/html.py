@@ -25,5 +25,5 @@ STAGE = Stage(
     consumes=("report_record", "metrics", "checks", "verify", "precheck"),
     optional=("layers", "layers_diff", "diff"),  # no layers.csv on TensorFlow's native path
     produces={"html": "report.html"},
-    tools=("matplotlib", "markdown-it-py"),
+    tools=("markdown-it-py",),
 )
