@@ -76,7 +76,7 @@ def load_weights(module: torch.nn.Module, path: Path, weights_key: str | None, w
 def checkpoint_problem(path: Path) -> str | None:
     """What makes `path` no PyTorch checkpoint, from its first bytes (None: it may be one):
     torch.save writes a zip archive, before PyTorch 1.6 a pickle."""
-    from edgeflow.data import ZIP_MAGICS, what_file
+    from edgeflow.core.filekinds import ZIP_MAGICS, what_file
 
     try:
         with open(path, "rb") as f:

@@ -353,7 +353,6 @@ def datasets_fit_the_inputs(s: Sections, profile: TargetProfile | None) -> list[
     loaded)."""
     from pathlib import Path
 
-    from edgeflow.data import FILE_HINT, SHAPE_HINT, array_shapes, file_problem, shape_mismatch
     from edgeflow.schema.sections import data_inputs
 
     source = s.get("source")
@@ -364,6 +363,9 @@ def datasets_fit_the_inputs(s: Sections, profile: TargetProfile | None) -> list[
         spec = s.get(section)
         if spec is None or not isinstance(spec.dataset, Path):
             continue
+        # numpy reads the headers: imported only for a dataset file (a cached run needs none)
+        from edgeflow.data import FILE_HINT, SHAPE_HINT, array_shapes, file_problem, shape_mismatch
+
         problem = file_problem(spec.dataset)
         if problem:
             found.append((f"{section}.dataset", f"{spec.dataset.name} {problem}", FILE_HINT))

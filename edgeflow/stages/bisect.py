@@ -18,14 +18,11 @@ longer one does.
 
 from __future__ import annotations
 
-import multiprocessing
 import shutil
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from edgeflow.core import progress
 from edgeflow.core.errors import EdgeflowError, ToolCrashed
@@ -197,6 +194,8 @@ def line(first: Attempt | None, last_ok: Attempt | None, count: int) -> str:
 
 def _in_child(path: Path, out: Path, job: dict[str, Any]) -> tuple[str, str, float | None]:
     """One attempt in a child process: (verdict, detail, SQNR); a child that dies is a crash."""
+    import multiprocessing
+
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_attempt, args=(child, path, out, job))
@@ -227,6 +226,8 @@ def _attempt(conn: Any, path: Path, out: Path, job: dict[str, Any]) -> None:
 def _convert_and_compare(
     path: Path, out: Path, job: dict[str, Any]
 ) -> tuple[str, str, float | None]:
+    import numpy as np
+
     from edgeflow.core.onnxsession import checking_session
     from edgeflow.targets import backend
     from edgeflow.targets.base import ConvertJob
