@@ -28,7 +28,8 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     def dump(self) -> Any:
-        return self.model_dump(mode="json", exclude_unset=True)
+        # python mode: an exact output's SQNR stays inf (JSON mode would write it as null)
+        return self.model_dump(exclude_unset=True)
 
 
 # --- verify.json -------------------------------------------------------------------------

@@ -97,3 +97,16 @@ def test_a_cached_record_an_older_edgeflow_wrote_is_made_again(
     assert "latency_ms: Field required" in out.err and "computed again" in out.err
     built = tmp_path / "b" / "digits_cnn" / DEMO / "verify.json"
     assert read_record("verify", built).latency_ms.runs > 0
+
+
+def test_an_exact_outputs_sqnr_stays_infinite_through_a_record(tmp_path: Path) -> None:
+    """JSON has no inf; edgeflow writes it as Infinity and a record read back keeps it (a
+    JSON-mode dump would turn it into null, and a threshold would then fail as unmeasured)."""
+    record = {
+        "runtime": "onnxruntime_micro", "samples": 1, "metric": "agreement", "accuracy": None,
+        "agreement": {"outputs": [{"index": 0, "sqnr_db": float("inf")}]},
+        "latency_ms": None, "size_bytes": 1, "extra": {},
+    }  # fmt: skip
+    path = tmp_path / "verify.json"
+    path.write_text(json.dumps(record))
+    assert read_record("verify", path).dump()["agreement"]["outputs"][0]["sqnr_db"] == float("inf")
