@@ -16,6 +16,31 @@ DEMO_RECIPE = REPO / "recipes" / "digits_cnn.yaml"
 DEMO_WEIGHTS = REPO / "models" / "digits_cnn.pt"
 
 
+def demo_onnx(folder: Path) -> Path:
+    """The demo's trained CNN as folder/digits.onnx (opset 17, input `image`, output
+    `logits`), and sklearn's digits calibration split as folder/calib.npz, for ONNX sources."""
+    import numpy as np
+    import torch
+
+    from edgeflow.datasets import sklearn_digits
+    from edgeflow.zoo.digits import DigitsCNN
+
+    model = DigitsCNN().eval()
+    model.load_state_dict(torch.load(DEMO_WEIGHTS, weights_only=True))
+    path = folder / "digits.onnx"
+    torch.onnx.export(
+        model,
+        (torch.zeros(1, 1, 8, 8),),
+        str(path),
+        dynamo=False,
+        opset_version=17,
+        input_names=["image"],
+        output_names=["logits"],
+    )
+    np.savez(folder / "calib.npz", **sklearn_digits("calibration"))
+    return path
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "needs(*names): dependencies of tests/needs.py; a skip, a failure under CI"

@@ -4,36 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import load_recipe
-from edgeflow.zoo.digits import DigitsCNN
-from tests.conftest import DEMO_WEIGHTS
+from tests.conftest import demo_onnx
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def onnx_recipe(tmp_path: Path, write_recipe) -> Path:
-    model = DigitsCNN().eval()
-    model.load_state_dict(torch.load(DEMO_WEIGHTS, weights_only=True))
-    torch.onnx.export(
-        model,
-        (torch.zeros(1, 1, 8, 8),),
-        str(tmp_path / "digits.onnx"),
-        dynamo=False,
-        opset_version=17,
-        input_names=["image"],
-        output_names=["logits"],
-    )
-    calib = tmp_path / "calib.npz"
-    from edgeflow.datasets import sklearn_digits
-
-    np.savez(calib, **sklearn_digits("calibration"))
+    demo_onnx(tmp_path)
     return write_recipe(
         """
         source:

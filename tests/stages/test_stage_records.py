@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-import torch
 
 from edgeflow.core.errors import EdgeflowError
 from edgeflow.core.records import VerifyRecord
@@ -22,8 +21,7 @@ from edgeflow.recipe import LoadedRecipe, find_recipe, load_recipe
 from edgeflow.rules import builtin_rules
 from edgeflow.rules.order import misordered
 from edgeflow.targets import load_profile
-from edgeflow.zoo.digits import DigitsCNN
-from tests.conftest import DEMO_WEIGHTS
+from tests.conftest import demo_onnx
 from tests.stages.stagekit import Slots
 
 HEAD = ["ingest", "rewrite_onnx", "rewrite_target", "optimize", "precheck"]
@@ -41,21 +39,8 @@ verify: {max_accuracy_drop: 0.02, min_sqnr_db: 20}
 
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from edgeflow.datasets import sklearn_digits
-
     folder = tmp_path_factory.mktemp("stages")
-    model = DigitsCNN().eval()
-    model.load_state_dict(torch.load(DEMO_WEIGHTS, weights_only=True))
-    torch.onnx.export(
-        model,
-        (torch.zeros(1, 1, 8, 8),),
-        str(folder / "digits.onnx"),
-        dynamo=False,
-        opset_version=17,
-        input_names=["image"],
-        output_names=["logits"],
-    )
-    np.savez(folder / "calib.npz", **sklearn_digits("calibration"))
+    demo_onnx(folder)
     (folder / "recipe.yaml").write_text(RECIPE, encoding="utf-8")
     return folder / "recipe.yaml"
 

@@ -155,25 +155,11 @@ PERTURBED = 1  # the second convolution of the digits CNN
 def digits_onnx(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The trained digits CNN as an ONNX source, and the name of its second Conv node."""
     import onnx
-    import torch
 
-    from edgeflow.datasets import sklearn_digits
-    from edgeflow.zoo.digits import DigitsCNN
-    from tests.conftest import DEMO_WEIGHTS
+    from tests.conftest import demo_onnx
 
     folder = tmp_path_factory.mktemp("layers")
-    model = DigitsCNN().eval()
-    model.load_state_dict(torch.load(DEMO_WEIGHTS, weights_only=True))
-    torch.onnx.export(
-        model,
-        (torch.zeros(1, 1, 8, 8),),
-        str(folder / "digits.onnx"),
-        dynamo=False,
-        opset_version=17,
-        input_names=["image"],
-        output_names=["logits"],
-    )
-    np.savez(folder / "calib.npz", **sklearn_digits("calibration"))
+    demo_onnx(folder)
     convs = [n for n in onnx.load(str(folder / "digits.onnx")).graph.node if n.op_type == "Conv"]
     return folder, convs[PERTURBED].name
 
