@@ -419,25 +419,29 @@ RECORDS: dict[str, type[Record] | type[Checks]] = {
 def read_record(slot: str, path: Path) -> Any:
     """The record of `slot` in `path`, validated; a file an older edgeflow wrote, or one
     edited by hand, is an error that says so."""
-    model = RECORDS[slot]
     try:
-        return model.model_validate_json(path.read_text(encoding="utf-8"))
+        return _validated(slot, path)
     except ValidationError as exc:
         raise EdgeflowError(
             f"{path} is not a {slot} record this edgeflow reads: {_problems(exc)}",
             "build it again with this edgeflow (`edgeflow run`); cached entries are remade",
         ) from exc
-    except (OSError, json.JSONDecodeError) as exc:
+    except OSError as exc:
         raise EdgeflowError(f"cannot read {path}: {exc}") from exc
 
 
 def stale(slot: str, path: Path) -> str | None:
     """What is wrong with the record of `slot` in `path` (None: it validates)."""
     try:
-        RECORDS[slot].model_validate_json(path.read_text(encoding="utf-8"))
-    except (ValidationError, OSError, ValueError) as exc:
+        _validated(slot, path)
+    except (ValidationError, OSError) as exc:
         return f"{path.name} is not this edgeflow's {slot} record: {_problems(exc)}"
     return None
+
+
+def _validated(slot: str, path: Path) -> Any:
+    """The file's record (pydantic's JSON parser: malformed JSON is a ValidationError too)."""
+    return RECORDS[slot].model_validate_json(path.read_text(encoding="utf-8"))
 
 
 def _problems(exc: Exception) -> str:

@@ -117,18 +117,18 @@ def _capture(
     from edgeflow.targets.taps import capture_onnx, capture_tflite
 
     backend = get(family)
-    if backend.intermediates and backend.tflite is None:  # an onnxruntime model
+    if not backend.intermediates:
+        raise EdgeflowError(
+            f"the per-layer diff cannot read the tensors of a {family} artifact here",
+            f"diff a build for {' or '.join(offering(lambda b: b.intermediates))}",
+        )
+    if backend.tflite is None:  # an onnxruntime model
         captured = capture_onnx(ctx.inputs["onnx"], batches)
         oracle = capture_onnx(ctx.inputs["float_onnx"], batches)
         by_oracle = _oracle_pairing(source, oracle)
         pairing = {t.name: by_oracle[t.name] for t in captured.tensors if t.name in by_oracle}
         how = "by value with the float32 model the converter read, then by tensor name"
         return captured, pairing, dict.fromkeys(pairing, "name"), how
-    if not backend.intermediates:
-        raise EdgeflowError(
-            f"the per-layer diff cannot read the tensors of a {family} artifact here",
-            f"diff a build for {' or '.join(offering(lambda b: b.intermediates))}",
-        )
     artifact = ctx.inputs["artifact"] / info["artifact"]
     captured = capture_tflite(family, artifact, info["io"], batches, work)
     return captured, *_through_float32(ctx, family, captured, info, batches, source, work)
