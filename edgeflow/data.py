@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from edgeflow.core.errors import EdgeflowError, first_line
-from edgeflow.core.filekinds import file_problem as file_problem  # here for its callers
+from edgeflow.core.filekinds import file_problem
 from edgeflow.core.refs import ImportRef, user_frame
 from edgeflow.schema.sections import DatasetSpec, StateLink, TensorSpec, data_inputs
 

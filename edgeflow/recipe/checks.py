@@ -364,7 +364,8 @@ def datasets_fit_the_inputs(s: Sections, profile: TargetProfile | None) -> list[
         if spec is None or not isinstance(spec.dataset, Path):
             continue
         # numpy reads the headers: imported only for a dataset file (a cached run needs none)
-        from edgeflow.data import FILE_HINT, SHAPE_HINT, array_shapes, file_problem, shape_mismatch
+        from edgeflow.core.filekinds import file_problem
+        from edgeflow.data import FILE_HINT, SHAPE_HINT, array_shapes, shape_mismatch
 
         problem = file_problem(spec.dataset)
         if problem:

@@ -231,7 +231,8 @@ def _recipe_path(output: Path | None, stem: str) -> Path:
 def _data_arrays(data: Path | None) -> dict[str, tuple[int, ...]]:
     if data is None:
         return {}
-    from edgeflow.data import array_shapes, file_problem
+    from edgeflow.core.filekinds import file_problem
+    from edgeflow.data import array_shapes
 
     if not data.is_file():
         raise EdgeflowError(f"--data {data}: no such file", "check the path")
