@@ -33,6 +33,7 @@ def build_module(source: PyTorchSource, notes: list[str] | None = None) -> torch
     before in this process from the same code, arguments and weights is copied instead."""
     import contextlib
     import copy
+    import pickle
 
     key = _built_key(source)
     if key in _BUILT:
@@ -45,7 +46,9 @@ def build_module(source: PyTorchSource, notes: list[str] | None = None) -> torch
     if notes is not None:
         notes += noted
     _BUILT.clear()
-    with contextlib.suppress(Exception):  # a module that cannot be copied is built each time
+    # what deepcopy raises for a module it cannot copy: that one is built each time
+    uncopyable = (TypeError, RuntimeError, AttributeError, copy.Error, pickle.PicklingError)
+    with contextlib.suppress(*uncopyable):
         _BUILT[key] = (copy.deepcopy(module), noted)
     return module
 
