@@ -180,13 +180,7 @@ class Canvas:
         rows = [f'<rect x="{x}" y="{y}" width="{width:.0f}" height="{len(items) * 18 + 8}" '
                 'fill="white" fill-opacity="0.85" stroke="#ccc"/>']  # fmt: skip
         for k, (words, color, dash) in enumerate(items):
-            yy = y + 16 + 18 * k
-            extra = f' stroke-dasharray="{dash}"' if dash else ""
-            rows.append(
-                f'<line x1="{x + 8}" y1="{yy - 4}" x2="{x + 30}" y2="{yy - 4}" stroke="{color}" '
-                f'stroke-width="2.5"{extra}/>'
-            )
-            rows.append(_text(x + 36, yy, words, "#222"))
+            rows += _key(x + 8, y + 16 + 18 * k, words, color, dash)
         self.parts += rows
 
     def svg(self) -> str:
@@ -197,6 +191,16 @@ class Canvas:
             f'<rect width="{self.width:.0f}" height="{self.height:.0f}" fill="white"/>'
             f"{''.join(self.parts)}</svg>"
         )
+
+
+def _key(x: float, y: float, words: str, color: str, dash: str, size: int = FONT) -> list[str]:
+    """One legend entry: a stretch of the line's stroke, then its words (baseline y)."""
+    extra = f' stroke-dasharray="{dash}"' if dash else ""
+    line = (
+        f'<line x1="{x}" y1="{y - 4}" x2="{x + 22}" y2="{y - 4}" stroke="{color}" '
+        f'stroke-width="2.5"{extra}/>'
+    )
+    return [line, _text(x + 28, y, words, "#222", size=size)]
 
 
 def _numbers(scale: Scale) -> list[tuple[float, str]]:
@@ -401,14 +405,7 @@ def memory(
         c.hline(value, color, dash)
     canvas.frame(c, f"layer, in execution order ({len(rows)} layers)", "activation bytes alive")
     for k, (_, words, color, dash) in enumerate(shown):  # one row under the axes
-        x = 68 + k * 215
-        extra = f' stroke-dasharray="{dash}"' if dash else ""
-        y = canvas.height - 14
-        canvas.parts.append(
-            f'<line x1="{x}" y1="{y - 4}" x2="{x + 22}" y2="{y - 4}" stroke="{color}" '
-            f'stroke-width="2.5"{extra}/>'
-        )
-        canvas.parts.append(_text(x + 28, y, words, "#222", size=11))
+        canvas.parts += _key(68 + k * 215, canvas.height - 14, words, color, dash, 11)
     return canvas.svg()
 
 
