@@ -16,9 +16,9 @@ DEMO_RECIPE = REPO / "recipes" / "digits_cnn.yaml"
 DEMO_WEIGHTS = REPO / "models" / "digits_cnn.pt"
 
 
-def demo_onnx(folder: Path) -> Path:
-    """The demo's trained CNN as folder/digits.onnx (opset 17, input `image`, output
-    `logits`), and sklearn's digits calibration split as folder/calib.npz, for ONNX sources."""
+def demo_onnx(folder: Path, opset: int = 17) -> Path:
+    """The demo's trained CNN as folder/digits.onnx (input `image`, output `logits`), and
+    sklearn's digits calibration split as folder/calib.npz, for ONNX sources."""
     import numpy as np
     import torch
 
@@ -33,7 +33,7 @@ def demo_onnx(folder: Path) -> Path:
         (torch.zeros(1, 1, 8, 8),),
         str(path),
         dynamo=False,
-        opset_version=17,
+        opset_version=opset,
         input_names=["image"],
         output_names=["logits"],
     )

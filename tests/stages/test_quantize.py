@@ -20,8 +20,7 @@ from edgeflow.engine.cache import Cache
 from edgeflow.engine.runner import run_build
 from edgeflow.recipe import find_recipe, load_recipe
 from edgeflow.stages import _ort_quant
-from edgeflow.zoo.digits import DigitsCNN
-from tests.conftest import DEMO_WEIGHTS
+from tests.conftest import demo_onnx
 
 
 class PooledLSTM(nn.Module):
@@ -66,18 +65,7 @@ def test_int8_of_an_opset_11_or_12_source_is_converted_to_opset_13(
 ) -> None:
     """Before: convert failed with INVALID_GRAPH ("Unrecognized attribute: axis for operator
     DequantizeLinear"). Measured after: accuracy 0.9889 (source 0.9889), agreement 1.000."""
-    model = DigitsCNN().eval()
-    model.load_state_dict(torch.load(DEMO_WEIGHTS, weights_only=True))
-    path = tmp_path / "digits.onnx"
-    torch.onnx.export(
-        model,
-        (torch.zeros(1, 1, 8, 8),),
-        str(path),
-        dynamo=False,
-        opset_version=opset,  # as Paddle2ONNX and older exporters write them
-        input_names=["image"],
-        output_names=["logits"],
-    )
+    path = demo_onnx(tmp_path, opset)  # as Paddle2ONNX and older exporters write them
     assert onnx.load(str(path)).opset_import[0].version == opset
     recipe = _onnx_recipe(write_recipe, tmp_path, "digits.onnx")
     result = run_build(load_recipe(recipe), Cache(tmp_path / "cache"), tmp_path / "build", print)
