@@ -54,6 +54,16 @@ def test_each_family_is_one_folder_with_its_module_and_profile() -> None:
         assert set(profile.quantization) <= set(family.modes), name
 
 
+def test_every_backend_a_hint_offers_is_a_target_a_recipe_takes() -> None:
+    """Hints name backends as targets ("choose one of armnn, onnxruntime_micro, ...", "diff a
+    build for ..."): each name works as printed, `target=NAME`."""
+    from edgeflow.recipe import load_recipe
+    from tests.conftest import DEMO_RECIPE
+
+    for name in offering(lambda b: True):
+        assert load_recipe(DEMO_RECIPE, {"target": name}).profile.backend == name
+
+
 def test_capability_queries() -> None:
     assert reference_tflite() == "tflite"
     assert measured_tflite() == ["armnn", "tflite", "tflite_micro"]
