@@ -63,7 +63,7 @@ COLUMNS = ("recipe", "framework", "path", "target", "mode", "accuracy (artifact)
 def versions() -> dict[str, str]:
     """The installed version of each tool, and Debian's Arm NN packages."""
     found = installed(TOOLS)
-    from edgeflow.engine.keys import debian_versions
+    from edgeflow.core.versions import debian_versions
 
     found["armnn (debian)"] = debian_versions("*armnn*") or "not installed"
     return found

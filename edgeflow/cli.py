@@ -305,12 +305,12 @@ def _sigterm_unwinds() -> Iterator[None]:
 def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
     """Run the chosen subcommand; errors are rendered by main."""
     if args.command in ("run", "diff"):
-        from edgeflow.hydra_app import run_hydra
-
         rest = [a for a in argv[1:] if a not in QUIET]
         quiet = len(rest) < len(argv) - 1
         if args.command == "run":
-            return run_hydra(rest, quiet=quiet)
+            return _run(rest, quiet)
+        from edgeflow.hydra_app import run_hydra
+
         given = len(rest)
         rest = [a for a in rest if a != "--bisect"]
         mode = "bisect" if len(rest) < given else "layers"
@@ -340,6 +340,20 @@ def _command(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: li
         return 0
     parser.print_help()
     return 0
+
+
+def _run(args: list[str], quiet: bool) -> int:
+    """`edgeflow run ARGS`: answered by the up-to-date stamp where nothing changed since the
+    last run of the same command (edgeflow/engine/uptodate.py), else by Hydra's app."""
+    from edgeflow.engine.uptodate import Invocation
+
+    invocation = Invocation.of(args, quiet)
+    replayed = invocation.replay() if invocation else None
+    if replayed is not None:
+        return replayed
+    from edgeflow.hydra_app import run_hydra
+
+    return run_hydra(args, quiet=quiet, stamp=invocation)
 
 
 def _recipe_argument(args: list[str]) -> list[str]:

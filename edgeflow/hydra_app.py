@@ -19,15 +19,20 @@ import traceback
 import typing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeflow.core import progress, resources
+from edgeflow.core.codehash import recording
 from edgeflow.core.errors import EXIT_FAILED, EXIT_NOT_VERIFIED, EdgeflowError, InternalError
 from edgeflow.schema.sections import QUANTIZATION_KEYS, QUANTIZATION_PRESETS
+
+if TYPE_CHECKING:
+    from edgeflow.engine.uptodate import Invocation
 
 _exit_codes: list[int] = []
 _results: list[Any] = []  # the BuildResults of the builds run in this process (run_hydra)
 _diff: list[str | None] = [None]  # run_build's `diff` for the jobs of this run
+_said: list[tuple[str, str]] = []  # ("out" | "err", line): what the jobs printed after a build
 ROWS = "edgeflow-rows"  # in the sweep folder: one JSON row per job (edgeflow.report.sweep)
 
 
@@ -36,12 +41,22 @@ def run_hydra(
     diff: str | None = None,
     quiet: bool = False,
     results: list[Any] | None = None,
+    stamp: Invocation | None = None,
 ) -> int:
     """Run `edgeflow run ARGS`; returns the worst exit status over all jobs. `diff`: the
     per-layer diff ("layers") or the bisection ("bisect") after each build (`edgeflow diff`),
     or the diff only after a build that misses a threshold (None). `quiet`: print only each
     build's summary (edgeflow.engine.console). `results`: gets the BuildResult of each build
-    that ran in this process (`edgeflow fix` reads what they chose)."""
+    that ran in this process (`edgeflow fix` reads what they chose). `stamp`: the run's
+    up-to-date stamp is written when its one build ends (edgeflow/engine/uptodate.py)."""
+    with recording() as hashed:
+        code = _run_hydra(args, diff, quiet, results)
+    if stamp is not None and len(_results) == 1 and len(_exit_codes) == 1:
+        stamp.write(_results[0], hashed, list(_said), code)
+    return code
+
+
+def _run_hydra(args: list[str], diff: str | None, quiet: bool, results: list[Any] | None) -> int:
     import hydra
 
     from edgeflow.engine import console
@@ -49,6 +64,7 @@ def run_hydra(
     args = _route(_register_groups(args))
     _exit_codes.clear()
     _results.clear()
+    _said.clear()
     _diff[0] = diff
     app = hydra.main(version_base=None, config_name="edgeflow_run")(_job)
     sweep_dir = None
@@ -464,27 +480,33 @@ def _job(cfg: Any) -> None:
 
     _results.append(result)
     row = sweep.row(loaded.stem, loaded.build_name, result.metrics, "; ".join(result.failed_checks))
-    print(f"  -> {result.build_dir}: {one_line(result.metrics)}")
+    _say(f"  -> {result.build_dir}: {one_line(result.metrics)}")
     if "auto_rewrites" in result.metrics:
-        print(f"  auto rewrites: {', '.join(result.metrics['auto_rewrites']) or 'none needed'}")
+        _say(f"  auto rewrites: {', '.join(result.metrics['auto_rewrites']) or 'none needed'}")
     if result.failed_checks:
         for message in result.failed_checks:
-            print(f"error: verification failed: {message}", file=sys.stderr)
-        print(f"  the artifact is kept for inspection in {result.build_dir}", file=sys.stderr)
+            _say(f"error: verification failed: {message}", err=True)
+        _say(f"  the artifact is kept for inspection in {result.build_dir}", err=True)
         _record(row, str(cfg.build_dir), 1)
     elif result.metrics.get("not_verified"):
         reason = result.metrics["not_verified"]
         if loaded.recipe.verify.allow_unverified:  # metrics.json still says verified: false
-            print(f"  not verified: {reason} (allowed by verify.allow_unverified)")
+            _say(f"  not verified: {reason} (allowed by verify.allow_unverified)")
             _record(row, str(cfg.build_dir), 0)
         else:
-            print(f"NOT VERIFIED: {reason}", file=sys.stderr)
-            print(
+            _say(f"NOT VERIFIED: {reason}", err=True)
+            _say(
                 "  the artifact is built but was not run; set verify.allow_unverified: true "
                 "(verify.allow_unverified=true) to accept that",
-                file=sys.stderr,
+                err=True,
             )
             _record(row, str(cfg.build_dir), EXIT_NOT_VERIFIED)
     else:
-        print("  verified: every threshold in the recipe holds")
+        _say("  verified: every threshold in the recipe holds")
         _record(row, str(cfg.build_dir), 0)
+
+
+def _say(line: str, err: bool = False) -> None:
+    """Print a line of what a build ends with; the up-to-date stamp keeps it for a rerun."""
+    _said.append(("err" if err else "out", line))
+    print(line, file=sys.stderr if err else sys.stdout)

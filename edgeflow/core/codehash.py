@@ -18,7 +18,8 @@ import hashlib
 import site
 import sys
 import sysconfig
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from importlib.machinery import ModuleSpec
 from pathlib import Path
@@ -27,10 +28,33 @@ from typing import Any
 Follow = Callable[[str, Path], bool]
 
 
+_RECORDINGS: list[dict[str, str]] = []  # open `recording()`s, innermost last
+
+
+@contextmanager
+def recording() -> Iterator[dict[str, str]]:
+    """Every file and folder hashed while this is open: its resolved path (a folder's ending
+    in "/") -> the hash. `edgeflow run` keeps them in its up-to-date stamp
+    (edgeflow/engine/uptodate.py): whatever a stage key hashed, the stamp checks again."""
+    found: dict[str, str] = {}
+    _RECORDINGS.append(found)
+    try:
+        yield found
+    finally:
+        _RECORDINGS.remove(found)
+
+
+def _record(key: str, digest: str) -> str:
+    for found in _RECORDINGS:
+        found[key] = digest
+    return digest
+
+
 def file_sha256(path: Path) -> str:
     """Content hash of a file, memoised per (path, size, mtime) within the process."""
     st = path.stat()
-    return _sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+    resolved = str(path.resolve())
+    return _record(resolved, _sha256(resolved, st.st_size, st.st_mtime_ns))
 
 
 def tree_sha256(folder: Path) -> str:
@@ -38,7 +62,7 @@ def tree_sha256(folder: Path) -> str:
     h = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         h.update(f"{path.relative_to(folder).as_posix()}\0{file_sha256(path)}\n".encode())
-    return h.hexdigest()
+    return _record(str(folder.resolve()) + "/", h.hexdigest())
 
 
 @lru_cache(maxsize=4096)

@@ -86,6 +86,22 @@ def job_mode() -> Mode:
     return "quiet" if mode == "quiet" else "plain"
 
 
+# A line of a build as a rerun of it shows it (edgeflow.engine.runner records them; the
+# up-to-date stamp, edgeflow/engine/uptodate.py, replays them): ("line", text) for the
+# build's header; ("stage", name) for a stage's line, which a rerun shows as cached;
+# ("all_cached", count) where a rerun says that it has nothing to do; ("notice", text) for
+# a warning or a finding.
+Event = tuple[Literal["line", "stage", "all_cached", "notice"], str]
+
+
+def stage_line(stage: str, status: str, seconds: float) -> str:
+    return f"  {stage:<{NAME_WIDTH}} {status:<7} {seconds:7.2f} s"
+
+
+def all_cached(count: int) -> str:
+    return f"  nothing to do: all {count} stages cached"
+
+
 def say(line: str) -> None:
     """Print a line now (a pipe holds unflushed lines back until the process ends)."""
     print(line, flush=True)

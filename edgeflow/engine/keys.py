@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import json
 import platform
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from pydantic import BaseModel
 
 import edgeflow
 from edgeflow.core.refs import ImportRef, file_sha256, tree_sha256
+from edgeflow.core.versions import tool_version
 from edgeflow.recipe import LoadedRecipe
 from edgeflow.stages.base import rules_of
 
@@ -67,49 +66,15 @@ def recipe_slice(
 
 
 def tool_versions(dists: tuple[str, ...], memo: dict[str, Any] | None = None) -> dict[str, str]:
-    """Versions of Python, edgeflow and each tool: a distribution name, `debian:PATTERN`
-    for Debian packages (Arm NN comes from Debian, not PyPI), or `host:FACT` for a fact of
-    this machine that changes what a runtime computes (edgeflow.core.host). `memo` (one per
-    build) keeps each version for the next stage that names it."""
+    """Versions of Python, edgeflow and each tool (edgeflow.core.versions names them). `memo`
+    (one per build) keeps each version for the next stage that names it."""
     found: dict[str, str] = {} if memo is None else memo.setdefault("versions", {})
     versions = {"python": platform.python_version()}
     for dist in ("edgeflow", *dists):
         if dist not in found:
-            if dist.startswith("debian:"):
-                found[dist] = debian_versions(dist.removeprefix("debian:"))
-            elif dist.startswith("host:"):
-                from edgeflow.core import host
-
-                found[dist] = host.fact(dist.removeprefix("host:"))
-            else:
-                found[dist] = _version(dist)
+            found[dist] = tool_version(dist)
         versions[dist] = found[dist]
     return versions
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-@functools.cache
-def debian_versions(pattern: str) -> str:
-    """`package=version` of each installed Debian package matching the pattern."""
-    try:
-        out = subprocess.run(
-            ["dpkg-query", "-W", "-f", "${db:Status-Abbrev}|${Package}|${Version}\\n", pattern],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=30,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown (no dpkg-query)"
-    rows = [line.split("|") for line in out.splitlines()]
-    installed = sorted(f"{r[1]}={r[2]}" for r in rows if len(r) == 3 and r[0].startswith("ii"))
-    return ",".join(installed) or "not installed"
 
 
 @functools.lru_cache(maxsize=1)

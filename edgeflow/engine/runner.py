@@ -14,7 +14,7 @@ from edgeflow.core.errors import AtRecipeKey, EdgeflowError, InternalError, Stag
 from edgeflow.core.loader import relocated
 from edgeflow.core.records import RECORDS, read_record, stale
 from edgeflow.core.refs import file_sha256
-from edgeflow.engine import keys
+from edgeflow.engine import console, keys
 from edgeflow.engine.cache import Cache, slot_digest
 from edgeflow.engine.pipeline import load_pipeline, pipeline_name
 from edgeflow.engine.publish import check_owner, publish
@@ -64,6 +64,12 @@ class BuildResult:
     outcomes: list[StageOutcome] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     failed_checks: list[str] = field(default_factory=list)
+    # What the up-to-date stamp (edgeflow/engine/uptodate.py) keeps: the build's lines as a
+    # rerun shows them (console.Event), the tool versions its keys held, the cache entries
+    # it used.
+    events: list[console.Event] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    entries: list[Path] = field(default_factory=list)
 
 
 def stage_key(
@@ -154,8 +160,10 @@ def _run_build(
     pipeline = load_pipeline(pipeline_name(loaded))
     result = BuildResult(loaded, build_root / loaded.stem / loaded.build_name)
     slots = seed_slots(loaded, pipeline.seeds)
-    build = _Build(loaded, cache, slots, worker, echo, notice, result)
-    echo(f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)")
+    build = _Build(loaded, cache, slots, worker, echo, _recorded(notice, result.events), result)
+    header = f"edgeflow: {loaded.stem} -> {loaded.build_name} ({pipeline.name} pipeline)"
+    result.events.append(("line", header))
+    echo(header)
     check_owner(result.build_dir, loaded.path)  # before the work, not after it
     cache.sweep()  # temporary folders of runs that were killed
     for stage in pipeline.stages:
@@ -165,8 +173,9 @@ def _run_build(
             if diff == "bisect" and "float_onnx" in slots:  # a crash: where does it start?
                 build.diagnose("bisect", forced=False, published=False)
             raise
+    result.events.append(("all_cached", str(len(result.outcomes))))  # a rerun says so here
     if all(o.status == "cached" for o in result.outcomes):
-        echo(f"  nothing to do: all {len(result.outcomes)} stages cached")
+        echo(console.all_cached(len(result.outcomes)))
     checks = read_record("checks", slots["checks"].path).dump() if "checks" in slots else []
     result.failed_checks = [c["message"] for c in checks if not c["passed"]]
     missed = [c for c in checks if not c["passed"] and c["metric"] not in NOT_NUMERICAL]
@@ -181,7 +190,16 @@ def _run_build(
     published = {s: slots[s].path for s in PUBLISHED_SLOTS if s in slots}
     publish(result.build_dir, published, loaded.path)
     result.metrics = read_record("metrics", result.build_dir / "metrics.json").dump()
+    result.versions = dict(build.memo.get("versions", {}))
     return result
+
+
+def _recorded(notice: Callable[[str], None], events: list[console.Event]) -> Callable[[str], None]:
+    def said(line: str) -> None:
+        events.append(("notice", line))
+        notice(line)
+
+    return said
 
 
 @dataclass
@@ -226,6 +244,7 @@ class _Build:
                 raise
             raise StageFailed(stage.name, exc.message, exc.hint, exc.exit_code) from exc
         _report(echo, result, stage.name, "cached" if cached else "ran", start, key)
+        result.entries.append(entry)
         warnings = entry / WARNINGS_FILE
         for message in json.loads(warnings.read_text()) if warnings.is_file() else []:
             self.notice("  warning: " + message.replace("\n", "\n  "))
@@ -305,4 +324,5 @@ def _report(
 ) -> None:
     seconds = time.perf_counter() - start
     result.outcomes.append(StageOutcome(stage, status, seconds, key))
-    echo(f"  {stage:<14} {status:<7} {seconds:7.2f} s")
+    result.events.append(("stage", stage))
+    echo(console.stage_line(stage, status, seconds))
