@@ -189,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument(
         "--quantization",
         choices=("none", "fp16", "int8", "int8_weights"),
-        default="none",
-        help="the mode the memory estimate assumes (default: none)",
+        help="the mode the check and the memory estimate assume (default: none, or the "
+        "target's first mode where it builds no float32: int8 for ethos_u)",
     )
     dvc = sub.add_parser("dvc", help="a DVC pipeline for this repository's recipes")
     dvc_sub = dvc.add_subparsers(dest="dvc_command", metavar="SUBCOMMAND", required=True)
@@ -465,7 +465,7 @@ def _validate(names: list[str]) -> int:
 
 
 def _precheck(
-    model_path: Path, target: str, as_json: bool, board: str | None, quantization: str
+    model_path: Path, target: str, as_json: bool, board: str | None, quantization: str | None
 ) -> int:
     import json
 
@@ -484,6 +484,15 @@ def _precheck(
 
     profile = load_profile(target)
     profile.board(board)  # an unknown board is an error before the model is read
+    if quantization is None:
+        quantization = "none" if "none" in profile.quantization else profile.quantization[0]
+    if quantization not in profile.quantization:
+        refused = {str(mode): why for mode, why in profile.family.refused_modes.items()}
+        why = refused.get(quantization, "its profile does not offer it")
+        raise EdgeflowError(
+            f"target {target} does not build {quantization}: {why}",
+            " or ".join(f"--quantization {m}" for m in profile.quantization),
+        )
     if not model_path.is_file():
         raise EdgeflowError(f"model file not found: {model_path}")
     check_onnx_file(model_path)  # parses, and its initializers hold their data

@@ -234,6 +234,8 @@ def keyed_sections() -> tuple[str, ...]:
 
 
 RUN_KEYS = ("recipe", "target", "quantization", "cache_dir", "build_dir")
+# `target.<key>=value`: the recipe keys that choose within a target (its accelerator)
+TARGET_KEYS = ("accelerator",)
 OVERRIDES = "recipe_overrides"  # where Hydra keeps them: +recipe_overrides.<key>=<value>
 APPENDS = "recipe_appends"  # +rewrites=[...]: appended to the recipe's list
 
@@ -257,7 +259,18 @@ def _route(args: list[str]) -> list[str]:
         head, _, rest = key.partition(".")
         if head == "hydra" or head.startswith("hydra/"):
             routed.append(arg)
+        elif head == "target" and rest in TARGET_KEYS:  # an NPU target's accelerator
+            if prefix == "~":
+                raise _not_removable(arg, key)
+            routed.append(f"+{OVERRIDES}.{rest}={value}")
         elif head in RUN_KEYS and not (head == "quantization" and rest):
+            if head == "target" and rest:
+                raise EdgeflowError(
+                    f"{arg}: a target is chosen whole (target=NAME), but for "
+                    f"{', '.join(f'target.{k}' for k in TARGET_KEYS)}",
+                    "write a profile that extends it (docs/targets.md), or see `edgeflow run "
+                    "--help`",
+                )
             if prefix == "~" or rest:
                 raise EdgeflowError(f"{arg}: cannot be removed or set part by part", RUN_HELP_HINT)
             routed.append(f"{key}={value}")  # `+cache_dir=x` means the same as `cache_dir=x`

@@ -91,6 +91,7 @@ DEPENDENCIES = {
     "tflite": Dependency("the TFLite stack", "tflite", modules=TFLITE_STACK),
     "tensorflow": Dependency("TensorFlow", "tflite", modules=("tensorflow", "keras")),
     "tf2onnx": Dependency("tf2onnx", "tflite", modules=("tf2onnx",)),
+    "vela": Dependency("Arm's Vela", "tflite", modules=("ethosu.vela",)),
     "jax": Dependency("JAX", "jax", modules=("jax", "flax", "optax")),
     "jax2onnx": Dependency("jax2onnx", "jax", modules=("jax2onnx",)),
     "dvc": Dependency("DVC", "dvc", commands=("dvc",)),

@@ -184,6 +184,31 @@ class FallbackFigures(Record):
     stopped_by: str | None
 
 
+class NpuFigures(Record):
+    """An NPU build's figures (ethos_u, edgeflow/report/npu.py): where the operators run and
+    the memory, from the compiler's output; the time, its estimate (`estimated` names those
+    figures; `basis` says what the build verified)."""
+
+    accelerator: str
+    system_config: str
+    memory_mode: str
+    compiler: str
+    basis: str
+    estimated: list[str]
+    operators_npu: int
+    operators_cpu: int
+    cpu_operators: list[str]
+    macs: int  # on the NPU
+    cycles: int  # estimated
+    clock_hz: int
+    clock_from: str  # the board's, or that of the compiler's system configuration
+    latency_ms: float  # estimated: cycles at clock_hz
+    inferences_per_second: float | None  # estimated
+    sram_bytes: int
+    flash_bytes: int  # where the model lives: flash, or DRAM
+    deployed_bytes: int  # model_vela.tflite
+
+
 class Metrics(Record):
     """metrics.json, the file DVC and CI read (`dvc metrics show`, `dvc exp show`)."""
 
@@ -208,6 +233,7 @@ class Metrics(Record):
     stream: StreamFigures | None = None
     float_layers: int | None = None  # quantization.fallback: auto
     fallback: FallbackFigures | None = None
+    npu: NpuFigures | None = None  # an NPU build (ethos_u): Vela's placement, memory, estimate
 
 
 # --- quantize.json, convert.json ---------------------------------------------------------
@@ -258,6 +284,10 @@ class ConvertRecord(Record):
     convert_seconds: float | None = None
     path: str | None = None  # "native": TensorFlow's own converter
     io: dict[str, Any] | None = None  # the .tflite's inputs and outputs: index, layout, name
+    # where the file the device loads is not the artifact edgeflow verifies (ethos_u: Vela's
+    # model_vela.tflite, compiled from the verified model.tflite)
+    deployed: str | None = None
+    npu: dict[str, Any] | None = None  # what the NPU's compiler reported (ethos_u: Vela)
     emitted: list[dict[str, Any]] | None = None  # the artifact's operators against the profile
     imposed_by_target: dict[str, bool] | None = None
     int8: dict[str, Any] | None = None  # a converter that quantizes itself: its scheme

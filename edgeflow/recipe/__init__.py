@@ -134,6 +134,8 @@ def load_recipe(
         recipe = recipe.model_copy(update={"rewrites_auto": True})
     sections = _sections(recipe, tree, path, context, problems)
     profile = _profile(sections.get("target"), tree, path, located, cwd, problems)
+    if recipe is not None and recipe.accelerator is not None and profile is not None:
+        profile = _accelerated(profile, recipe.accelerator, tree, path, located, problems)
     for check in checks.CHECKS:
         for key, message, hint in check(sections, profile):
             problems.append(locate(tree, path, located, key, message, hint))
@@ -234,6 +236,27 @@ def _profile(
     except EdgeflowError as exc:
         problems.append(locate(tree, path, located, "target", exc.message, exc.hint))
     return None
+
+
+def _accelerated(
+    profile: TargetProfile,
+    accelerator: str,
+    tree: Any,
+    path: Path,
+    located: dict[str, Any],
+    problems: list[Problem],
+) -> TargetProfile:
+    """The profile compiling for the recipe's `accelerator:` (TargetProfile.with_accelerator),
+    or the problem of a target that compiles for no NPU."""
+    if profile.npu is not None:
+        return profile.with_accelerator(accelerator)
+    from edgeflow.targets.registry import offering
+
+    npu_targets = offering(lambda b: b.npu)
+    message = f"target '{profile.name}' compiles for no NPU: accelerator applies to NPU targets"
+    hint = "an NPU target: " + " or ".join(f"target={name}" for name in npu_targets)
+    problems.append(locate(tree, path, located, "accelerator", message, hint))
+    return profile
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:

@@ -138,7 +138,8 @@ def quantization_fits_the_target(s: Sections, profile: TargetProfile | None) -> 
                 "quantization.mode",
                 f"target '{profile.name}' does not support mode '{q.mode}'"
                 + (f": {why}" if why else ""),
-                f"choose one of {', '.join(profile.quantization)}",
+                "choose one: "
+                + " or ".join(f"quantization.mode={m}" for m in profile.quantization),
             )
         )
     family = profile.family

@@ -31,7 +31,7 @@ from edgeflow.schema.sections import (
     user_error,
 )
 from edgeflow.schema.source import ConvertOptions, Source
-from edgeflow.targets.profile import TargetProfile
+from edgeflow.targets.profile import Accelerator, TargetProfile
 
 
 def _target_kind(value: Any) -> str:
@@ -89,6 +89,9 @@ class Recipe(Strict):
     evaluation: Evaluation
     quantization: Quantization = Quantization()
     target: TargetRef
+    # an NPU target's accelerator, over its profile's (`target.accelerator=ethos-u85-256` on
+    # the command line): the build compiles for it, in a folder of its own
+    accelerator: Accelerator | None = None
     precheck: PrecheckOptions = PrecheckOptions()
     verify: Verify = Verify()
     diff: Diff = Diff()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeflow.core.records import ReportRecord, Section
+from edgeflow.report import npu
 from edgeflow.targets.memory import memory_line
 from edgeflow.targets.precheck import entry, render_table
 
@@ -37,13 +38,15 @@ def render(
     intro = [
         *([about, ""] if about else []),
         f"**{verdict}**: target `{metrics['target']}`, quantization `{metrics['quantization']}`, "
-        f"{samples}, runtime `{runs['runtime']}`.",
+        f"{samples}, runtime `{runs['runtime']}`."
+        + (f" Its {npu.BASIS}." if metrics.get("npu") else ""),
         "",
         "| metric | value |",
         "|---|---|",
         *_agreement_rows(metrics),
         f"| latency p50 / p90 | {lat['p50']:.3f} / {lat['p90']:.3f} ms |",
         f"| artifact size | {metrics['size_bytes']:,} bytes |",
+        *(npu.headline(metrics["npu"]) if metrics.get("npu") else []),
     ]
     lines: list[str] = []
     if checks:
@@ -59,6 +62,9 @@ def render(
     else:
         lines.append("No thresholds set in the recipe's `verify:` section.")
     sections = [Section(heading="Thresholds", body=_text(lines))]
+    if metrics.get("npu"):
+        body = npu.section_lines(metrics["npu"], details["convert"]["npu"])
+        sections.append(Section(heading="NPU: placement, memory, estimated time", body=_text(body)))
     sections.append(_per_output(details["verify"]["agreement"]))
     sections += stream_sections(stream)
     sections.append(_stages(metrics, details))
@@ -115,6 +121,8 @@ def one_line(metrics: dict[str, Any]) -> str:
             head += f", NaN/Inf outputs on {agree['non_finite_samples']} samples"
     if metrics.get("float_layers") is not None:
         head += f", {search_line(metrics['float_layers'], metrics.get('fallback') or {})}"
+    if metrics.get("npu"):
+        head += f", {npu.one_line(metrics['npu'])}"
     return f"{head}, p50 {metrics['latency_ms']['p50']:.3f} ms, {metrics['size_bytes']:,} bytes"
 
 

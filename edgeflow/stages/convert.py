@@ -67,7 +67,7 @@ def run(ctx: StageContext) -> None:
         }
         info["imposed_by_target"] = imposed
     info["target"] = ctx.profile.name
-    info["size_bytes"] = (artifact_dir / info["artifact"]).stat().st_size
+    info["size_bytes"] = (artifact_dir / info.get("deployed", info["artifact"])).stat().st_size
     tail = ctx.inputs["host"] / postprocess.HOST_MODEL if "host" in ctx.inputs else None
     if tail is not None and tail.is_file():  # postprocess.cut: the tail runs on the host
         info["host"] = postprocess.write_host(tail, artifact_dir, info["artifact"])

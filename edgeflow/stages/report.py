@@ -94,6 +94,13 @@ def run(ctx: StageContext) -> None:
     checks = build_checks(
         limits, v["agreement"], v["accuracy"], metrics["latency_ms"]["p50"], metrics["size_bytes"]
     )
+    compiled = details["convert"].get("npu")
+    if compiled:  # an NPU build: Vela's figures, its memory against the board
+        from edgeflow.report import npu
+
+        board = ctx.profile.board(ctx.recipe.precheck.board)
+        metrics["npu"], memory_checks = npu.figures(compiled, board)
+        checks += memory_checks
     mixed = fallback_record(details)
     if mixed is not None:  # quantization.fallback: auto
         metrics["float_layers"] = len(mixed["float_layers"])
@@ -255,5 +262,6 @@ STAGE = Stage(
         "name",
         "description",
         "rewrites_auto",
+        "precheck.board",  # an NPU build's memory is checked against it
     ),
 )

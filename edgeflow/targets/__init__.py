@@ -65,10 +65,21 @@ def _extended(
     """The profile's data over the profile it `extends:` (recursively). `extends` may name
     the built-in the file shadows (same name) or any other visible profile; `name` defaults
     to the file's. Entries of operators, boards, int8, dtype_fallbacks and int8_warnings are
-    merged."""
+    merged, but for those the file lists in `replaces:` (`replaces: [boards]`: its own boards
+    only)."""
     base_name = data.pop("extends", None)
+    replaced = data.pop("replaces", [])
     if base_name is None:
+        if replaced:
+            raise EdgeflowError(f"{path}: replaces: applies to a profile that extends another")
         return data
+    unknown = [key for key in replaced if key not in MERGED]
+    if not isinstance(replaced, list) or unknown:
+        raise EdgeflowError(
+            f"{path}: replaces: lists the keys whose entries are not merged with the extended "
+            f"profile's (got {unknown or replaced!r})",
+            f"choose among {', '.join(MERGED)}",
+        )
     data.setdefault("name", name)
     known = resources.available("targets", cwd)
     if base_name == name:  # extend the built-in this file shadows
@@ -94,6 +105,8 @@ def _extended(
     base = _extended(base_name, base_path, base_data, cwd, [*seen, base_path])
     merged = {**base, **data}
     for key in MERGED:
+        if key in replaced:
+            continue
         if key == "operators":  # `[Conv, Relu]` is short for `{Conv: {}, Relu: {}}`
             base[key], data[key] = operator_list(base.get(key)), operator_list(data.get(key))
         if isinstance(base.get(key), dict) and isinstance(data.get(key), dict):

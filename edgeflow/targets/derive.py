@@ -22,6 +22,10 @@ in a comment with the reason. The header names the versions measured;
 tests/targets/test_operators.py fails when the installed tools differ. One run measures all
 three (about 10 minutes):
     python -m edgeflow.targets.derive tflite_family --write
+
+ethos_u (Backend.operators_from: compiler): its profile extends tflite_micro's, whose list
+says what TFLite Micro runs on the CPU; Vela places what it can of that on the NPU, and
+says so per build (edgeflow/targets/ethos_u/_vela.py).
 """
 
 from __future__ import annotations
@@ -325,8 +329,9 @@ def with_operators(text: str, section: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edgeflow.targets.derive")
     # each backend whose operator list comes from its kernel registry or its documentation,
-    # and the probed .tflite runtimes as one (their probes run once for all)
-    listed = offering(lambda b: b.operators_from != "probes")
+    # and the probed .tflite runtimes as one (their probes run once for all); a compiler's
+    # (ethos_u) is that of the runtime its profile extends
+    listed = offering(lambda b: b.operators_from in ("kernels", "docs"))
     parser.add_argument("target", choices=[*listed, "tflite_family"])
     parser.add_argument("--write", action="store_true", help="update targets/<target>.yaml")
     parser.add_argument("--operators-md", type=Path, help="onnx-tensorrt's docs/operators.md")

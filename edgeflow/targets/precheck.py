@@ -352,7 +352,7 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
             # model, edgeflow hands onnx2tf initializers (targets/_onnx2tf.py), TensorRT folds it.
             continue
         spec = profile.operators.get(op)
-        probed = profile.family.operators_from == "probes"
+        probed = profile.family.operators_from in ("probes", "compiler")
         if spec is None and probed and op not in probed_ops():
             why = (
                 f"not measured for {profile.name}: no probe graph has it, so its list cannot "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -114,6 +114,67 @@ class Board(BaseModel):
     description: str = ""
     ram_bytes: PositiveInt | None = None  # for activations (the arena); None: not limited
     flash_bytes: PositiveInt | None = None  # for weights; None: not limited
+    # the clock of the processor whose time the build estimates (an NPU's: ethos_u)
+    clock_hz: PositiveInt | None = None
+
+
+# The Ethos-U configurations Arm's Vela 5.2 compiles for (`vela --accelerator-config`).
+Accelerator = Literal[
+    "ethos-u55-32",
+    "ethos-u55-64",
+    "ethos-u55-128",
+    "ethos-u55-256",
+    "ethos-u65-256",
+    "ethos-u65-512",
+    "ethos-u85-128",
+    "ethos-u85-256",
+    "ethos-u85-512",
+    "ethos-u85-1024",
+    "ethos-u85-2048",
+]
+# Vela's own defaults per generation (what it uses when given none), from its Arm/vela.ini:
+# (system configuration, memory mode). Vela does not check that a system configuration is
+# one of the accelerator's generation (measured: an ethos-u85-256 compiles against
+# Ethos_U55_High_End_Embedded); the profile does.
+NPU_DEFAULTS = {
+    "u55": ("Ethos_U55_High_End_Embedded", "Shared_Sram"),
+    "u65": ("Ethos_U65_Client_Server", "Dedicated_Sram_384KB"),
+    "u85": ("Ethos_U85_SYS_DRAM_Mid", "Dedicated_Sram_384KB"),
+}
+
+
+class Npu(BaseModel):
+    """The NPU a target's artifact is compiled for (Backend.npu: the ethos_u family, with
+    Vela): the accelerator, and the system configuration and memory mode of Vela's
+    Arm/vela.ini (clocks, buses; where the arena and the weights live), by default Vela's
+    own for the accelerator's generation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    accelerator: Accelerator
+    system_config: str | None = None
+    memory_mode: str | None = None
+
+    @property
+    def generation(self) -> str:
+        return self.accelerator.split("-")[1]  # ethos-u55-128 -> u55
+
+    @property
+    def system(self) -> str:
+        return self.system_config or NPU_DEFAULTS[self.generation][0]
+
+    @property
+    def memory(self) -> str:
+        return self.memory_mode or NPU_DEFAULTS[self.generation][1]
+
+    @model_validator(mode="after")
+    def _system_of_its_generation(self) -> Npu:
+        prefix = f"Ethos_{self.generation.upper()}_"
+        if self.system_config is not None and not self.system_config.startswith(prefix):
+            raise ValueError(
+                f"system_config {self.system_config} is not one of the {self.accelerator}'s "
+                f"(Vela's are named {prefix}*; it would compile against it without a word)"
+            )
+        return self
 
 
 class Builtins(BaseModel):
@@ -164,6 +225,8 @@ class TargetProfile(BaseModel):
     # TFLite targets: the builtins a .tflite may hold, by measured mode (none, int8); what
     # the precheck of TensorFlow's own converter (convert.via: native) checks
     builtins: dict[str, Builtins] = {}
+    # the NPU the artifact is compiled for (a backend with Backend.npu: ethos_u)
+    npu: Npu | None = None
     # int8 kernels' traps that the build avoids, as precheck warnings: op -> {checker (of
     # edgeflow.targets.checkers.CHECKERS): what the runtime does with such a node in int8
     # and what the build does about it}, e.g. a DIV by a computed divisor
@@ -189,6 +252,35 @@ class TargetProfile(BaseModel):
                     f"quantization: the {self.backend} backend cannot build {mode}: {refused[mode]}"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _npu_where_the_family_compiles_for_one(self) -> TargetProfile:
+        if self.family.npu and self.npu is None:
+            raise ValueError(
+                f"npu: the {self.backend} backend compiles for an NPU: name it "
+                "(npu: {accelerator: ethos-u55-128})"
+            )
+        if not self.family.npu and self.npu is not None:
+            raise ValueError(f"npu: the {self.backend} backend compiles for no NPU")
+        return self
+
+    def with_accelerator(self, accelerator: str) -> TargetProfile:
+        """This profile compiling for another accelerator (a recipe's `accelerator:`), named
+        `<name>.<accelerator>` so that its builds have a folder of their own. An accelerator
+        of another generation gets Vela's system configuration and memory mode for it, and
+        none of the profile's boards (systems of the other generation: their clock would
+        time it). Raises ValueError for an unknown accelerator or a profile without an NPU."""
+        if self.npu is None:
+            raise ValueError(f"target {self.name} compiles for no NPU")
+        if accelerator == self.npu.accelerator:
+            return self
+        npu = self.npu.model_dump()
+        npu["accelerator"] = accelerator
+        update: dict[str, Any] = {"name": f"{self.name}.{accelerator}"}
+        if Npu.model_validate({"accelerator": accelerator}).generation != self.npu.generation:
+            npu["system_config"] = npu["memory_mode"] = None
+            update |= {"boards": {}, "default_board": None}
+        return self.model_copy(update={**update, "npu": Npu.model_validate(npu)})
 
     @property
     def family(self) -> Backend:

@@ -64,8 +64,10 @@ class Backend(BaseModel):
     converter: str  # the tool that writes the artifact, as messages name it
     # where its profile's operator list comes from (`python -m edgeflow.targets.derive`): the
     # runtime's kernel registry, its documentation, or probe graphs converted and run (an
-    # operator no probe has is then unmeasured, not known to fail)
-    operators_from: Literal["kernels", "docs", "probes"]
+    # operator no probe has is then unmeasured, not known to fail); "compiler": the measured
+    # list of the runtime that runs what its compiler leaves on the CPU (the profile extends
+    # that runtime's), and the compiler's own operator constraints say which run on the NPU
+    operators_from: Literal["kernels", "docs", "probes", "compiler"]
     # distributions (or debian:PATTERN, host:FACT; engine/keys.py) whose versions enter the
     # key of every stage that converts or runs this backend's artifacts
     tools: tuple[str, ...]
@@ -85,6 +87,10 @@ class Backend(BaseModel):
     layout: Literal["declared", "channel_last"]  # the artifact's input layout for rank 3-5
     intermediates: bool  # the per-layer diff can read the artifact's tensors
     bisect: bool  # `edgeflow bisect` can convert and run prefixes of the model here
+    # compiles the artifact for a neural processing unit (Arm's Vela for the Ethos-U): its
+    # profile names the accelerator (`npu:`), a recipe may choose another (`accelerator:`),
+    # and the figures of the NPU's time are the compiler's estimates
+    npu: bool
     tflite: TfliteRuntime | None  # for a .tflite runtime: how it differs from the others
 
     def load(self) -> ModuleType:

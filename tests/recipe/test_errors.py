@@ -194,7 +194,7 @@ def test_inline_target_profile(write_recipe) -> None:
     assert problem.startswith(
         f"{path}:11:9: quantization.mode: target 'tiny' does not support mode 'int8'"
     )
-    assert "hint: choose one of none" in problem
+    assert "hint: choose one: quantization.mode=none" in problem
     loaded = load_recipe(path, {"quantization.mode": "none"})
     assert loaded.profile.name == "tiny" and loaded.build_name == "tiny-none"
 

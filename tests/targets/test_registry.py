@@ -42,7 +42,8 @@ def test_every_capability_is_required() -> None:
 
 
 def test_each_family_is_one_folder_with_its_module_and_profile() -> None:
-    assert set(backends()) == {"onnxruntime_micro", "tflite", "tflite_micro", "armnn", "tensorrt"}
+    families = {"onnxruntime_micro", "tflite", "tflite_micro", "armnn", "tensorrt", "ethos_u"}
+    assert set(backends()) == families
     for name, family in backends().items():
         assert (PACKAGE / "targets" / name / "backend.py").is_file()
         module = family.load()
@@ -69,6 +70,8 @@ def test_capability_queries() -> None:
     assert measured_tflite() == ["armnn", "tflite", "tflite_micro"]
     assert offering(lambda b: b.int16_activations) == ["tflite", "tflite_micro"]
     assert offering(lambda b: not b.bisect) == ["tensorrt"]
+    assert offering(lambda b: b.npu) == ["ethos_u"]
+    assert backends()["ethos_u"].modes == ("int8",)
     assert backends()["tflite_micro"].modes == ("none", "int8")
 
 

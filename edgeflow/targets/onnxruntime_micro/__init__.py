@@ -22,5 +22,6 @@ BACKEND = Backend(
     layout="declared",
     intermediates=True,
     bisect=True,
+    npu=False,
     tflite=None,
 )

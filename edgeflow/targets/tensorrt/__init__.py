@@ -24,5 +24,6 @@ BACKEND = Backend(
     layout="declared",
     intermediates=False,  # the engine runs on a GPU this machine may not have
     bisect=False,
+    npu=False,
     tflite=None,
 )

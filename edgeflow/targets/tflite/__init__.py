@@ -24,6 +24,7 @@ BACKEND = Backend(
     layout="channel_last",
     intermediates=True,
     bisect=True,
+    npu=False,
     tflite=TfliteRuntime(
         reference=True,
         arena=False,

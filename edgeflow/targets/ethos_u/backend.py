@@ -1,0 +1,64 @@
+"""ethos_u: the int8 .tflite of tflite_micro, compiled by Arm's Vela for an Ethos-U NPU.
+
+Conversion: exactly the tflite_micro build (onnx2tf, full-integer int8; its arena
+measured), then Vela (targets/ethos_u/_vela.py) with the profile's accelerator, system
+configuration and memory mode writes `model_vela.tflite`, the file the device loads, and
+reports where each operator runs (NPU or CPU, with Vela's reason), the SRAM and flash it
+plans, and cycles it estimates. Both .tflite files are the build's artifact.
+
+Verification: no Ethos-U hardware or simulator is reachable here. The pre-Vela model runs
+in TFLite Micro's reference kernels against the source (the verify stage, as for
+tflite_micro), and Arm tests Vela by comparing the NPU's results with those reference
+kernels bit for bit; the operators Vela leaves on the CPU run in TFLite Micro on the device
+too, and the verify stage ran them there. The NPU's figures of time are Vela's estimates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgeflow.targets import tflite_micro
+from edgeflow.targets.base import ConvertJob
+from edgeflow.targets.ethos_u import _vela
+from edgeflow.targets.tflite_micro.backend import MicroRunner
+
+
+def convert(job: ConvertJob) -> dict[str, Any]:
+    """model.tflite as for tflite_micro, then model_vela.tflite by Vela."""
+    _vela.version()  # before the conversion: the missing compiler is said first
+    return _compiled(job, tflite_micro.backend.convert(job))
+
+
+def convert_native(job: Any, check: Any) -> dict[str, Any]:
+    """A TensorFlow source's .tflite by TensorFlow's own converter, then Vela."""
+    _vela.version()
+    return _compiled(job, tflite_micro.backend.convert_native(job, check))
+
+
+def _compiled(job: ConvertJob, info: dict[str, Any]) -> dict[str, Any]:
+    if job.profile is None or job.profile.npu is None:  # a probe's or prefix's trial
+        return info
+    npu = _vela.compile_for(job.out_dir / info["artifact"], job.profile.npu, job.out_dir)
+    info["files"] = [*info["files"], *npu.pop("files")]
+    info["deployed"] = npu["deployed"]  # what the device loads; the artifact is verified
+    info["npu"] = npu
+    info["converter"] = f"{info.get('converter', 'onnx2tf')}, then {npu['compiler']}"
+    return info
+
+
+def runtime_version() -> str:
+    return tflite_micro.backend.runtime_version()
+
+
+def kernel_symbols() -> tuple[Path, str, str]:
+    return tflite_micro.backend.kernel_symbols()
+
+
+def open_runner(artifact_dir: Path, info: dict[str, Any]) -> MicroRunner:
+    """The pre-Vela model in TFLite Micro's reference kernels, in its measured arena."""
+    return tflite_micro.backend.open_runner(artifact_dir, info)
+
+
+def tflite_runner(path: Path, layout: dict[str, Any]) -> MicroRunner:
+    return tflite_micro.backend.tflite_runner(path, layout)
