@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeflow.report.sweep import mark_pareto, render, row
+from edgeflow.report.sweep import latency_key, mark_pareto, render, row
 
 
 def metrics(accuracy: float, p50: float, size: int, arena: int | None = None) -> dict:
@@ -37,7 +37,7 @@ def test_pareto_marks_the_builds_nothing_beats() -> None:
         ("other", "float"): True,
     }
     table = render(rows)
-    assert "| cnn | int8 | verified | 0.9900 | 1.0000 | 28.7 | 0.500 | 20,000 |  | * |" in table
+    assert "| cnn | int8 | verified | 0.9900 | 1.0000 | 28.7 | 0.500 |  | 20,000 |  | * |" in table
     assert "- cnn/broken: precheck failed" in table
 
 
@@ -56,3 +56,23 @@ def test_arena_counts_only_when_every_build_has_one() -> None:
         ]
     )
     assert [r["pareto"] for r in mixed] == [True, True]  # equal on what both have
+
+
+def test_npu_builds_rank_by_the_estimated_npu_time_not_the_host_time() -> None:
+    """Every accelerator runs the same pre-Vela model on this machine's CPU: its host p50 would
+    rank them by noise. Where every build has an NPU estimate, that is the latency ranked."""
+
+    def npu(p50: float, estimated_ms: float) -> dict:
+        return {**metrics(0.99, p50, 20_000), "npu": {"latency_ms": estimated_ms}}
+
+    rows = mark_pareto(
+        [
+            row("cnn", "ethos_u-int8", npu(0.30, 0.038)),  # slower host run, faster NPU
+            row("cnn", "ethos_u.ethos-u85-256-int8", npu(0.29, 0.009)),
+        ]
+    )
+    assert latency_key(rows) == "npu_latency_ms"
+    assert [r["pareto"] for r in rows] == [False, True]
+    assert "| 0.290 | 0.0090 | 20,000 |" in render(rows)
+    mixed = [*rows, row("cnn", "tflite_micro-int8", metrics(0.99, 0.31, 20_000))]
+    assert latency_key(mixed) == "latency_p50_ms"  # not comparable: the host time it is

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from edgeflow.core.records import read_record
-from edgeflow.report import plots
+from edgeflow.report import npu, plots
 
 # The files of a build folder the page is made from; the first five are always there.
 REQUIRED = ("report.json", "metrics.json", "checks.json", "verify.json", "precheck.json")
-OPTIONAL = ("layers.csv", "layers_diff.csv", "diff.json")
+OPTIONAL = ("layers.csv", "layers_diff.csv", "diff.json", npu.LAYERS_FILE)
 SOURCES = (*REQUIRED, *OPTIONAL)
 
 STYLE = """
@@ -73,14 +73,19 @@ def render_build(files: Mapping[str, Path]) -> str:
                 body.append(_memory(_rows(files["layers.csv"]), precheck, metrics))
         if heading == "Per output" and verified:
             body.append(_outputs(verify, checks, part))
+        elif heading == npu.HEADING and npu.LAYERS_FILE in files:
+            body.append(_npu(part, _rows(files[npu.LAYERS_FILE]), metrics, checks))
         else:
             body.append(_section(heading, _markdown(part)))
     return _page(title, "".join(body))
 
 
-def render_sweep(rows: Sequence[dict[str, Any]], links: Mapping[int, str]) -> str:
-    """A sweep's page: every build as a point (quality vs latency and size), the Pareto front
-    drawn, each point and row linking to its build's report (`links`: row index -> href)."""
+def render_sweep(
+    rows: Sequence[dict[str, Any]], links: Mapping[int, str], latency: str = "latency_p50_ms"
+) -> str:
+    """A sweep's page: every build as a point (quality vs `latency`, the rows' key that
+    edgeflow.report.sweep ranks, and size), the Pareto front drawn, each point and row linking
+    to its build's report (`links`: row index -> href)."""
     rows = [{**r, "link": links.get(k)} for k, r in enumerate(rows)]
     verified = [r for r in rows if r["status"] == "verified"]
     quality = next(
@@ -93,12 +98,15 @@ def render_sweep(rows: Sequence[dict[str, Any]], links: Mapping[int, str]) -> st
         f"{sum(bool(r.get('pareto')) for r in rows)} Pareto-optimal (no other verified build "
         "of the same recipe is as good on every objective and better on one)</p></header>"
     ]
-    if quality is not None and _all_set(verified, "latency_p50_ms", "size_bytes"):
+    if quality is not None and _all_set(verified, latency, "size_bytes"):
+        against = (
+            "the NPU's time as Vela estimates it" if latency == "npu_latency_ms" else "p50 latency"
+        )
         parts.append(
             _plot(
                 "sweep",
-                plots.sweep(verified, quality),
-                f"{quality} against p50 latency and artifact size. Stars: Pareto-optimal over "
+                plots.sweep(verified, quality, latency),
+                f"{quality} against {against} and artifact size. Stars: Pareto-optimal over "
                 "every objective of the table; lines: each recipe's front in the panel's two "
                 "figures. Click a point for its build's report.",
             )
@@ -243,13 +251,38 @@ def _memory(rows: list[dict[str, str]], precheck: dict[str, Any], metrics: dict[
     return _section("Memory", f"<p>{_e(memory_line(memory))}</p>" + _plot("memory", svg, caption))
 
 
+def _npu(
+    part: str, rows: list[dict[str, str]], metrics: dict[str, Any], checks: list[dict[str, Any]]
+) -> str:
+    """An NPU build's section: its text, Vela's cycles along the graph, and its memory
+    against the board (the thresholds of its memory checks, where a board set them)."""
+    limits = {c["metric"]: c["threshold"] for c in checks}
+    figures = metrics["npu"]
+    used = [
+        (what, figures[f"{key}_bytes"], limits.get(f"npu.{key}_bytes"))
+        for what, key in (("SRAM", "sram"), ("flash", "flash"))
+    ]
+    plotted = _plot(
+        "npu",
+        plots.npu_layers(rows),
+        "Vela's estimated cycles per layer along the graph; the layers it left to the CPU "
+        "(TFLite Micro) marked",
+    ) + _plot(
+        "npu-memory",
+        plots.npu_memory(used),
+        "the SRAM and flash Vela allocates against the board's (red: does not fit)",
+    )
+    return _section(npu.HEADING, _markdown(part) + plotted)
+
+
 # ---- the sweep's table ---------------------------------------------------------------------
 
 
 def _sweep_table(rows: Sequence[dict[str, Any]]) -> str:
     head = (
         "<tr><th>recipe</th><th>build</th><th>status</th><th>accuracy</th><th>agreement</th>"
-        "<th>min SQNR dB</th><th>p50 ms</th><th>size</th><th>arena</th><th>Pareto</th></tr>"
+        "<th>min SQNR dB</th><th>p50 ms</th><th>NPU ms (est.)</th><th>size</th><th>arena</th>"
+        "<th>Pareto</th></tr>"
     )
     lines = []
     for r in sorted(rows, key=lambda r: (r["recipe"], r["build"])):
@@ -264,6 +297,7 @@ def _sweep_table(rows: Sequence[dict[str, Any]]) -> str:
             f"<td>{_fmt(r.get('accuracy'), '.4f')}</td><td>{_fmt(r.get('agreement'), '.4f')}</td>"
             f"<td>{_fmt(r.get('sqnr_db'), '.1f')}</td>"
             f"<td>{_fmt(r.get('latency_p50_ms'), '.3f')}</td>"
+            f"<td>{_fmt(r.get('npu_latency_ms'), '.4f')}</td>"
             f"<td>{_fmt(r.get('size_bytes'), ',')}</td><td>{_fmt(r.get('arena_bytes'), ',')}</td>"
             f"<td>{'*' if r.get('pareto') else ''}</td></tr>"
         )

@@ -64,7 +64,7 @@ def render(
     sections = [Section(heading="Thresholds", body=_text(lines))]
     if metrics.get("npu"):
         body = npu.section_lines(metrics["npu"], details["convert"]["npu"])
-        sections.append(Section(heading="NPU: placement, memory, estimated time", body=_text(body)))
+        sections.append(Section(heading=npu.HEADING, body=_text(body)))
     sections.append(_per_output(details["verify"]["agreement"]))
     sections += stream_sections(stream)
     sections.append(_stages(metrics, details))

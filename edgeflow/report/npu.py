@@ -23,6 +23,8 @@ BASIS = "numerics verified on TFLite Micro reference kernels; NPU performance es
 # Quoted from the copy of Vela 3.x-4.x at NXP (5.2.0's README no longer carries it).
 STATEMENT = "https://github.com/nxp-imx/ethos-u-vela#tensorflow-support"
 ESTIMATED = ("cycles", "latency_ms", "inferences_per_second")
+HEADING = "NPU: placement, memory, estimated time"  # report.md's section; report.html plots it
+LAYERS_FILE = "vela_per_layer.csv"  # in the build folder: Vela's per-layer figures
 MAX_LAYER_ROWS = 60  # the report's per-layer table; vela_per_layer.csv has every row
 
 

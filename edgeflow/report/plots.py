@@ -409,9 +409,47 @@ def memory(
     return canvas.svg()
 
 
-def sweep(builds: Sequence[dict[str, Any]], quality: str) -> str:
+def npu_layers(rows: Sequence[dict[str, str]]) -> str:
+    """Vela's estimated cycles of each layer along the graph (its per-layer CSV), the layers
+    it left to the CPU marked (Vela times none of those: a red band and "CPU")."""
+    cycles = [int(float(r["Op Cycles"])) for r in rows]
+    top = max([*cycles, 1]) * 1.15
+    canvas = Canvas("npu", height=320)
+    c = canvas.chart((-0.6, len(rows) - 0.4, False), (0, top, False))
+    on_cpu = 0
+    for k, (row, n) in enumerate(zip(rows, cycles, strict=True)):
+        if row["Target"] != "NPU":
+            on_cpu += 1
+            c.rect(k - 0.45, 0, k + 0.45, top, "#f8d0d0", "band")
+            c.text(k, top * 0.94, "CPU", RED, "middle", size=10)
+        elif n:
+            c.rect(k - 0.45, 0, k + 0.45, n, BLUE, "bar")
+    title = f"{len(rows)} layers as Vela lowered them; {on_cpu} on the CPU"
+    canvas.frame(c, "layer, in graph order (vela_per_layer.csv)", "cycles (Vela's estimate)", title)
+    return canvas.svg()
+
+
+def npu_memory(used: Sequence[tuple[str, int, int | None]]) -> str:
+    """(what, bytes Vela allocates, the board's bytes or None) as bar pairs on a log scale."""
+    values = [v for _, a, b in used for v in (a, b) if v]
+    canvas = Canvas("npu-memory", height=260)
+    c = canvas.chart((-0.6, len(used) - 0.4, False), (min(values) / 2, max(values) * 3, True))
+    for k, (_, allocated, limit) in enumerate(used):
+        color = RED if limit is not None and allocated > limit else BLUE
+        c.rect(k - 0.4, c.y.low, k - 0.02, max(allocated, 1), color, "bar")
+        c.text(k - 0.21, max(allocated, 1), f"{allocated:,} B", "#222", "middle", dy=-5, size=10)
+        if limit is not None:
+            c.rect(k + 0.02, c.y.low, k + 0.4, limit, GREY, "bar")
+            c.text(k + 0.21, limit, f"board {limit:,} B", "#222", "middle", dy=-5, size=10)
+    ticks = [(k, what) for k, (what, _, _) in enumerate(used)]
+    canvas.frame(c, "Vela's allocation (left) against the board (right)", "bytes", xticks=ticks)
+    return canvas.svg()
+
+
+def sweep(builds: Sequence[dict[str, Any]], quality: str, latency: str = "latency_p50_ms") -> str:
     """Every verified build of a sweep as a point: `quality` (accuracy or agreement) against
-    p50 latency (left) and size (right). Stars: Pareto-optimal over all the sweep's
+    `latency` (left: the p50, or an NPU's estimated time) and size (right). Stars:
+    Pareto-optimal over all the sweep's
     objectives; the line: each recipe's front in the panel's own two figures. Each point
     links to its build's report (its row's "link")."""
     recipes = sorted({b["recipe"] for b in builds})
@@ -423,7 +461,10 @@ def sweep(builds: Sequence[dict[str, Any]], quality: str) -> str:
     half = (WIDTH - 68 - 18 - 30) / 2
     legend: list[tuple[str, str, str]] = []
     for panel, (x_key, x_label) in enumerate(
-        (("latency_p50_ms", "p50 latency (ms)"), ("size_bytes", "artifact size (bytes)"))
+        (
+            (latency, "p50 latency (ms)" if latency == "latency_p50_ms" else "NPU, est. (ms)"),
+            ("size_bytes", "artifact size (bytes)"),
+        )
     ):
         xs = [float(b[x_key]) for b in builds]
         log = min(xs) > 0 and max(xs) / min(xs) > 20

@@ -58,6 +58,8 @@ def test_the_demo_compiles_for_the_npu_and_verifies_on_tflite_micro(builds: Path
     report = (folder / "report.md").read_text()
     assert BASIS in report and "## NPU: placement, memory, estimated time" in report
     assert "| 0 | Conv2D | Conv2D | NPU |" in report
+    page = (folder / "report.html").read_text()
+    assert 'id="plot-npu"' in page and 'id="plot-npu-memory"' in page
     rows = (folder / "vela_per_layer.csv").read_text().splitlines()
     assert rows[0].startswith("Original Operator,NNG Operator,Target")
 
