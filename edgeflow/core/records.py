@@ -358,6 +358,15 @@ class Divergence(Record):
     parts: list[str]
     sqnr_db: float | str | None  # "inf" for an exact tensor (JSON has no inf)
     inputs_sqnr_db: float | str | None
+    # an NPU build (ethos_u): the operator Vela compiled this tensor's into, where it put it
+    npu_layer: NpuLayer | None = None
+
+
+class NpuLayer(Record):
+    op: str  # the original operator, as Vela names it (Conv2D)
+    lowered: list[str]  # what Vela made of it (Conv2D, Relu: a fused activation)
+    target: str  # NPU or CPU
+    cycles: int  # Vela's estimate
 
 
 class Worst(Record):

@@ -60,6 +60,10 @@ def run(ctx: StageContext) -> None:
     unlocated = _unlocated(pairs, divergence, {o.name for o in model.graph.output})
     write_csv(ctx.output("layers_diff"), pairs)
     worst = min(pairs, key=lambda p: p.sqnr_db, default=None)
+    placed = divergence and _npu_layer(info, divergence.pair.artifact.name)
+    line = divergence.line() if divergence else _no_divergence(pairs, threshold)
+    if placed:
+        line += f"; Vela placed it on the {placed['target']} as {'+'.join(placed['lowered'])}"
     ctx.write(
         "diff",
         {
@@ -87,13 +91,28 @@ def run(ctx: StageContext) -> None:
                 "inputs_sqnr_db": None
                 if divergence.before_db is None
                 else _finite(divergence.before_db),
+                **({"npu_layer": placed} if placed else {}),
             },
-            "line": divergence.line() if divergence else _no_divergence(pairs, threshold),
+            "line": line,
             "hint": _hint(divergence, mode),
             "bisect": unlocated,
             "worst": worst and {"tensor": worst.source.name, "sqnr_db": _finite(worst.sqnr_db)},
         },
     )
+
+
+def _npu_layer(info: dict[str, Any], tensor: str) -> dict[str, Any] | None:
+    """The operator Vela compiled a tensor of the pre-Vela model into (an NPU build: its
+    per-layer rows are named by the original operator's output tensor), or None."""
+    rows = [layer for layer in (info.get("npu") or {}).get("layers", []) if layer["name"] == tensor]
+    if not rows:
+        return None
+    return {
+        "op": rows[0]["op"],
+        "lowered": [r["lowered"] for r in rows],
+        "target": rows[0]["target"],
+        "cycles": sum(r["cycles"] for r in rows),
+    }
 
 
 def _capture(

@@ -14,7 +14,9 @@ from edgeflow.stages.base import Stage, StageContext
 def run(ctx: StageContext) -> None:
     from edgeflow.report.html import render_build
 
-    files: dict[str, Path] = {path.name: path for path in ctx.inputs.values()}  # as published
+    files: dict[str, Path] = {}
+    for path in ctx.inputs.values():  # as published: a folder's files by their names
+        files.update({p.name: p for p in path.iterdir()} if path.is_dir() else {path.name: path})
     ctx.output("html").write_text(render_build(files), encoding="utf-8")
 
 
@@ -23,7 +25,9 @@ STAGE = Stage(
     description="Write report.html: the report's figures with plots, one self-contained page.",
     run=run,
     consumes=("report_record", "metrics", "checks", "verify", "precheck"),
-    optional=("layers", "layers_diff", "diff"),  # no layers.csv on TensorFlow's native path
+    # no layers.csv on TensorFlow's native path; the artifact's folder: an NPU build's
+    # vela_per_layer.csv
+    optional=("layers", "layers_diff", "diff", "artifact"),
     produces={"html": "report.html"},
     tools=("markdown-it-py",),
 )

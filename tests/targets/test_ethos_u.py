@@ -181,3 +181,21 @@ def test_what_vela_leaves_on_the_cpu_is_named_with_its_reason(tmp_path: Path) ->
     ]
     assert all(layer["reason"] != "(Vela printed no reason)" for layer in cpu)
     assert (tmp_path / "model_vela.tflite").is_file() and not (tmp_path / "vela").exists()
+
+
+def test_the_per_layer_diff_names_the_operator_vela_made_of_the_tensor(
+    builds: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The diff reads the pre-Vela model's tensors in TFLite Micro (as for tflite_micro) and
+    says where Vela put the first divergent one; 45 dB makes the first ReLU diverge (its SQNR
+    measured 43 dB)."""
+    args = ["diff", "digits_cnn", "target=ethos_u", f"cache_dir={shared_cache}"]
+    assert main([*args, f"build_dir={builds.parent}", "diff.min_sqnr_db=45"]) == 0
+    assert "Vela placed it on the NPU as Conv2D+Relu" in capsys.readouterr().out
+    found = json.loads((builds / "ethos_u-int8" / "diff.json").read_text())["first_divergence"]
+    assert found["npu_layer"] == {
+        "op": "Conv2D",
+        "lowered": ["Conv2D", "Relu"],
+        "target": "NPU",
+        "cycles": 1504,
+    }
