@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from edgeflow.cli import main
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.recipe import load_recipe
 from edgeflow.report.npu import BASIS
 from tests import needs
@@ -149,7 +150,7 @@ def test_a_system_configuration_of_another_generation_is_refused(tmp_path: Path)
         load_profile("mixed", tmp_path)
 
 
-def test_what_vela_leaves_on_the_cpu_is_named_with_its_reason(tmp_path: Path) -> None:
+def test_what_vela_leaves_on_the_cpu_is_named_with_its_reason(tmp_path: Path, builds: Path) -> None:
     """A tiny int8 model with a GATHER (TensorFlow's converter): Vela keeps it on the CPU of an
     Ethos-U55 ("Unsupported opType", measured with 5.2.0) and says why; the record names it."""
     import tensorflow as tf
@@ -181,6 +182,23 @@ def test_what_vela_leaves_on_the_cpu_is_named_with_its_reason(tmp_path: Path) ->
     ]
     assert all(layer["reason"] != "(Vela printed no reason)" for layer in cpu)
     assert (tmp_path / "model_vela.tflite").is_file() and not (tmp_path / "vela").exists()
+
+    # What Vela left on the CPU must be what TFLite Micro was seen to run: the verified model
+    # has these builtins; a verified model without them, and TFLM's probes without GATHER in
+    # int8 (measured), stop the build.
+    from types import SimpleNamespace
+
+    from edgeflow.schema.sections import Quantization
+    from edgeflow.targets.ethos_u.backend import _left_to_the_cpu
+
+    job = SimpleNamespace(
+        out_dir=tmp_path, profile=load_profile("ethos_u"), quantization=Quantization(mode="int8")
+    )
+    left = _left_to_the_cpu(job, "model.tflite", "model_vela.tflite")  # type: ignore[arg-type]
+    assert "GATHER" in left and "CUSTOM:ethos-u" not in left
+    (tmp_path / "other.tflite").write_bytes((builds / "ethos_u-int8" / "model.tflite").read_bytes())
+    with pytest.raises(EdgeflowError, match="Vela left GATHER on the CPU"):
+        _left_to_the_cpu(job, "other.tflite", "model_vela.tflite")  # type: ignore[arg-type]
 
 
 def test_the_per_layer_diff_names_the_operator_vela_made_of_the_tensor(

@@ -18,10 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgeflow.core.errors import EdgeflowError
 from edgeflow.targets import tflite_micro
 from edgeflow.targets.base import ConvertJob
 from edgeflow.targets.ethos_u import _vela
 from edgeflow.targets.tflite_micro.backend import MicroRunner
+
+TARGET = "ethos_u"
+NPU_OPERATOR = "CUSTOM:ethos-u"  # what Vela makes of each part it places on the NPU
 
 
 def convert(job: ConvertJob) -> dict[str, Any]:
@@ -40,11 +44,34 @@ def _compiled(job: ConvertJob, info: dict[str, Any]) -> dict[str, Any]:
     if job.profile is None or job.profile.npu is None:  # a probe's or prefix's trial
         return info
     npu = _vela.compile_for(job.out_dir / info["artifact"], job.profile.npu, job.out_dir)
+    npu["cpu_builtins"] = _left_to_the_cpu(job, info["artifact"], npu["deployed"])
     info["files"] = [*info["files"], *npu.pop("files")]
     info["deployed"] = npu["deployed"]  # what the device loads; the artifact is verified
     info["npu"] = npu
     info["converter"] = f"{info.get('converter', 'onnx2tf')}, then {npu['compiler']}"
     return info
+
+
+def _left_to_the_cpu(job: ConvertJob, verified: str, deployed: str) -> list[str]:
+    """The builtins Vela left in model_vela.tflite for the CPU, each one TFLite Micro was seen
+    to run: in the verified model.tflite (the verify stage runs it whole), or measured by the
+    profile's probes in this mode. Any other stops the build: the device could not run it."""
+    from edgeflow.targets import emitted
+
+    left = [n for n in emitted.counts(job.out_dir / deployed, TARGET) if n != NPU_OPERATOR]
+    ran = set(emitted.counts(job.out_dir / verified, TARGET))
+    measured = job.profile.builtins.get(job.quantization.mode)
+    probed = set(measured.runs) if measured else set()
+    unseen = [n for n in left if n not in ran and n.split("(")[0] not in probed]
+    if unseen:
+        raise EdgeflowError(
+            f"Vela left {', '.join(unseen)} on the CPU, which TFLite Micro was not seen to run "
+            f"in {job.quantization.mode}: neither the verified model.tflite has it nor the "
+            "profile's probes",
+            "report it with the build's vela_per_layer.csv; another accelerator "
+            "(target.accelerator=...) may place it on the NPU",
+        )
+    return sorted(left)
 
 
 def runtime_version() -> str:
