@@ -30,6 +30,8 @@ Build, verify and report a recipe. Arguments are Hydra overrides:
   convert.via=onnx                 a tensorflow source: tf2onnx and the ONNX pipeline, not
                                    TensorFlow's own TFLite converter (native)
   target_rewrites=false            skip the target profile's default rewrites
+  target.accelerator=ethos-u85-256 an NPU target's accelerator (ethos_u; the recipe key
+                                   accelerator:)
   rewrites=[onnx.decompose]        set the recipe's rewrites; +rewrites=[...] appends to them
   rewrites=auto                    apply the rules the precheck proves remove a finding (and,
                                    for PyTorch, those explain names for an export failure);

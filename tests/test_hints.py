@@ -536,6 +536,8 @@ SKIPPED = {
     "target=\x00": "edgeflow fix: the command for one of the targets the user named; and the NPU "
     "backends (`accelerator:` on another target), each loaded by tests/targets/test_registry.py",
     "quantization.mode=\x00": "the modes the target offers; tests/recipe/test_errors.py runs one",
+    "target.accelerator=ethos-u85-256": "an ethos_u build's (the demo recipe's target has no "
+    "NPU); tests/targets/test_ethos_u.py builds target=ethos_u target.accelerator=ethos-u85-256",
     "+rewrites=[\x00]": "edgeflow fix: the entries auto chose for one target, as metrics.json "
     "records them (tests/test_autopilot.py runs the command)",
 }

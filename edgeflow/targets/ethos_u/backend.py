@@ -68,8 +68,8 @@ def _left_to_the_cpu(job: ConvertJob, verified: str, deployed: str) -> list[str]
             f"Vela left {', '.join(unseen)} on the CPU, which TFLite Micro was not seen to run "
             f"in {job.quantization.mode}: neither the verified model.tflite has it nor the "
             "profile's probes",
-            "report it with the build's vela_per_layer.csv; another accelerator "
-            "(target.accelerator=...) may place it on the NPU",
+            "an Ethos-U85 places more operators on the NPU (target.accelerator=ethos-u85-256); "
+            "else report it with the build's vela_per_layer.csv",
         )
     return sorted(left)
 
