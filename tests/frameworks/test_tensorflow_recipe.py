@@ -81,7 +81,8 @@ def test_every_problem_of_the_paths_in_one_run(recipe) -> None:
     assert "recipe.yaml:6:29: rewrites[1]: 'onnx.fold_constants' rewrites the ONNX" in text
     assert "export.exporter: export.exporter picks PyTorch's ONNX exporter" in text
     assert (
-        "convert.via: TensorFlow's TFLite converter builds for armnn, tflite, tflite_micro" in text
+        "convert.via: TensorFlow's TFLite converter builds for armnn, ethos_u, tflite, "
+        "tflite_micro" in text
     )
     assert "target 'onnxruntime_micro' is onnxruntime_micro" in text
 

@@ -102,7 +102,8 @@ def test_targets_without_its_kernels_refuse_it_with_the_reason(
 ) -> None:
     (found,) = _problems({"quantization.mode": "int8_weights", "target": target})
     assert f"quantization.mode: target '{target}' does not support mode 'int8_weights'" in found
-    assert why in found and f"hint: choose one of {offered}" in found
+    shown = " or ".join(f"quantization.mode={m}" for m in offered.split(", "))
+    assert why in found and f"hint: choose one: {shown}" in found
 
 
 def test_its_verify_and_diff_defaults() -> None:

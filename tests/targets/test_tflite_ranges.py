@@ -174,7 +174,7 @@ def test_the_recipe_refuses_a_method_its_path_cannot_take() -> None:
     (mse,) = _problems({"target": "onnxruntime_micro", "quantization.method": "mse"})
     assert (
         "target 'onnxruntime_micro' calibrates with minmax, entropy or percentile, not mse "
-        "(mse ranges are set for armnn, tflite, tflite_micro)" in mse
+        "(mse ranges are set for armnn, ethos_u, tflite, tflite_micro)" in mse
     )
     (sixteen,) = _problems(
         {"target": "tflite", "quantization.method": "mse", "quantization.activations": "int16"}
