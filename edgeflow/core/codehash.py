@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import site
 import sys
 import sysconfig
@@ -63,6 +64,23 @@ def tree_sha256(folder: Path) -> str:
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         h.update(f"{path.relative_to(folder).as_posix()}\0{file_sha256(path)}\n".encode())
     return _record(str(folder.resolve()) + "/", h.hexdigest())
+
+
+def files_sha256(root: Path, pattern: str = "*") -> dict[str, str]:
+    """Relative path -> content hash of every file under `root` matching `pattern`, but for
+    bytecode caches (`__pycache__`): a package's files, as the cache keys and `edgeflow run`'s
+    up-to-date stamp hash edgeflow's own."""
+    return {
+        p.relative_to(root).as_posix(): file_sha256(p)
+        for p in sorted(root.rglob(pattern))
+        if p.is_file() and "__pycache__" not in p.relative_to(root).parts
+    }
+
+
+def json_digest(payload: Any) -> str:
+    """One hash of a JSON-able value (keys sorted): what a cache key or a stamp records."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @lru_cache(maxsize=4096)

@@ -22,10 +22,15 @@ def builtin_dir(kind: Kind) -> Path:
     return _PACKAGE_DIR.parent / kind
 
 
+def candidate_dirs(kind: Kind, cwd: Path | None = None) -> list[Path]:
+    """Where entries of `kind` are looked up, first wins, whether or not each folder is there
+    (`edgeflow run`'s up-to-date stamp checks that none has appeared)."""
+    return [(cwd or Path.cwd()).resolve() / kind, builtin_dir(kind)]
+
+
 def search_dirs(kind: Kind, cwd: Path | None = None) -> list[Path]:
-    dirs = [(cwd or Path.cwd()).resolve() / kind, builtin_dir(kind)]
     unique: list[Path] = []
-    for d in dirs:
+    for d in candidate_dirs(kind, cwd):
         if d.is_dir() and d not in unique:
             unique.append(d)
     return unique

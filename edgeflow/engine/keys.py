@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import platform
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,8 @@ from typing import Any
 from pydantic import BaseModel
 
 import edgeflow
+from edgeflow.core.codehash import files_sha256
+from edgeflow.core.codehash import json_digest as digest
 from edgeflow.core.refs import ImportRef, file_sha256, tree_sha256
 from edgeflow.core.versions import tool_version
 from edgeflow.recipe import LoadedRecipe
@@ -88,9 +88,4 @@ def edgeflow_code() -> str:
 
 def package_digest(root: Path) -> str:
     """One hash of every .py file under `root`, by relative path and content."""
-    return digest({p.relative_to(root).as_posix(): file_sha256(p) for p in root.rglob("*.py")})
-
-
-def digest(payload: Any) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return digest(files_sha256(root, "*.py"))

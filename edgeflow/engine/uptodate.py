@@ -32,7 +32,6 @@ what this module does not import.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import sys
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import edgeflow
 from edgeflow.core import resources
-from edgeflow.core.codehash import file_sha256, tree_sha256
+from edgeflow.core.codehash import file_sha256, files_sha256, json_digest, tree_sha256
 from edgeflow.engine import console
 
 if TYPE_CHECKING:
@@ -87,7 +86,7 @@ class Invocation:
             "environment": environment,
             "terminals": [_isatty(sys.stdout), _isatty(sys.stderr)],
         }
-        key = _digest(identity)
+        key = json_digest(identity)
         return cls(tuple(args), quiet, key, _cache_root(args) / "runs" / f"{key}.json")
 
     def replay(self) -> int | None:
@@ -135,7 +134,7 @@ class Invocation:
             return
         folders = set(_path_folders())
         for kind in CONFIG_KINDS:
-            for folder in _config_folders(kind):
+            for folder in resources.candidate_dirs(kind):
                 folders.add(str(folder))
                 if folder.is_dir():
                     files.update({str(p): file_sha256(p) for p in sorted(folder.glob("*.yaml"))})
@@ -236,7 +235,7 @@ def _listing(folder: Path) -> str | None:
     if names is None:
         return None
     found = sorted(n for n in names if n.isidentifier() or n.endswith((*IMPORTABLE, ".yaml")))
-    return _digest(found)
+    return json_digest(found)
 
 
 def _names(folder: Path) -> list[str] | None:
@@ -248,11 +247,6 @@ def _names(folder: Path) -> list[str] | None:
 
 def _path_folders() -> list[str]:
     return [str(Path(p or ".").resolve()) for p in sys.path if Path(p or ".").is_dir()]
-
-
-def _config_folders(kind: resources.Kind) -> list[Path]:
-    """Where `recipe=NAME`, `target=NAME` and a pipeline are looked up, there or not."""
-    return [Path.cwd().resolve() / kind, resources.builtin_dir(kind)]
 
 
 def _argument_values(args: Iterable[str]) -> list[Path]:
@@ -270,14 +264,8 @@ def _within(path: Path, root: Path) -> bool:
 
 
 def _package_digest() -> str:
-    """A hash of every file of edgeflow's own package but compiled bytecode."""
-    found = {}
-    for folder, subfolders, names in os.walk(PACKAGE):
-        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
-        for name in names:
-            path = Path(folder, name)
-            found[path.relative_to(PACKAGE).as_posix()] = file_sha256(path)
-    return _digest(found)
+    """A hash of every file of edgeflow's own package (its data too) but compiled bytecode."""
+    return json_digest(files_sha256(PACKAGE))
 
 
 def _entry_record(entry: Path) -> str | None:
@@ -317,8 +305,3 @@ def _isatty(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
-
-
-def _digest(payload: Any) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
