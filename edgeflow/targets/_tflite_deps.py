@@ -18,6 +18,7 @@ PACKAGES = {
     "psutil": "psutil",
     "ai_edge_litert": "ai-edge-litert",
     "tflite_micro": "tflite-micro",
+    "ethosu": "ethos-u-vela",  # Arm's Vela (the ethos_u target)
 }
 
 

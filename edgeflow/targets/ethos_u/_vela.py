@@ -44,16 +44,13 @@ KIB = 1024
 
 
 def version() -> str:
-    import importlib.metadata
+    """Vela's release; where it is not installed, the TFLite family's MissingDependency
+    (which names the package and the extra that brings it)."""
+    from edgeflow.core.versions import tool_version
+    from edgeflow.targets._tflite_deps import require
 
-    try:
-        return importlib.metadata.version("ethos-u-vela")
-    except importlib.metadata.PackageNotFoundError:
-        raise EdgeflowError(
-            "the ethos_u target needs Arm's Vela compiler",
-            "install it with `pip install -c constraints.txt ethos-u-vela==5.2.0` "
-            "(or `pip install -e '.[tflite]'`)",
-        ) from None
+    require("ethosu.vela", "ethos_u")
+    return tool_version("ethos-u-vela")
 
 
 def compile_for(model: Path, npu: Npu, out_dir: Path) -> dict[str, Any]:
