@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgeflow.report.plots import short_name
+
 BASIS = "numerics verified on TFLite Micro reference kernels; NPU performance estimated by Vela"
 # Arm's words: "Vela is tested by comparing the bit exact numerical behaviour of the Ethos-U
 # optimised operators against that of the corresponding TensorFlow Lite reference kernels
@@ -142,14 +144,8 @@ def section_lines(npu: dict[str, Any], record: dict[str, Any]) -> list[str]:
         on = layer["target"] if layer["target"] == "NPU" else f"**{layer['target']}**"
         lines.append(
             f"| {k} | {layer['op']} | {layer['lowered']} | {on} | {layer['cycles']:,} | "
-            f"{layer['macs']:,} | `{_short(layer['name'])}` |"
+            f"{layer['macs']:,} | `{short_name(layer['name'], 60)}` |"
         )
     if len(record["layers"]) > MAX_LAYER_ROWS:
         lines.append(f"\n{len(record['layers']) - MAX_LAYER_ROWS} more in vela_per_layer.csv")
     return lines
-
-
-def _short(name: str) -> str:
-    """A fused operator's name lists each fused tensor (`a;b;c`): the first says which."""
-    first = name.split(";")[0]
-    return first if len(first) <= 60 else "..." + first[-57:]

@@ -269,7 +269,7 @@ def output_sqnr(outputs: Sequence[dict[str, Any]], threshold_db: float | None) -
         c.text(max(drawn, 0), k, words, dx=4, dy=4)
     if threshold_db is not None:
         c.vline(threshold_db, RED, DASHED)
-    ticks = [(k, _short(n, 24)) for k, n in enumerate(names)]
+    ticks = [(k, short_name(n, 24)) for k, n in enumerate(names)]
     canvas.frame(c, "SQNR against the source model (dB; higher is closer)", yticks=ticks)
     if threshold_db is not None:
         canvas.legend([(f"minimum {threshold_db:g} dB", RED, DASHED)], c.x.end - 150, 4)
@@ -367,7 +367,7 @@ def layer_error(
     if first is not None and first in names:
         k = names.index(first)
         c.dot(k, drawn[k], RED, radius=8, fill=False)
-        words = f"first divergence: {_short(first)} ({rows[k]['op']})"
+        words = f"first divergence: {short_name(first)} ({rows[k]['op']})"
         c.text(k, drawn[k], words, RED, "start" if k < len(rows) / 2 else "end", 10, 18)
     canvas.frame(c, f"compared tensor, in graph order ({len(rows)} tensors)", "SQNR (dB)")
     canvas.legend(items, c.x.end - 190, c.y.end + 6)
@@ -398,7 +398,7 @@ def memory(
     c = canvas.chart((-0.6, len(rows) - 0.4, False), (min(alive) / 2, high, True), box)
     for k, a in enumerate(alive):
         c.rect(k - 0.45, c.y.low, k + 0.45, a, RED if k == peak else BLUE, "bar")
-    c.text(peak, alive[peak], f"peak {alive[peak]:,} B at {_short(nodes[peak])}", RED, "middle",
+    c.text(peak, alive[peak], f"peak {alive[peak]:,} B at {short_name(nodes[peak])}", RED, "middle",
            dy=-6)  # fmt: skip
     for value, _, color, dash in shown:
         assert value is not None
@@ -529,7 +529,7 @@ def _front(builds: Sequence[dict[str, Any]], x_key: str, quality: str) -> list[d
     return sorted(front, key=lambda b: b[x_key])
 
 
-def _short(name: str, limit: int = 40) -> str:
+def short_name(name: str, limit: int = 40) -> str:
     """A tensor or node name short enough for a label (TFLite joins fused names with ';')."""
     name = name.split(";")[0]
     return name if len(name) <= limit else "..." + name[-(limit - 3) :]
