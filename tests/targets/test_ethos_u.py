@@ -217,3 +217,21 @@ def test_the_per_layer_diff_names_the_operator_vela_made_of_the_tensor(
         "target": "NPU",
         "cycles": 1504,
     }
+
+
+def test_the_precheck_takes_the_mode_the_npu_builds_and_its_hint_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`edgeflow precheck --target ethos_u` checks int8 by default; `--quantization none` is
+    refused with the flag that works, which then passes."""
+    from tests.conftest import demo_onnx
+
+    model = str(demo_onnx(tmp_path))
+    assert main(["precheck", model, "--target", "ethos_u", "--quantization", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "target ethos_u does not build none: the Ethos-U NPU has no float path" in err
+    hint = err.split("hint: ", 1)[1].strip()
+    assert hint == "--quantization int8"
+    assert main(["precheck", model, "--target", "ethos_u", *hint.split()]) == 0
+    assert main(["precheck", model, "--target", "ethos_u"]) == 0
+    assert "memory at int8" in capsys.readouterr().out
