@@ -475,7 +475,8 @@ def _precheck(
 
     from edgeflow.core.onnxfile import check_onnx_file, external_size
     from edgeflow.targets import load_profile
-    from edgeflow.targets.memory import memory_line
+    from edgeflow.targets.memory import memory_line, with_shapes
+    from edgeflow.targets.placement import predict, prediction_line
     from edgeflow.targets.precheck import (
         check,
         check_memory,
@@ -511,9 +512,10 @@ def _precheck(
     memory, too_big = check_memory(model, profile, quantization, board)
     findings = to_json(check(model, profile, quantization) + too_big)
     failed = errors(findings)
+    npu = predict(with_shapes(model), profile, quantization)
     if as_json:
         result = {"target": target, "passed": not failed, "findings": findings, "memory": memory}
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result | ({"npu": npu} if npu else {}), indent=2))
         return 1 if failed else 0
     if failed:
         print(f"{model_path} does not fit {target}: {len(failed)} findings\n")
@@ -522,6 +524,8 @@ def _precheck(
     if findings:
         print(render_table(findings) + "\n")
     print(memory_line(memory))
+    if npu:
+        print(prediction_line(npu))
     return 1 if failed else 0
 
 

@@ -333,6 +333,21 @@ class MemoryRecord(Record):
     flash_bytes: int | None
 
 
+class NpuPrediction(Record):
+    """Where Vela is expected to put the model's nodes, from the profile's placements
+    measured on the probe graphs (edgeflow.targets.placement): node counts by operator."""
+
+    accelerator: str
+    generation: str  # u55, u65, u85: whose measured placements
+    nodes: int
+    npu: int  # nodes wholly on the NPU
+    cpu: dict[str, int]  # operator -> nodes left on the CPU
+    partly: dict[str, int]  # ... partly on the CPU
+    fails: dict[str, int]  # ... Vela failed on (measured on a probe)
+    moves: dict[str, int]  # ... for which Vela adds transposes or reshapes on the NPU
+    unmeasured: dict[str, int]  # ... of operators no probe placed
+
+
 class PrecheckRecord(Record):
     """precheck.json: the model against the target, before converting."""
 
@@ -342,6 +357,7 @@ class PrecheckRecord(Record):
     memory: MemoryRecord | None  # None on TensorFlow's native path
     ops: dict[str, int]  # operator counts (ONNX ops, or the builtins the native path wrote)
     path: str | None = None  # the native path: what was checked
+    npu: NpuPrediction | None = None  # an NPU build (ethos_u): where Vela should put them
 
 
 # --- diff.json, bisect.json --------------------------------------------------------------

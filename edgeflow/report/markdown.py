@@ -12,6 +12,7 @@ from typing import Any
 from edgeflow.core.records import ReportRecord, Section
 from edgeflow.report import npu
 from edgeflow.targets.memory import memory_line
+from edgeflow.targets.placement import prediction_line
 from edgeflow.targets.precheck import entry, render_table
 
 
@@ -404,8 +405,13 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> Section:
                 f"  - arena predicted {predicted:,} B, measured {measured:,} B "
                 f"({(predicted - measured) / measured:+.1%})"
             )
-    if pre["findings"]:
-        lines += ["", render_table(pre["findings"]), ""]
+    if pre.get("npu"):
+        lines.append(f"  - {prediction_line(pre['npu'])}")
+    rows = pre["findings"]
+    if metrics.get("npu"):  # what Vela then did, in the same table
+        rows = [*rows, *npu.after_vela(metrics["npu"], details["convert"]["npu"], pre)]
+    if rows:
+        lines += ["", render_table(rows), ""]
     if "optimize" in details:
         opt = details["optimize"]
         lines.append(f"- optimize: {opt['nodes_before']} -> {opt['nodes_after']} nodes")

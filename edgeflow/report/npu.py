@@ -149,3 +149,77 @@ def section_lines(npu: dict[str, Any], record: dict[str, Any]) -> list[str]:
     if len(record["layers"]) > MAX_LAYER_ROWS:
         lines.append(f"\n{len(record['layers']) - MAX_LAYER_ROWS} more in vela_per_layer.csv")
     return lines
+
+
+def after_vela(npu: dict[str, Any], record: dict[str, Any], pre: dict[str, Any]) -> list[dict]:
+    """The precheck table's rows for what Vela then did: its placement against the
+    prediction, its SRAM and flash against the board (the memory the precheck estimated),
+    and the transposes and reshapes it runs on the NPU. Rows as precheck findings are
+    written (severity: passed, warning or error)."""
+    predicted = pre.get("npu") or {}
+    memory = pre.get("memory") or {}
+    left = ", ".join(record.get("cpu_builtins") or []) or "none"
+    expected = sorted({*predicted.get("cpu", {}), *predicted.get("partly", {})})
+    guess = (
+        f"predicted on the CPU: {', '.join(expected) or 'none'}"
+        if predicted
+        else "no prediction (no placements measured for this generation)"
+    )
+    rows = [
+        _row(
+            "(NPU placement, Vela)",
+            npu["operators_cpu"],
+            f"Vela placed {npu['operators_npu']} operators on the NPU and {npu['operators_cpu']} "
+            f"on the CPU (builtins left: {left}); {guess}",
+            "warning" if npu["operators_cpu"] else "passed",
+        )
+    ]
+    board = memory.get("board")
+    arena = (
+        f"; the precheck estimated activations of {memory['activations_bytes']:,} B in a "
+        f"{memory['arena_bytes']:,}-B TFLite Micro arena"
+        if memory
+        else ""
+    )
+    weights = f"; the precheck estimated {memory['weights_bytes']:,} B of weights" if memory else ""
+    for what, key, value, said in (
+        ("SRAM", "ram_bytes", npu["sram_bytes"], arena),
+        ("flash", "flash_bytes", npu["flash_bytes"], weights),
+    ):
+        limit = memory.get(key)
+        if limit is None:
+            reason, severity = f"Vela allocates {value:,} B{said}; no board limit", "passed"
+        else:
+            fits = "fits in" if value <= limit else "does not fit in"
+            reason = f"Vela allocates {value:,} B, which {fits} board {board}'s {limit:,} B{said}"
+            severity = "passed" if value <= limit else "error"
+        rows.append(_row(f"({what}, Vela)", 1, reason, severity))
+    moved = [layer for layer in record["layers"] if layer["lowered"] in ("Transpose", "Reshape")]
+    if moved:
+        cycles = sum(layer["cycles"] for layer in moved)
+        share = cycles / npu["cycles"] if npu["cycles"] else 0.0
+        ahead = sum(predicted.get("moves", {}).values())
+        rows.append(
+            _row(
+                "(transposes, Vela)",
+                len(moved),
+                f"{len(moved)} Transpose/Reshape operations on the NPU: {cycles:,} cycles, "
+                f"{share:.1%} of the estimate (the precheck foresaw them for {ahead} nodes; "
+                "the converter's layout transposes are among them)",
+                "warning",
+            )
+        )
+    return rows
+
+
+def _row(operator: str, count: int, reason: str, severity: str) -> dict[str, Any]:
+    return {
+        "operator": operator,
+        "count": count,
+        "reason": reason,
+        "nodes": [],
+        "rule": "",
+        "options": {},
+        "severity": severity,
+        "tried": [],
+    }

@@ -22,6 +22,7 @@ def run(ctx: StageContext) -> None:
     import onnx
 
     from edgeflow.targets.memory import with_shapes
+    from edgeflow.targets.placement import predict
     from edgeflow.targets.precheck import (
         check,
         check_memory,
@@ -54,6 +55,7 @@ def run(ctx: StageContext) -> None:
             "findings": findings,
             "memory": memory,
             "ops": op_counts(model),
+            "npu": predict(shaped, ctx.profile, mode),
         },
     )
     if passed:

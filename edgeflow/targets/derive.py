@@ -24,8 +24,10 @@ three (about 10 minutes):
     python -m edgeflow.targets.derive tflite_family --write
 
 ethos_u (Backend.operators_from: compiler): its profile extends tflite_micro's, whose list
-says what TFLite Micro runs on the CPU; Vela places what it can of that on the NPU, and
-says so per build (edgeflow/targets/ethos_u/_vela.py).
+says what TFLite Micro runs on the CPU; Vela places what it can of that on the NPU. Where, per
+generation and ONNX operator, is measured by compiling the probes' int8 .tflite files with
+Vela (edgeflow/targets/ethos_u/derive.py, about 8 minutes):
+    python -m edgeflow.targets.derive ethos_u --write
 """
 
 from __future__ import annotations
@@ -80,19 +82,9 @@ def family_operators(
     int8: the int8 build runs those float (targets/_tflite_traps.py), and the op says so
     (`kept_float`).
     """
-    import onnx
 
     def verdict(case: Any, mode: str) -> Any:
         return verdicts[case.name].get(f"{target}/{mode}")
-
-    def dtype(case: Any) -> str:
-        """The type of the first input of the probe's `op` node, as the precheck sees it."""
-        graph = onnx.shape_inference.infer_shapes(case.model).graph
-        node = next(n for n in graph.node if n.op_type == case.op)
-        constants = {t.name: t.data_type for t in graph.initializer}
-        values = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info)}
-        first = {**values, **constants}[node.input[0]]
-        return str(onnx.TensorProto.DataType.Name(first).lower())
 
     by_op: dict[str, list[Any]] = {}
     for case in (c for c in cases if not c.emitted_only):  # those are family_builtins'
@@ -102,7 +94,7 @@ def family_operators(
     for op, group in by_op.items():
         plain = [c for c in group if not c.checker]
         main, first = plain[0], verdict(plain[0], "none")
-        dtypes = sorted({dtype(c) for c in plain if verdict(c, "none").runs})
+        dtypes = sorted({first_input_dtype(c) for c in plain if verdict(c, "none").runs})
         if not dtypes:
             missing[op] = _why(first)
             continue
@@ -149,6 +141,18 @@ def family_operators(
             "note": "; ".join(n for n in notes if n),
         }
     return ops, missing
+
+
+def first_input_dtype(case: Any) -> str:
+    """The type of the first input of the probe's `op` node, as the precheck sees it."""
+    import onnx
+
+    graph = onnx.shape_inference.infer_shapes(case.model).graph
+    node = next(n for n in graph.node if n.op_type == case.op)
+    constants = {t.name: t.data_type for t in graph.initializer}
+    values = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info)}
+    first = {**values, **constants}[node.input[0]]
+    return str(onnx.TensorProto.DataType.Name(first).lower())
 
 
 def measured_versions(op: str, plain: list[Any], runs: Any) -> list[dict[str, int]] | None:
@@ -329,9 +333,9 @@ def with_operators(text: str, section: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edgeflow.targets.derive")
     # each backend whose operator list comes from its kernel registry or its documentation,
-    # and the probed .tflite runtimes as one (their probes run once for all); a compiler's
-    # (ethos_u) is that of the runtime its profile extends
-    listed = offering(lambda b: b.operators_from in ("kernels", "docs"))
+    # a compiler's placement (ethos_u: its list is that of the runtime its profile extends),
+    # and the probed .tflite runtimes as one (their probes run once for all)
+    listed = offering(lambda b: b.operators_from in ("kernels", "docs", "compiler"))
     parser.add_argument("target", choices=[*listed, "tflite_family"])
     parser.add_argument("--write", action="store_true", help="update targets/<target>.yaml")
     parser.add_argument("--operators-md", type=Path, help="onnx-tensorrt's docs/operators.md")
@@ -339,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--verdicts",
         type=Path,
-        help="tflite_family: save the measured verdicts here, or reuse them if the file exists",
+        help="tflite_family, ethos_u: save the measured verdicts (placements) here, or reuse "
+        "them if the file exists",
     )
     parser.add_argument(
         "--remeasure",

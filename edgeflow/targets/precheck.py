@@ -42,6 +42,9 @@ class Finding:
     fixes: list[Fix] = field(default_factory=list, repr=False, compare=False)
     # onnx rules that declare it but, applied to this model, leave it or add another error
     tried: list[str] = field(default_factory=list)
+    # a warning whose suggested rule is tried on the model as an error's is (an operator an
+    # NPU compiler leaves on the CPU: the rule must move it without leaving another there)
+    confirm: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.count = self.count or len(self.nodes) or 1
@@ -110,17 +113,16 @@ def _confirm(
     were tried and suggest a source (ast, fx) rule that declares it, if any. A rule that
     cannot run on the model as it is (one that needs the recipe's input shapes) stays
     suggested: it cannot be judged here."""
-    before = {(f.operator, f.reason) for f in findings if f.severity == "error"}
+    before = {(f.operator, f.reason) for f in findings if _judged(f)}
     after: dict[str, set[tuple[str, str]] | None] = {}
 
     def errors_after(rule: type[Any], options: dict[str, Any]) -> set[tuple[str, str]] | None:
         key = entry(rule.name, options)
         if key not in after:
             rewritten = _applied(rule, model, options)
+            found = [] if rewritten is None else _check(rewritten, profile, quantization)
             after[key] = None if rewritten is None else {
-                (f.operator, f.reason)
-                for f in _check(rewritten, profile, quantization)
-                if f.severity == "error"
+                (f.operator, f.reason) for f in found if _judged(f)
             }  # fmt: skip
         return after[key]
 
@@ -133,7 +135,7 @@ def _confirm(
                 if r.level == "onnx" and r not in candidates:
                     given = finding.options if r.name == finding.rule else None
                     candidates[r] = options_for(r, fix, given)
-        if finding.severity != "error" or finding.rule not in {r.name for r in candidates}:
+        if not _judged(finding) or finding.rule not in {r.name for r in candidates}:
             continue  # a warning, a recipe setting, or a rule of another level
         # a rule whose output breaks a build in this mode is not tried (rule.breaks)
         tried = [
@@ -160,6 +162,11 @@ def _confirm(
             ]
             finding.rule, finding.options = others[0] if others else ("", {})
             finding.tried = tried
+
+
+def _judged(finding: Finding) -> bool:
+    """Whether a rule is suggested for the finding only where it removes it from the model."""
+    return finding.severity == "error" or finding.confirm
 
 
 def _applied(rule: type[Any], model: Any, options: dict[str, Any]) -> Any | None:
@@ -201,6 +208,8 @@ def _input_specs(model: Any) -> list[Any]:
 def _check(model: Any, profile: TargetProfile, quantization: str = "none") -> list[Finding]:
     import onnx
 
+    from edgeflow.targets import placement
+
     findings: list[Finding] = []
     try:
         onnx.checker.check_model(model, full_check=True)
@@ -224,6 +233,8 @@ def _check(model: Any, profile: TargetProfile, quantization: str = "none") -> li
         by_op.setdefault(key, []).append(name)
     if profile.operators is not None:
         findings += _operator_findings(inferred, profile, quantization)
+    if placement.applies(profile, quantization):
+        findings += placement.findings(model, profile, GraphFacts.of(inferred))
     if not profile.control_flow:
         for op in CONTROL_FLOW:
             if op in by_op and (profile.operators is None or op in profile.operators):
@@ -289,35 +300,60 @@ def _tensors_of_type(model: Any, dtype: int) -> list[str]:
     return sorted(set(names))
 
 
+@dataclass
+class GraphFacts:
+    """What the per-node checks need to know of a shape-inferred graph (its nested graphs
+    included): element types, ranks, static shapes, constant values, the tensors read."""
+
+    nodes: list[tuple[str, Any]]  # named_nodes'
+    types: dict[str, int]  # tensor -> ONNX element type, where known
+    ranks: dict[str, int]
+    shapes: dict[str, tuple[int, ...]]
+    constants: dict[str, Any]  # initializers and Constant outputs -> numpy arrays
+    read: frozenset[str]  # what a node or the graph's outputs read
+
+    @classmethod
+    def of(cls, model: Any) -> GraphFacts:
+        from onnx import numpy_helper
+
+        graph = model.graph
+        types: dict[str, int] = {t.name: t.data_type for t in _initializers(graph)}
+        ranks: dict[str, int] = {t.name: len(t.dims) for t in _initializers(graph)}
+        shapes: dict[str, tuple[int, ...]] = {}
+        for value in _values(graph):
+            t = value.type.tensor_type
+            if t.elem_type:
+                types[value.name] = t.elem_type
+            if t.HasField("shape"):
+                ranks[value.name] = len(t.shape.dim)
+                if all(d.HasField("dim_value") for d in t.shape.dim):
+                    shapes[value.name] = tuple(d.dim_value for d in t.shape.dim)
+        constants = {t.name: numpy_helper.to_array(t) for t in _initializers(graph)}
+        shapes.update({name: value.shape for name, value in constants.items()})
+        nodes = list(named_nodes(graph))
+        read = frozenset({i for _, n in nodes for i in n.input} | {o.name for o in graph.output})
+        for _, node in nodes:
+            if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+                constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+        return cls(nodes, types, ranks, shapes, constants, read)
+
+    def node(self, proto: Any) -> Any:
+        """The node as edgeflow.targets.checkers' checkers take it."""
+        from edgeflow.targets.checkers import Node
+
+        return Node(proto, self.constants, self.ranks, self.shapes, self.read, self.types)
+
+
 def _operator_findings(model: Any, profile: TargetProfile, quantization: str) -> list[Finding]:
     """Per node of a shape-inferred model: is the op supported, in this version, for this
     input type and quantization mode, and do its attributes and inputs pass the profile's
     named checkers?"""
     import onnx
-    from onnx import numpy_helper
 
-    from edgeflow.targets.checkers import CHECKERS, Node
+    from edgeflow.targets.checkers import CHECKERS
 
     assert profile.operators is not None
-    graph = model.graph
-    types: dict[str, int] = {t.name: t.data_type for t in _initializers(graph)}
-    ranks: dict[str, int] = {t.name: len(t.dims) for t in _initializers(graph)}
-    shapes: dict[str, tuple[int, ...]] = {}
-    for value in _values(graph):
-        t = value.type.tensor_type
-        if t.elem_type:
-            types[value.name] = t.elem_type
-        if t.HasField("shape"):
-            ranks[value.name] = len(t.shape.dim)
-            if all(d.HasField("dim_value") for d in t.shape.dim):
-                shapes[value.name] = tuple(d.dim_value for d in t.shape.dim)
-    constants = {t.name: numpy_helper.to_array(t) for t in _initializers(graph)}
-    shapes.update({name: value.shape for name, value in constants.items()})
-    nodes = list(named_nodes(graph))
-    read = frozenset({i for _, n in nodes for i in n.input} | {o.name for o in graph.output})
-    for _, node in nodes:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    facts = GraphFacts.of(model)
     opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
     groups: dict[tuple[str, str], Finding] = {}
 
@@ -344,7 +380,7 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
         finding.nodes.append(at)
         finding.count = len(finding.nodes)
 
-    for name, node in nodes:
+    for name, node in facts.nodes:
         domain = node.domain or "ai.onnx"
         op = node.op_type if domain == "ai.onnx" else f"{node.domain}.{node.op_type}"
         if op == "Constant":
@@ -392,7 +428,7 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
                 continue
             if all(k.dtypes is not None for k in kernels):
                 dtypes = sorted({d for k in kernels for d in k.dtypes or []})
-        dtype = types.get(node.input[0]) if node.input and node.input[0] else None
+        dtype = facts.types.get(node.input[0]) if node.input and node.input[0] else None
         if dtypes is not None and dtype is not None:
             type_name = onnx.TensorProto.DataType.Name(dtype).lower()
             fallback = profile.dtype_fallbacks.get(type_name)
@@ -401,13 +437,13 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
                 typed = DTYPE_FINDINGS.get(type_name)
                 add(op, f"dtype {type_name}", why, name, Fix.finding(typed) if typed else None)
         for check in spec.checks:
-            problem = CHECKERS[check](Node(node, constants, ranks, shapes, read, types))
+            problem = CHECKERS[check](facts.node(node))
             if problem is not None:
                 add(op, check, f"{check}: {problem}", name, Fix.check(op, check))
         # an int8 kernel's trap that the build avoids, where the node's float tensors are int8
         traps = profile.int8_warnings.get(op, {}) if quantization == "int8" else {}
         for check, why in traps.items() if dtype in (None, FLOAT) else ():
-            problem = CHECKERS[check](Node(node, constants, ranks, shapes, read, types))
+            problem = CHECKERS[check](facts.node(node))
             if problem is not None:
                 add(op, check, f"int8: {problem}: {why}", name, severity="warning")
     return list(groups.values())
@@ -532,7 +568,8 @@ def op_counts(model: Any) -> dict[str, int]:
 
 def to_json(findings: list[Finding]) -> list[dict[str, Any]]:
     return [
-        {k: v for k, v in asdict(f).items() if k != "fixes"} | {"nodes": f.nodes[:20]}
+        {k: v for k, v in asdict(f).items() if k not in ("fixes", "confirm")}
+        | {"nodes": f.nodes[:20]}
         for f in findings
     ]
 
@@ -545,7 +582,8 @@ def render_table(findings: list[dict[str, Any]]) -> str:
         rule = f"`{entry(f['rule'], f.get('options') or {})}`" if f["rule"] else ""
         if f.get("tried"):  # rules that declare it and did not remove it from this model
             rule += f" ({', '.join(f['tried'])} tried: leaves it or adds an error)"
-        reason = f"(warning) {f['reason']}" if f.get("severity") == "warning" else f["reason"]
+        severity = f.get("severity", "error")  # warning, or a report's passed check
+        reason = f["reason"] if severity == "error" else f"({severity}) {f['reason']}"
         lines.append(f"| {f['operator']} | {f['count']} | {reason} | {nodes} | {rule} |")
     return "\n".join(lines)
 

@@ -177,6 +177,34 @@ class Npu(BaseModel):
         return self
 
 
+Where = Literal["npu", "cpu", "partly", "fails"]
+
+
+class Placement(BaseModel):
+    """Where an NPU compiler put what a probe graph became (targets/ethos_u/derive.py: the
+    tflite_micro int8 .tflite of the probe, compiled by Vela): all on the NPU, all on the
+    CPU, partly, or the compiler failed on it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    placed: Where
+    cpu: list[str] = []  # the TFLite builtins it left for the CPU
+    why: str = ""  # the compiler's words (cpu, partly, fails)
+    # data movement the compiler added on the NPU: lowered op -> count (Transpose, Reshape,
+    # MemoryCopy), from operators that are not themselves a transpose or reshape
+    moves: dict[str, int] = {}
+    # fails: the non-float types of the probe's graph inputs and outputs (bool, int64), where
+    # it had any: the failure was measured with such a tensor at the graph's edge
+    io: list[str] = []
+
+
+class OpPlacement(Placement):
+    """An ONNX operator's placement: its float32 probe's, and where another input type or a
+    variant (a probe failing a checker) was placed otherwise."""
+
+    dtypes: dict[str, Placement] = {}  # first input of this type (int32, int64, bool, ...)
+    checks: dict[str, Placement] = {}  # a node failing this checker (checkers.CHECKERS)
+
+
 class Builtins(BaseModel):
     """The TFLite builtins measured in one quantization mode (targets/derive.py)."""
 
@@ -227,6 +255,9 @@ class TargetProfile(BaseModel):
     builtins: dict[str, Builtins] = {}
     # the NPU the artifact is compiled for (a backend with Backend.npu: ethos_u)
     npu: Npu | None = None
+    # where the NPU compiler puts each ONNX operator, per generation (u55, u65, u85), as
+    # measured on the probe graphs: what the precheck says before converting
+    npu_placement: dict[str, dict[str, OpPlacement]] = {}
     # int8 kernels' traps that the build avoids, as precheck warnings: op -> {checker (of
     # edgeflow.targets.checkers.CHECKERS): what the runtime does with such a node in int8
     # and what the build does about it}, e.g. a DIV by a computed divisor
@@ -260,8 +291,14 @@ class TargetProfile(BaseModel):
                 f"npu: the {self.backend} backend compiles for an NPU: name it "
                 "(npu: {accelerator: ethos-u55-128})"
             )
-        if not self.family.npu and self.npu is not None:
+        if not self.family.npu and (self.npu is not None or self.npu_placement):
             raise ValueError(f"npu: the {self.backend} backend compiles for no NPU")
+        unknown = sorted(set(self.npu_placement) - set(NPU_DEFAULTS))
+        if unknown:
+            raise ValueError(
+                f"npu_placement: unknown generation {', '.join(unknown)} "
+                f"(have: {', '.join(NPU_DEFAULTS)})"
+            )
         return self
 
     def with_accelerator(self, accelerator: str) -> TargetProfile:

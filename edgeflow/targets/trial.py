@@ -236,6 +236,21 @@ def try_graph(
     return verdicts
 
 
+def build_tflite(trial: Trial, work: Path, target: str, per_channel: bool = True) -> Path:
+    """The full-integer int8 model.tflite a `target` build makes of the trial's graph, kept in
+    `work` (what a compiler for the target, Vela, takes; try_graph discards its files)."""
+    import onnx
+
+    source = work / "model.onnx"
+    source.write_bytes(trial.model)
+    model = onnx.load_from_string(trial.model)
+    weights = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in weights]
+    return (
+        _convert(trial, names, source, work, "int8", per_channel, target)["int8"] / "model.tflite"
+    )
+
+
 def _convert(
     trial: Trial,
     names: list[str],

@@ -63,6 +63,17 @@ def test_the_demo_compiles_for_the_npu_and_verifies_on_tflite_micro(builds: Path
     assert 'id="plot-npu"' in page and 'id="plot-npu-memory"' in page
     rows = (folder / "vela_per_layer.csv").read_text().splitlines()
     assert rows[0].startswith("Original Operator,NNG Operator,Target")
+    # the precheck's placement, before converting, and what Vela did, in the same table
+    predicted = "NPU placement predicted for ethos-u55-128 (Vela on the probe graphs): 10 of 10"
+    assert predicted in report
+    assert (
+        "| (NPU placement, Vela) | 0 | (passed) Vela placed 7 operators on the NPU and 0 on the "
+        "CPU (builtins left: none); predicted on the CPU: none |"
+    ) in report
+    assert (
+        "| (SRAM, Vela) | 1 | (passed) Vela allocates 3,072 B, which fits in board "
+        "sram_2mib_flash_32mib_500mhz's 2,097,152 B"
+    ) in report
 
 
 def test_another_accelerator_builds_in_a_folder_of_its_own(builds: Path) -> None:
@@ -106,8 +117,16 @@ def test_a_board_too_small_fails_the_build_with_its_numbers(
     assert main([*args, "precheck.continue_on_failure=true"]) == 1  # and Vela's SRAM too
     err = capsys.readouterr().err
     assert "does not fit in board sram_2kib's 2,048" in err
-    metrics = _metrics(tmp_path / "build" / "digits_cnn" / "tiny_npu-int8")
+    folder = tmp_path / "build" / "digits_cnn" / "tiny_npu-int8"
+    metrics = _metrics(folder)
     assert metrics["npu"]["clock_from"] == "board sram_2kib" and metrics["verified"] is False
+    # the precheck's table in report.md: its estimate, then what Vela allocated, one verdict each
+    report = (folder / "report.md").read_text()
+    assert "| (ram) | 1 | needs a 6," in report
+    assert (
+        "| (SRAM, Vela) | 1 | Vela allocates 3,072 B, which does not fit in board sram_2kib's "
+        "2,048 B; the precheck estimated activations of 3,072 B in a 6,"
+    ) in report
 
 
 @pytest.mark.parametrize(
