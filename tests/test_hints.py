@@ -450,7 +450,7 @@ def test_every_entry_the_precheck_and_explain_can_print_loads(folder: Path) -> N
     from edgeflow.rules import builtin_rules
     from edgeflow.rules.entries import entry
     from edgeflow.rules.fixes import FINDINGS, Fix
-    from edgeflow.targets.precheck import suggestion
+    from edgeflow.targets.findings import suggestion
 
     fixes = {fix for rule in builtin_rules().values() for fix in rule.fixes}
     fixes |= {Fix.finding(name) for name in FINDINGS}

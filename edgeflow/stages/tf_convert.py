@@ -48,7 +48,7 @@ def run(ctx: StageContext) -> None:
 
     def precheck(counts: dict[str, int], unlowered: list[Any]) -> None:
         """precheck.json from the converter's builtins (or the TF ops it could not lower)."""
-        from edgeflow.targets.precheck import Finding
+        from edgeflow.targets.findings import Finding
 
         findings = []
         for op in sorted({u.op for u in unlowered}):

@@ -20,7 +20,8 @@ from typing import Any
 from edgeflow.rules import rules_fixing
 from edgeflow.rules.base import RuleSpec
 from edgeflow.rules.entries import options_for
-from edgeflow.targets.precheck import Finding, _applied, _check, entry
+from edgeflow.targets.findings import Finding
+from edgeflow.targets.precheck import _applied, _check, entry
 from edgeflow.targets.profile import TargetProfile
 
 MAX_ROUNDS = 32  # each round removes at least one error: a model has far fewer kinds

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from edgeflow.rules.fixes import Fix
-from edgeflow.targets.precheck import DTYPE_FINDINGS, Finding, GraphFacts
+from edgeflow.targets.findings import DTYPE_FINDINGS, Finding, GraphFacts
 from edgeflow.targets.profile import OpPlacement, Placement, TargetProfile
 
 SKIPPED = ("Constant",)  # values, not operators

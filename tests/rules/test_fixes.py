@@ -24,7 +24,8 @@ from edgeflow.rules.entries import options_for
 from edgeflow.rules.fixes import CAPTURES, FINDINGS, Fix
 from edgeflow.targets import load_profile
 from edgeflow.targets.checkers import CHECKERS
-from edgeflow.targets.precheck import SETTINGS, check, check_memory, suggest
+from edgeflow.targets.findings import SETTINGS, suggest
+from edgeflow.targets.precheck import check, check_memory
 from edgeflow.targets.probes import single
 from edgeflow.targets.profile import TargetProfile
 

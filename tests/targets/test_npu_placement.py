@@ -188,3 +188,12 @@ def test_the_recorded_placement_is_what_vela_does_now(probe: str) -> None:
         assert (entry.placed, entry.cpu, entry.moves) == (now.placed, now.cpu, now.moves), (
             generation
         )
+
+
+@needs.mark("vela")
+def test_the_placement_names_the_vela_it_was_measured_with() -> None:
+    from edgeflow.core import resources
+    from edgeflow.targets.ethos_u import _vela
+
+    text = (resources.builtin_dir("targets") / "ethos_u.yaml").read_text(encoding="utf-8")
+    assert f"# Measured with Vela {_vela.version()} on the int8 .tflite" in text
