@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -177,20 +178,7 @@ def test_what_vela_leaves_on_the_cpu_is_named_with_its_reason(tmp_path: Path, bu
     from edgeflow.targets import load_profile
     from edgeflow.targets.ethos_u import _vela
 
-    spec = tf.TensorSpec([1, 16, 8], tf.float32)
-    function = tf.function(lambda x: tf.gather(x, [3, 1, 7, 0], axis=1), input_signature=[spec])
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [function.get_concrete_function()], function
-    )
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    rng = np.random.default_rng(0)
-    converter.representative_dataset = lambda: (
-        [rng.normal(size=(1, 16, 8)).astype(np.float32)] for _ in range(8)
-    )
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    converter.inference_input_type = converter.inference_output_type = tf.int8
-    path = tmp_path / "model.tflite"
-    path.write_bytes(converter.convert())
+    path = _int8_tflite(lambda x: tf.gather(x, [3, 1, 7, 0], axis=1), tmp_path / "model.tflite")
     npu = load_profile("ethos_u").npu
     assert npu is not None
     found = _vela.compile_for(path, npu, tmp_path)
@@ -218,6 +206,59 @@ def test_what_vela_leaves_on_the_cpu_is_named_with_its_reason(tmp_path: Path, bu
     (tmp_path / "other.tflite").write_bytes((builds / "ethos_u-int8" / "model.tflite").read_bytes())
     with pytest.raises(EdgeflowError, match="Vela left GATHER on the CPU"):
         _left_to_the_cpu(job, "other.tflite", "model_vela.tflite")  # type: ignore[arg-type]
+
+
+def _int8_tflite(function: Any, path: Path, shape: tuple[int, ...] = (1, 16, 8)) -> Path:
+    """A full-integer int8 .tflite of a TensorFlow function by TensorFlow's converter."""
+    import tensorflow as tf
+
+    spec = tf.TensorSpec(shape, tf.float32)
+    traced = tf.function(function, input_signature=[spec])
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [traced.get_concrete_function()], traced
+    )
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    rng = np.random.default_rng(0)
+    converter.representative_dataset = lambda: (
+        [rng.normal(size=shape).astype(np.float32)] for _ in range(8)
+    )
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = converter.inference_output_type = tf.int8
+    path.write_bytes(converter.convert())
+    return path
+
+
+def test_the_transposes_vela_runs_are_a_row_of_the_precheck_table(tmp_path: Path) -> None:
+    """A TRANSPOSE before a fully connected layer: Vela runs it on the NPU; the report's
+    precheck table counts it with its cycles and share of Vela's estimate."""
+    import tensorflow as tf
+
+    from edgeflow.report.npu import after_vela, figures
+    from edgeflow.targets import load_profile
+    from edgeflow.targets.ethos_u import _vela
+
+    weights = tf.constant(np.linspace(-1, 1, 16 * 4).reshape(16, 4).astype(np.float32))
+    model = _int8_tflite(
+        lambda x: tf.matmul(tf.transpose(x, [0, 2, 1]), weights), tmp_path / "model.tflite"
+    )
+    npu = load_profile("ethos_u").npu
+    assert npu is not None
+    record = _vela.compile_for(model, npu, tmp_path)
+    found, _ = figures(record, None)
+    rows = {row["operator"]: row for row in after_vela(found, record, {})}
+    moved = [layer for layer in record["layers"] if layer["lowered"] == "Transpose"]
+    assert moved and rows["(transposes, Vela)"]["count"] == len(moved)
+    cycles = sum(layer["cycles"] for layer in moved)
+    share = f"{cycles / found['cycles']:.1%}"
+    assert (
+        f"on the NPU: {cycles:,} cycles, {share} of the estimate"
+        in rows["(transposes, Vela)"]["reason"]
+    )
+    assert 0 < cycles < found["cycles"]
+    # no precheck memory (a bare record): the rows say there is no board limit
+    assert rows["(SRAM, Vela)"]["severity"] == "passed"
+    assert "no board limit" in rows["(SRAM, Vela)"]["reason"]
+    assert "no prediction" in rows["(NPU placement, Vela)"]["reason"]
 
 
 def test_the_per_layer_diff_names_the_operator_vela_made_of_the_tensor(
