@@ -160,11 +160,12 @@ def after_vela(npu: dict[str, Any], record: dict[str, Any], pre: dict[str, Any])
     memory = pre.get("memory") or {}
     left = ", ".join(record.get("cpu_builtins") or []) or "none"
     expected = sorted({*predicted.get("cpu", {}), *predicted.get("partly", {})})
-    guess = (
-        f"predicted on the CPU: {', '.join(expected) or 'none'}"
-        if predicted
-        else "no prediction (no placements measured for this generation)"
-    )
+    if predicted:
+        guess = f"predicted on the CPU: {', '.join(expected) or 'none'}"
+    elif pre.get("path"):  # TensorFlow's own converter: no ONNX graph was judged
+        guess = "no prediction (the precheck judged the converter's builtins, not ONNX nodes)"
+    else:
+        guess = "no prediction (no placements measured for this generation)"
     rows = [
         _row(
             "(NPU placement, Vela)",

@@ -16,6 +16,7 @@ from typing import Any
 from edgeflow.rules import builtin_rules, rules_fixing
 from edgeflow.rules.entries import entry, options_for
 from edgeflow.rules.fixes import Fix
+from edgeflow.targets import placement
 from edgeflow.targets.findings import (
     DTYPE_FINDINGS,
     Finding,
@@ -64,10 +65,11 @@ def _confirm(
         key = entry(rule.name, options)
         if key not in after:
             rewritten = _applied(rule, model, options)
-            found = [] if rewritten is None else _check(rewritten, profile, quantization)
-            after[key] = None if rewritten is None else {
-                (f.operator, f.reason) for f in found if _judged(f)
-            }  # fmt: skip
+            if rewritten is None:
+                after[key] = None
+            else:
+                found = _check(rewritten, profile, quantization)
+                after[key] = {(f.operator, f.reason) for f in found if _judged(f)}
         return after[key]
 
     for finding in findings:
@@ -151,8 +153,6 @@ def _input_specs(model: Any) -> list[Any]:
 
 def _check(model: Any, profile: TargetProfile, quantization: str = "none") -> list[Finding]:
     import onnx
-
-    from edgeflow.targets import placement
 
     findings: list[Finding] = []
     try:
