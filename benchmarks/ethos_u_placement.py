@@ -49,19 +49,17 @@ def predicted(model: Any, profile: Any) -> tuple[str, str]:
     return "npu", ""
 
 
-def actual(model_tflite: Path, profile: Any, out: Path) -> tuple[str, str]:
-    """(npu | cpu | fails, Vela's words or the builtins it left on the CPU)."""
-    from edgeflow.core.errors import EdgeflowError
-    from edgeflow.targets import emitted
-    from edgeflow.targets.ethos_u import _vela
-    from edgeflow.targets.ethos_u.backend import NPU_OPERATOR
+def actual(source: Any, model_tflite: Path, profile: Any, out: Path) -> tuple[str, str]:
+    """(npu | cpu | fails, Vela's words or the builtins it left on the CPU), as the placement
+    derivation reads a compile (edgeflow/targets/ethos_u/derive.py)."""
+    from edgeflow.targets.ethos_u.derive import place
 
-    try:
-        got = _vela.compile_for(model_tflite, profile.npu, out)
-    except EdgeflowError as exc:
-        return "fails", str(exc).strip().splitlines()[-1][:100]
-    left = [n for n in emitted.counts(out / got["deployed"], "ethos_u") if n != NPU_OPERATOR]
-    return ("cpu", " ".join(left)) if got["operators_cpu"] else ("npu", "")
+    got = place(source, model_tflite, profile.npu, out)
+    if got is None or got.placed == "npu":  # None: nothing was left to place
+        return "npu", ""
+    if got.placed == "fails":
+        return "fails", got.why[:100]
+    return "cpu", " ".join(got.cpu)
 
 
 def main() -> int:
@@ -104,7 +102,7 @@ def main() -> int:
                 said, because = predicted(case.model, profile)
                 out = work / profile.name
                 out.mkdir()
-                did, words = actual(tflite, profile, out)
+                did, words = actual(case.model, tflite, profile, out)
                 judged[profile.name] += 1
                 pairs[profile.name][said, did] += 1
                 if said == did:

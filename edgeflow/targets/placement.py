@@ -124,17 +124,23 @@ def findings(model: Any, profile: TargetProfile, facts: GraphFacts) -> list[Find
     return list(groups.values())
 
 
-def _edge_types(model: Any) -> dict[str, set[str]]:
-    """Node name -> the non-float types of the graph inputs it reads and outputs it writes."""
+def edge_types(graph: Any) -> dict[str, str]:
+    """The graph's inputs and outputs (not its weights) -> their element type's onnx name."""
     import onnx
 
-    graph = model.graph
-    kinds = {
+    weights = {t.name for t in graph.initializer}
+    return {
         v.name: onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower()
         for v in (*graph.input, *graph.output)
+        if v.name not in weights
     }
+
+
+def _edge_types(model: Any) -> dict[str, set[str]]:
+    """Node name -> the non-float types of the graph inputs it reads and outputs it writes."""
+    kinds = edge_types(model.graph)
     found: dict[str, set[str]] = {}
-    for i, node in enumerate(graph.node):
+    for i, node in enumerate(model.graph.node):
         touched = {kinds[t] for t in (*node.input, *node.output) if t in kinds}
         found[node.name or f"#{i}"] = touched - {"float"}
     return found

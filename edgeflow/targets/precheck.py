@@ -175,10 +175,11 @@ def _check(model: Any, profile: TargetProfile, quantization: str = "none") -> li
     for name, node in named_nodes(model.graph):
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         by_op.setdefault(key, []).append(name)
+    facts = GraphFacts.of(inferred)  # once: it reads every constant of the graph
     if profile.operators is not None:
-        findings += _operator_findings(inferred, profile, quantization)
+        findings += _operator_findings(inferred, profile, quantization, facts)
     if placement.applies(profile, quantization):
-        findings += placement.findings(model, profile, GraphFacts.of(inferred))
+        findings += placement.findings(model, profile, facts)
     if not profile.control_flow:
         for op in CONTROL_FLOW:
             if op in by_op and (profile.operators is None or op in profile.operators):
@@ -216,7 +217,9 @@ def _tensors_of_type(model: Any, dtype: int) -> list[str]:
     return sorted(set(names))
 
 
-def _operator_findings(model: Any, profile: TargetProfile, quantization: str) -> list[Finding]:
+def _operator_findings(
+    model: Any, profile: TargetProfile, quantization: str, facts: GraphFacts
+) -> list[Finding]:
     """Per node of a shape-inferred model: is the op supported, in this version, for this
     input type and quantization mode, and do its attributes and inputs pass the profile's
     named checkers?"""
@@ -225,7 +228,6 @@ def _operator_findings(model: Any, profile: TargetProfile, quantization: str) ->
     from edgeflow.targets.checkers import CHECKERS
 
     assert profile.operators is not None
-    facts = GraphFacts.of(model)
     opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
     groups: dict[tuple[str, str], Finding] = {}
 

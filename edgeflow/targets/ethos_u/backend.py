@@ -58,7 +58,7 @@ def _left_to_the_cpu(job: ConvertJob, verified: str, deployed: str) -> list[str]
     profile's probes in this mode. Any other stops the build: the device could not run it."""
     from edgeflow.targets import emitted
 
-    left = [n for n in emitted.counts(job.out_dir / deployed, TARGET) if n != NPU_OPERATOR]
+    left = left_on_cpu(job.out_dir / deployed)
     ran = set(emitted.counts(job.out_dir / verified, TARGET))
     measured = job.profile.builtins.get(job.quantization.mode)
     probed = set(measured.runs) if measured else set()
@@ -72,6 +72,13 @@ def _left_to_the_cpu(job: ConvertJob, verified: str, deployed: str) -> list[str]
             "else report it with the build's vela_per_layer.csv",
         )
     return sorted(left)
+
+
+def left_on_cpu(deployed: Path) -> list[str]:
+    """The builtins Vela left in a compiled .tflite for the CPU (all but its NPU operator)."""
+    from edgeflow.targets import emitted
+
+    return [n for n in emitted.counts(deployed, TARGET) if n != NPU_OPERATOR]
 
 
 def runtime_version() -> str:

@@ -101,17 +101,16 @@ def measure(
 def place(source: Any, model: Path, npu: Npu, out: Path) -> Placement | None:
     """Where Vela put the int8 .tflite `model` of the ONNX graph `source` (None: the converter
     left nothing to place)."""
-    from edgeflow.targets import emitted
     from edgeflow.targets.ethos_u import _vela
-    from edgeflow.targets.ethos_u.backend import NPU_OPERATOR
+    from edgeflow.targets.ethos_u.backend import left_on_cpu
 
     try:
         got = _vela.compile_for(model, npu, out)
     except EdgeflowError as exc:
-        return Placement(placed="fails", why=_vela_failure(str(exc)), io=_edge_types(source))
+        return Placement(placed="fails", why=_vela_failure(str(exc)), io=_non_float_edges(source))
     if not got["operators_npu"] and not got["operators_cpu"]:
         return None
-    left = sorted(n for n in emitted.counts(out / got["deployed"], "ethos_u") if n != NPU_OPERATOR)
+    left = sorted(left_on_cpu(out / got["deployed"]))
     on: Where = "npu" if not got["operators_cpu"] else "partly" if got["operators_npu"] else "cpu"
     layers = got["layers"]
     moves = Counter(
@@ -120,6 +119,13 @@ def place(source: Any, model: Path, npu: Npu, out: Path) -> Placement | None:
         if layer["target"] == "NPU" and layer["lowered"] in MOVES and layer["op"] not in MOVERS
     )
     return Placement(placed=on, cpu=left if on != "npu" else [], why=_reasons(layers), moves=moves)
+
+
+def _non_float_edges(model: Any) -> list[str]:
+    """The non-float element types of the graph's inputs and outputs."""
+    from edgeflow.targets.placement import edge_types
+
+    return sorted(set(edge_types(model.graph).values()) - {"float"})
 
 
 def _reasons(layers: list[dict[str, Any]]) -> str:
@@ -147,16 +153,6 @@ def _vela_failure(message: str) -> str:
     lines = [line.strip() for line in message.split("\n")[1:] if line.strip()]
     last = lines[-1] if lines else message.splitlines()[0]
     return f"Vela failed (exit {exit_code[1] if exit_code else '?'}): {last}"[:300]
-
-
-def _edge_types(model: Any) -> list[str]:
-    """The non-float element types of the graph's inputs and outputs."""
-    import onnx
-
-    weights = {t.name for t in model.graph.initializer}
-    values = [v for v in (*model.graph.input, *model.graph.output) if v.name not in weights]
-    kinds = {onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower() for v in values}
-    return sorted(kinds - {"float"})
 
 
 def by_operator(
