@@ -68,7 +68,7 @@ def render(
         sections.append(Section(heading=npu.HEADING, body=_text(body)))
     sections.append(_per_output(details["verify"]["agreement"]))
     sections += stream_sections(stream)
-    sections.append(_stages(metrics, details))
+    sections.append(_stages(metrics, details, checks))
     return ReportRecord(title=title, intro=_text(intro), sections=sections)
 
 
@@ -370,7 +370,9 @@ def changed_ops(record: dict[str, Any]) -> list[tuple[str, int, int]]:
     return [(n, b, a) for n, b, a in found if b != a]
 
 
-def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> Section:
+def _stages(
+    metrics: dict[str, Any], details: dict[str, Any], checks: list[dict[str, Any]] | None = None
+) -> Section:
     lines: list[str] = []
     lines += load_lines(details.get("source", {}))
     lines += path_lines(details)
@@ -409,7 +411,8 @@ def _stages(metrics: dict[str, Any], details: dict[str, Any]) -> Section:
         lines.append(f"  - {prediction_line(pre['npu'])}")
     rows = pre["findings"]
     if metrics.get("npu"):  # what Vela then did, in the same table
-        rows = [*rows, *npu.after_vela(metrics["npu"], details["convert"]["npu"], pre)]
+        found = npu.after_vela(metrics["npu"], details["convert"]["npu"], pre, checks or [])
+        rows = [*rows, *found]
     if rows:
         lines += ["", render_table(rows), ""]
     if "optimize" in details:

@@ -27,6 +27,7 @@ STATEMENT = "https://github.com/nxp-imx/ethos-u-vela#tensorflow-support"
 ESTIMATED = ("cycles", "latency_ms", "inferences_per_second")
 HEADING = "NPU: placement, memory, estimated time"  # report.md's section; report.html plots it
 LAYERS_FILE = "vela_per_layer.csv"  # in the build folder: Vela's per-layer figures
+BOARD_ORIGIN = ("precheck.board (", ")")  # a memory check's origin: around the board's name
 MAX_LAYER_ROWS = 60  # the report's per-layer table; vela_per_layer.csv has every row
 
 
@@ -85,7 +86,7 @@ def _memory_checks(found: dict[str, Any], board: tuple[str, Any] | None) -> list
                 "passed": passed,
                 "message": f"the {what} Vela allocates, {value:,} bytes, {fits} board "
                 f"{name}'s {limit:,}",
-                "origin": f"precheck.board ({name})",
+                "origin": f"{BOARD_ORIGIN[0]}{name}{BOARD_ORIGIN[1]}",
             }
         )
     return checks
@@ -151,11 +152,13 @@ def section_lines(npu: dict[str, Any], record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def after_vela(npu: dict[str, Any], record: dict[str, Any], pre: dict[str, Any]) -> list[dict]:
+def after_vela(
+    npu: dict[str, Any], record: dict[str, Any], pre: dict[str, Any], checks: list[dict[str, Any]]
+) -> list[dict]:
     """The precheck table's rows for what Vela then did: its placement against the
-    prediction, its SRAM and flash against the board (the memory the precheck estimated),
-    and the transposes and reshapes it runs on the NPU. Rows as precheck findings are
-    written (severity: passed, warning or error)."""
+    prediction, its SRAM and flash against the board (the build's checks of them, beside the
+    memory the precheck estimated), and the transposes and reshapes it runs on the NPU. Rows
+    as precheck findings are written (severity: passed, warning or error)."""
     predicted = pre.get("npu") or {}
     memory = pre.get("memory") or {}
     left = ", ".join(record.get("cpu_builtins") or []) or "none"
@@ -175,7 +178,7 @@ def after_vela(npu: dict[str, Any], record: dict[str, Any], pre: dict[str, Any])
             "warning" if npu["operators_cpu"] else "passed",
         )
     ]
-    board = memory.get("board")
+    verdicts = {c["metric"]: c for c in checks}
     arena = (
         f"; the precheck estimated activations of {memory['activations_bytes']:,} B in a "
         f"{memory['arena_bytes']:,}-B TFLite Micro arena"
@@ -183,17 +186,19 @@ def after_vela(npu: dict[str, Any], record: dict[str, Any], pre: dict[str, Any])
         else ""
     )
     weights = f"; the precheck estimated {memory['weights_bytes']:,} B of weights" if memory else ""
-    for what, key, value, said in (
-        ("SRAM", "ram_bytes", npu["sram_bytes"], arena),
-        ("flash", "flash_bytes", npu["flash_bytes"], weights),
+    for what, value, said in (
+        ("SRAM", npu["sram_bytes"], arena),
+        ("flash", npu["flash_bytes"], weights),
     ):
-        limit = memory.get(key)
-        if limit is None:
+        check = verdicts.get(f"npu.{what.lower()}_bytes")  # _memory_checks'
+        if check is None:
             reason, severity = f"Vela allocates {value:,} B{said}; no board limit", "passed"
         else:
-            fits = "fits in" if value <= limit else "does not fit in"
+            fits = "fits in" if check["passed"] else "does not fit in"
+            board = check["origin"].removeprefix(BOARD_ORIGIN[0]).removesuffix(BOARD_ORIGIN[1])
+            limit = check["threshold"]
             reason = f"Vela allocates {value:,} B, which {fits} board {board}'s {limit:,} B{said}"
-            severity = "passed" if value <= limit else "error"
+            severity = "passed" if check["passed"] else "error"
         rows.append(_row(f"({what}, Vela)", 1, reason, severity))
     moved = [layer for layer in record["layers"] if layer["lowered"] in ("Transpose", "Reshape")]
     if moved:
