@@ -194,8 +194,7 @@ def try_graph(
         source.write_bytes(trial.model)
         reference = _reference(trial)
         model = onnx.load_from_string(trial.model)
-        weights = {t.name for t in model.graph.initializer}
-        names = [i.name for i in model.graph.input if i.name not in weights]
+        names = _fed(model)
         # One onnx2tf call gives float32 and int8: per channel, or per tensor for a runtime
         # whose int8 fully-connected kernels take no per-channel weights (the profile's
         # per_channel_dense: armnn). A failed int8 call is retried in float32 alone. LSTM and
@@ -243,12 +242,16 @@ def build_tflite(trial: Trial, work: Path, target: str, per_channel: bool = True
 
     source = work / "model.onnx"
     source.write_bytes(trial.model)
-    model = onnx.load_from_string(trial.model)
-    weights = {t.name for t in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in weights]
+    names = _fed(onnx.load_from_string(trial.model))
     return (
         _convert(trial, names, source, work, "int8", per_channel, target)["int8"] / "model.tflite"
     )
+
+
+def _fed(model: Any) -> list[str]:
+    """The graph's inputs that a run feeds (not the weights some files list as inputs)."""
+    weights = {t.name for t in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name not in weights]
 
 
 def _convert(
